@@ -1,0 +1,50 @@
+#include "master/master_config.h"
+
+namespace granary::master {
+
+void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
+  schema.AddString("host", &c->host, "address to bind the gRPC and HTTP ports to");
+  schema.AddPort("port", &c->port, "gRPC port of the master API (0 picks a free one)");
+  schema.AddPort("http_port", &c->http_port, "HTTP port for /metrics, /health, /status");
+  schema.AddString("log_level", &c->log_level, "trace, debug, info, warn, error or off");
+  schema.AddUint("rpc_threads", &c->rpc_threads, "gRPC server threads (0: gRPC's default)", 0, 256);
+  MasterPolicy& p = c->policy;
+  schema.AddDurationMs("lease_ttl", &p.lease_ttl_ms, "how long a read lock lasts unless released");
+  schema.AddDurationMs("soft_pin_ttl", &p.soft_pin_ttl_ms,
+                       "how long a soft pin protects an object after its last read");
+  schema.AddDurationMs("client_ttl", &p.client_ttl_ms,
+                       "a node silent this long is dead: its segments are unmounted");
+  schema.AddDurationMs("put_discard_timeout", &p.put_discard_timeout_ms,
+                       "after this, an unfinished put may be started again by anyone");
+  schema.AddDurationMs("put_release_timeout", &p.put_release_timeout_ms,
+                       "after this, the space of an unfinished put is freed");
+  schema.AddDouble("eviction_high_watermark", &p.eviction_high_watermark,
+                   "usage fraction above which background eviction runs", 0.0, 1.0);
+  schema.AddDouble("eviction_ratio", &p.eviction_ratio,
+                   "fraction of the capacity one eviction run frees", 0.0, 1.0);
+  schema.AddBool("allow_evict_soft_pinned", &p.allow_evict_soft_pinned,
+                 "evict soft-pinned objects once nothing else is left");
+  schema.AddUint("shard_count", &c->shard_count, "metadata shards, each with its own lock", 1024,
+                 1 << 20);
+}
+
+Status ValidateMasterConfig(const MasterConfig& c) {
+  const MasterPolicy& p = c.policy;
+  auto positive = [](int64_t v, const char* name) -> Status {
+    if (v <= 0) return Status(ErrorCode::INVALID_PARAMS, std::string(name) + " must be positive");
+    return Status::Ok();
+  };
+  for (auto [v, name] : {std::pair{p.lease_ttl_ms, "lease_ttl"}, {p.client_ttl_ms, "client_ttl"},
+                         {p.put_discard_timeout_ms, "put_discard_timeout"},
+                         {p.put_release_timeout_ms, "put_release_timeout"},
+                         {p.soft_pin_ttl_ms, "soft_pin_ttl"}}) {
+    if (Status s = positive(v, name); !s.ok()) return s;
+  }
+  if (p.put_release_timeout_ms < p.put_discard_timeout_ms) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "put_release_timeout must not be shorter than put_discard_timeout");
+  }
+  return Status::Ok();
+}
+
+}  // namespace granary::master

@@ -1,0 +1,35 @@
+// master/master_config.h - every setting of granary-master, with Mooncake Store's defaults.
+//
+// Promise: RegisterMasterConfig declares each field once in a ConfigSchema, so it is settable from
+// the YAML file (--config) and from a flag, flags winning; Validate catches combinations that no
+// single setting's range can (e.g. discard timeout above release timeout).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/config_schema.h"
+#include "master/master_state.h"
+
+namespace granary::master {
+
+struct MasterConfig {
+  std::string host = "127.0.0.1";  // bind address of both ports; 0.0.0.0 to serve other hosts
+  uint16_t port = 50051;           // gRPC
+  uint16_t http_port = 9003;       // /metrics, /health, /status
+  std::string log_level = "info";
+  uint64_t rpc_threads = 0;        // 0: gRPC's default
+  uint64_t shard_count = 1024;
+  MasterPolicy policy;             // policy.shard_count is taken from shard_count
+
+  MasterPolicy EffectivePolicy() const {
+    MasterPolicy p = policy;
+    p.shard_count = static_cast<uint32_t>(shard_count);
+    return p;
+  }
+};
+
+void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* config);
+Status ValidateMasterConfig(const MasterConfig& config);
+
+}  // namespace granary::master

@@ -1,0 +1,204 @@
+#include "master/master_server.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+
+namespace granary::master {
+
+namespace {
+constexpr auto kHousekeepingTick = std::chrono::milliseconds(100);
+constexpr int kMaxMessageBytes = 256 << 20;
+}  // namespace
+
+MasterServer::MasterServer(MasterConfig config, const Clock* clock)
+    : config_(std::move(config)),
+      clock_(clock),
+      state_(std::make_unique<MasterState>(config_.EffectivePolicy(), clock_)),
+      evictor_(std::make_unique<Evictor>(state_.get())) {
+  service_ = std::make_unique<MasterService>(state_.get(), evictor_.get(), &metrics_);
+  RegisterMetrics();
+}
+
+MasterServer::~MasterServer() { Shutdown(); }
+
+Status MasterServer::Start() {
+  grpc::ServerBuilder builder;
+  int selected = 0;
+  std::string address = config_.host + ":" + std::to_string(config_.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // SO_REUSEPORT would let a second master silently share the port; a taken port must fail.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (config_.rpc_threads > 0) {
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                                static_cast<int>(config_.rpc_threads));
+  }
+  grpc_ = builder.BuildAndStart();
+  if (!grpc_ || selected == 0) {
+    grpc_.reset();
+    return Status(ErrorCode::INTERNAL_ERROR,
+                  "cannot listen for gRPC on " + address + " (port taken or address invalid)");
+  }
+  grpc_port_ = static_cast<uint16_t>(selected);
+
+  http_.Get("/metrics", [this] {
+    return HttpResponse{200, std::string(kPrometheusContentType), metrics_.RenderPrometheus()};
+  });
+  http_.Get("/health", [] { return HttpResponse{200, "text/plain; charset=utf-8", "OK\n"}; });
+  http_.Get("/status", [this] { return HttpResponse{200, "application/json", StatusJson()}; });
+  if (Status s = http_.Start(config_.host, config_.http_port); !s.ok()) {
+    grpc_->Shutdown();
+    grpc_.reset();
+    return s;
+  }
+  {
+    std::lock_guard lock(mu_);
+    started_ = true;
+  }
+  housekeeping_ = std::thread([this] { HousekeepingLoop(); });
+  GLOG_INFO("master listening: gRPC {}:{}, HTTP {}:{}", config_.host, grpc_port_, config_.host,
+            http_.port());
+  return Status::Ok();
+}
+
+void MasterServer::Wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [this] { return stopping_; });
+}
+
+void MasterServer::Shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (housekeeping_.joinable()) housekeeping_.join();
+  http_.Stop();
+  if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+void MasterServer::HousekeepingLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, kHousekeepingTick, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    for (const auto& client : state_->SilentClients(clock_->NowMs())) {
+      auto expired = state_->ExpireClient(client);
+      if (!expired.unmounted.empty()) {
+        GLOG_WARN("client {} silent for {} ms: unmounted {} segment(s)", client,
+                  state_->policy().client_ttl_ms, expired.unmounted.size());
+      }
+      expired_clients_->Inc();
+    }
+    SweepResult swept = state_->Sweep();
+    discarded_puts_->Inc(swept.discarded_puts);
+    EvictResult evicted = evictor_->RunIfAboveWatermark();
+    if (evicted.objects > 0) {
+      GLOG_DEBUG("evicted {} objects, {} bytes", evicted.objects, evicted.bytes);
+    }
+    lock.lock();
+  }
+}
+
+void MasterServer::RegisterMetrics() {
+  evicted_objects_ = metrics_.AddCounter("granary_master_evicted_objects_total", "objects evicted");
+  evicted_bytes_ = metrics_.AddCounter("granary_master_evicted_bytes_total",
+                                       "replica bytes freed by eviction");
+  eviction_runs_ = metrics_.AddCounter("granary_master_eviction_runs_total", "eviction runs");
+  expired_clients_ = metrics_.AddCounter("granary_master_expired_clients_total",
+                                         "clients declared dead after their TTL");
+  discarded_puts_ = metrics_.AddCounter("granary_master_discarded_puts_total",
+                                        "unfinished puts freed at the release timeout");
+  state_->SetObserver([this](const Operation& op, const OpResult& result) {
+    if (const auto* e = std::get_if<EvictResult>(&result)) {
+      evicted_objects_->Inc(e->objects);
+      evicted_bytes_->Inc(e->bytes);
+      eviction_runs_->Inc();
+    }
+  });
+  auto single = [](double v) { return std::vector<std::pair<Labels, double>>{{{}, v}}; };
+  MasterState* s = state_.get();
+  metrics_.AddGaugeCallback("granary_master_objects", "complete objects",
+                            [s, single] { return single(static_cast<double>(s->object_count())); });
+  metrics_.AddGaugeCallback("granary_master_pending_puts", "puts between start and end",
+                            [s, single] { return single(static_cast<double>(s->pending_count())); });
+  metrics_.AddGaugeCallback("granary_master_clients", "live clients and nodes",
+                            [s, single] { return single(static_cast<double>(s->client_count())); });
+  metrics_.AddGaugeCallback(
+      "granary_master_deferred_frees", "extents waiting for read locks or zombie writers to end",
+      [s, single] { return single(static_cast<double>(s->deferred_free_count())); });
+  metrics_.AddGaugeCallback("granary_master_capacity_bytes", "bytes of all mounted segments", [s, single] {
+    return single(static_cast<double>(s->segments().total_capacity()));
+  });
+  metrics_.AddGaugeCallback("granary_master_used_bytes", "allocated bytes of all segments", [s, single] {
+    return single(static_cast<double>(s->segments().used_bytes()));
+  });
+  metrics_.AddGaugeCallback("granary_master_segments", "mounted segments", [s, single] {
+    return single(static_cast<double>(s->segments().segment_count()));
+  });
+  using Series = std::vector<std::pair<Labels, double>>;
+  auto per_segment = [s](auto value_of) {
+    return [s, value_of] {
+      Series series;
+      for (const auto& u : s->segments().Usage()) {
+        series.push_back({{{"segment", u.identity->name}}, value_of(u)});
+      }
+      return series;
+    };
+  };
+  metrics_.AddGaugeCallback("granary_segment_capacity_bytes", "segment size",
+                            per_segment([](const SegmentUsage& u) {
+                              return static_cast<double>(u.stats.capacity);
+                            }));
+  metrics_.AddGaugeCallback("granary_segment_free_bytes", "free bytes of a segment",
+                            per_segment([](const SegmentUsage& u) {
+                              return static_cast<double>(u.stats.free_bytes);
+                            }));
+  metrics_.AddGaugeCallback("granary_segment_largest_free_block_bytes",
+                            "largest allocatable block of a segment",
+                            per_segment([](const SegmentUsage& u) {
+                              return static_cast<double>(u.stats.largest_free_block);
+                            }));
+  metrics_.AddGaugeCallback("granary_segment_fragmentation_ratio",
+                            "1 - largest free block / free bytes",
+                            per_segment([](const SegmentUsage& u) {
+                              return u.stats.fragmentation();
+                            }));
+  metrics_.AddGaugeCallback("granary_segment_replicas", "replicas held by a segment",
+                            per_segment([](const SegmentUsage& u) {
+                              return static_cast<double>(u.replica_count);
+                            }));
+}
+
+std::string MasterServer::StatusJson() const {
+  nlohmann::json doc;
+  doc["capacity_bytes"] = state_->segments().total_capacity();
+  doc["used_bytes"] = state_->segments().used_bytes();
+  doc["objects"] = state_->object_count();
+  doc["pending_puts"] = state_->pending_count();
+  doc["clients"] = state_->client_count();
+  doc["view_version"] = state_->segments().view_version();
+  nlohmann::json segments = nlohmann::json::array();
+  for (const auto& u : state_->segments().Usage()) {
+    segments.push_back({{"id", u.identity->id},
+                        {"name", u.identity->name},
+                        {"node_id", u.identity->client_id},
+                        {"endpoint", u.identity->endpoint},
+                        {"capacity_bytes", u.stats.capacity},
+                        {"used_bytes", u.stats.used_bytes},
+                        {"free_bytes", u.stats.free_bytes},
+                        {"largest_free_block", u.stats.largest_free_block},
+                        {"fragmentation", u.stats.fragmentation()},
+                        {"replicas", u.replica_count}});
+  }
+  doc["segments"] = std::move(segments);
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace granary::master

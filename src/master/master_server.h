@@ -1,0 +1,74 @@
+// master/master_server.h - a running master: gRPC API, HTTP (/metrics, /health, /status) and the
+// housekeeping thread (eviction above the watermark, dead-client expiry, put and lease timeouts).
+//
+// Promise: Start() returns once both ports listen (or says why not); Shutdown() stops everything
+// and may be called from any thread, including a signal-watching one; the destructor calls it.
+// Used by granary-master and, in one process with a node, by `granary-node --standalone`.
+// Ownership: owns the state, the services and their threads.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "master/evictor.h"
+#include "master/master_config.h"
+#include "master/master_service.h"
+#include "master/master_state.h"
+
+namespace granary::master {
+
+class MasterServer {
+ public:
+  explicit MasterServer(MasterConfig config, const Clock* clock = SystemClock::Instance());
+  ~MasterServer();
+  MasterServer(const MasterServer&) = delete;
+  MasterServer& operator=(const MasterServer&) = delete;
+
+  Status Start();
+  // Blocks until Shutdown().
+  void Wait();
+  void Shutdown();
+
+  uint16_t grpc_port() const { return grpc_port_; }
+  uint16_t http_port() const { return http_.port(); }
+  MasterState& state() { return *state_; }
+  // The /status document (JSON).
+  std::string StatusJson() const;
+
+ private:
+  void HousekeepingLoop();
+  void RegisterMetrics();
+
+  MasterConfig config_;
+  const Clock* clock_;
+  std::unique_ptr<MasterState> state_;
+  std::unique_ptr<Evictor> evictor_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<MasterService> service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  HttpServer http_;
+  uint16_t grpc_port_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool started_ = false;
+  std::thread housekeeping_;
+
+  Counter* evicted_objects_ = nullptr;
+  Counter* evicted_bytes_ = nullptr;
+  Counter* eviction_runs_ = nullptr;
+  Counter* expired_clients_ = nullptr;
+  Counter* discarded_puts_ = nullptr;
+};
+
+}  // namespace granary::master

@@ -1,0 +1,368 @@
+#include "master/master_service.h"
+
+#include <chrono>
+
+namespace granary::master {
+
+namespace {
+constexpr size_t kDefaultQueryLimit = 100'000;
+
+const char* const kMethods[] = {
+    "MountSegment",  "UnmountSegment",      "ReMountSegment",  "ListSegments", "Ping",
+    "BatchPutStart", "BatchPutEnd",         "BatchPutRevoke",  "BatchGetReplicaList",
+    "BatchFinishRead", "BatchExist",        "BatchGetSize",    "BatchPrefixMatch",
+    "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll"};
+
+int32_t Code(const Status& s) { return static_cast<int32_t>(s.code()); }
+
+void SetStatus(const Status& s, proto::KeyStatus* out) {
+  out->set_code(Code(s));
+  if (!s.ok()) out->set_message(s.message());
+}
+
+template <typename Repeated>
+std::vector<std::string> Keys(const Repeated& keys) {
+  return std::vector<std::string>(keys.begin(), keys.end());
+}
+
+size_t FillStatuses(const std::vector<Status>& statuses, proto::BatchStatusResponse* out) {
+  size_t errors = 0;
+  out->mutable_results()->Reserve(static_cast<int>(statuses.size()));
+  for (const auto& s : statuses) {
+    SetStatus(s, out->add_results());
+    errors += !s.ok();
+  }
+  return errors;
+}
+
+PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
+  PlacementConfig p;
+  p.replica_num = c.replica_num();
+  p.with_soft_pin = c.with_soft_pin();
+  p.with_hard_pin = c.with_hard_pin();
+  p.preferred_segments.assign(c.preferred_segments().begin(), c.preferred_segments().end());
+  p.soft_pin_ttl_ms = static_cast<int64_t>(std::min<uint64_t>(c.soft_pin_ttl_ms(), INT64_MAX));
+  return p;
+}
+}  // namespace
+
+MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics)
+    : state_(state), evictor_(evictor), registry_(metrics) {
+  const std::vector<double> bounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                      0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
+  for (const char* method : kMethods) {
+    Labels labels = {{"method", method}};
+    RpcMetrics& m = rpc_metrics_[method];
+    m.calls = registry_->AddCounter("granary_master_rpc_total", "RPCs served", labels);
+    m.keys = registry_->AddCounter("granary_master_rpc_keys_total", "keys carried by RPCs", labels);
+    m.key_errors = registry_->AddCounter("granary_master_rpc_key_errors_total",
+                                         "keys answered with an error code", labels);
+    m.seconds = registry_->AddHistogram("granary_master_rpc_seconds", "RPC service time", bounds,
+                                        labels);
+  }
+}
+
+MasterService::RpcMetrics& MasterService::Metrics(const char* method) {
+  return rpc_metrics_.at(method);
+}
+
+MasterService::CallScope::CallScope(RpcMetrics& m, size_t keys)
+    : m_(m), start_(std::chrono::steady_clock::now()) {
+  m_.calls->Inc();
+  m_.keys->Inc(keys);
+}
+
+MasterService::CallScope::~CallScope() {
+  if (errors_) m_.key_errors->Inc(errors_);
+  m_.seconds->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+}
+
+void MasterService::FillReplicas(const std::vector<Extent>& extents,
+                                 google::protobuf::RepeatedPtrField<proto::Replica>* out) const {
+  for (const auto& e : extents) {
+    auto segment = state_->segments().Find(e.segment_id);
+    if (!segment) continue;  // unmounted since: its bytes are gone, so is this replica
+    proto::Replica* r = out->Add();
+    r->set_segment_id(e.segment_id);
+    r->set_segment_name(segment->name);
+    r->set_node_id(segment->client_id);
+    r->set_endpoint(segment->endpoint);
+    r->set_offset(e.offset);
+    r->set_length(e.length);
+  }
+}
+
+// ---- segments and liveness ----
+
+grpc::Status MasterService::MountSegment(Ctx*, const proto::MountSegmentRequest* req,
+                                         proto::MountSegmentResponse* resp) {
+  CallScope scope(Metrics("MountSegment"), 1);
+  const auto& seg = req->segment();
+  MountResult r = state_->Mount({req->client_id(), seg.name(), seg.size(), seg.endpoint()});
+  resp->set_code(Code(r.status));
+  resp->set_message(r.status.message());
+  resp->set_segment_id(r.segment_id);
+  resp->set_view_version(state_->segments().view_version());
+  scope.KeyErrors(!r.status.ok());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::UnmountSegment(Ctx*, const proto::UnmountSegmentRequest* req,
+                                           proto::UnmountSegmentResponse* resp) {
+  CallScope scope(Metrics("UnmountSegment"), 1);
+  if (req->client_id().empty()) {  // an empty id is the master's own, never a caller's
+    resp->set_code(Code(Status(ErrorCode::INVALID_PARAMS, "")));
+    resp->set_message("client id is empty");
+    return grpc::Status::OK;
+  }
+  UnmountResult r = state_->Unmount({req->client_id(), req->name()});
+  resp->set_code(Code(r.status));
+  resp->set_message(r.status.message());
+  resp->set_view_version(state_->segments().view_version());
+  scope.KeyErrors(!r.status.ok());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequest* req,
+                                           proto::ReMountSegmentResponse* resp) {
+  CallScope scope(Metrics("ReMountSegment"), req->segments_size());
+  for (const auto& seg : req->segments()) {
+    MountResult r = state_->Mount({req->client_id(), seg.name(), seg.size(), seg.endpoint()});
+    SetStatus(r.status, resp->add_results());
+    scope.KeyErrors(!r.status.ok());
+  }
+  if (req->segments_size() == 0) state_->Ping(req->client_id());
+  resp->set_view_version(state_->segments().view_version());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*,
+                                         proto::ListSegmentsResponse* resp) {
+  CallScope scope(Metrics("ListSegments"), 0);
+  for (const auto& u : state_->segments().Usage()) {
+    proto::SegmentInfo* info = resp->add_segments();
+    info->set_segment_id(u.identity->id);
+    info->set_name(u.identity->name);
+    info->set_node_id(u.identity->client_id);
+    info->set_endpoint(u.identity->endpoint);
+    info->set_size(u.identity->size);
+    info->set_used_bytes(u.stats.used_bytes);
+    info->set_free_bytes(u.stats.free_bytes);
+    info->set_largest_free_block(u.stats.largest_free_block);
+    info->set_object_count(u.replica_count);
+  }
+  resp->set_view_version(state_->segments().view_version());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::PingResponse* resp) {
+  CallScope scope(Metrics("Ping"), 0);
+  if (req->client_id().empty()) {
+    resp->set_code(static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
+    return grpc::Status::OK;
+  }
+  PingResult r = state_->Ping(req->client_id());
+  resp->set_code(0);
+  resp->set_status(r.need_remount ? proto::PingResponse::NEED_REMOUNT : proto::PingResponse::OK);
+  resp->set_view_version(state_->segments().view_version());
+  return grpc::Status::OK;
+}
+
+// ---- writes ----
+
+grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartRequest* req,
+                                          proto::BatchPutStartResponse* resp) {
+  CallScope scope(Metrics("BatchPutStart"), req->keys_size());
+  PutStartOp op{req->client_id(), Keys(req->keys()),
+                std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
+                ToPlacement(req->config()), req->upsert()};
+  std::vector<PutStartKeyResult> results = state_->PutStart(op);
+
+  // A full store evicts now, once, and retries just the keys that found no space.
+  std::vector<size_t> full;
+  uint64_t needed = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].status.code() == ErrorCode::NO_AVAILABLE_HANDLE) {
+      full.push_back(i);
+      needed += op.sizes[i] * std::max<uint32_t>(op.config.replica_num, 1);
+    }
+  }
+  if (!full.empty() && evictor_->EvictForAllocation(needed).bytes > 0) {
+    PutStartOp retry{op.client_id, {}, {}, op.config, op.upsert};
+    for (size_t i : full) {
+      retry.keys.push_back(op.keys[i]);
+      retry.sizes.push_back(op.sizes[i]);
+    }
+    std::vector<PutStartKeyResult> again = state_->PutStart(retry);
+    for (size_t j = 0; j < full.size(); ++j) results[full[j]] = std::move(again[j]);
+  }
+
+  resp->mutable_results()->Reserve(static_cast<int>(results.size()));
+  size_t errors = 0;
+  for (const auto& r : results) {
+    proto::PutStartResult* out = resp->add_results();
+    out->set_code(Code(r.status));
+    if (!r.status.ok()) out->set_message(r.status.message());
+    FillReplicas(r.replicas, out->mutable_replicas());
+    errors += !r.status.ok();
+  }
+  scope.KeyErrors(errors);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPutEnd(Ctx*, const proto::BatchPutEndRequest* req,
+                                        proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchPutEnd"), req->keys_size());
+  auto statuses = state_->PutEnd(
+      {req->client_id(), Keys(req->keys()),
+       std::vector<uint64_t>(req->checksums().begin(), req->checksums().end())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest* req,
+                                           proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchPutRevoke"), req->keys_size());
+  auto statuses = state_->PutRevoke({req->client_id(), Keys(req->keys())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+// ---- reads ----
+
+grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetReplicaListRequest* req,
+                                                proto::BatchGetReplicaListResponse* resp) {
+  CallScope scope(Metrics("BatchGetReplicaList"), req->keys_size());
+  auto results = state_->GetReplicaList({req->client_id(), Keys(req->keys())});
+  resp->mutable_results()->Reserve(static_cast<int>(results.size()));
+  size_t errors = 0;
+  for (const auto& r : results) {
+    proto::GetReplicaResult* out = resp->add_results();
+    FillReplicas(r.replicas, out->mutable_replicas());
+    Status status = r.status;
+    if (status.ok() && out->replicas_size() == 0) {
+      status = Status(ErrorCode::OBJECT_NOT_FOUND, "every replica's segment is gone");
+    }
+    out->set_code(Code(status));
+    if (!status.ok()) out->set_message(status.message());
+    out->set_size(r.size);
+    out->set_checksum(r.checksum);
+    errors += !status.ok();
+  }
+  resp->set_lease_ttl_ms(static_cast<uint64_t>(state_->policy().lease_ttl_ms));
+  scope.KeyErrors(errors);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchFinishRead(Ctx*, const proto::BatchFinishReadRequest* req,
+                                            proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchFinishRead"), req->keys_size());
+  auto statuses = state_->FinishRead({req->client_id(), Keys(req->keys())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchExist(Ctx*, const proto::BatchExistRequest* req,
+                                       proto::BatchExistResponse* resp) {
+  CallScope scope(Metrics("BatchExist"), req->keys_size());
+  auto results = state_->BatchExist(Keys(req->keys()));
+  resp->mutable_results()->Add(results.begin(), results.end());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchGetSize(Ctx*, const proto::BatchGetSizeRequest* req,
+                                         proto::BatchGetSizeResponse* resp) {
+  CallScope scope(Metrics("BatchGetSize"), req->keys_size());
+  auto results = state_->BatchGetSize(Keys(req->keys()));
+  resp->mutable_results()->Add(results.begin(), results.end());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPrefixMatch(Ctx*, const proto::BatchPrefixMatchRequest* req,
+                                             proto::BatchPrefixMatchResponse* resp) {
+  CallScope scope(Metrics("BatchPrefixMatch"), req->keys_size());
+  auto matched = state_->PrefixMatch(Keys(req->keys()));
+  resp->set_code(Code(matched.status()));
+  if (!matched.ok()) {
+    resp->set_message(matched.status().message());
+    return grpc::Status::OK;
+  }
+  resp->set_matched(*matched);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req,
+                                       proto::StatObjectResponse* resp) {
+  CallScope scope(Metrics("StatObject"), 1);
+  auto stat = state_->Stat(req->key());
+  resp->set_code(Code(stat.status()));
+  if (!stat.ok()) {
+    resp->set_message(stat.status().message());
+    return grpc::Status::OK;
+  }
+  resp->set_state(stat->committed ? (stat->pending ? "COMPLETE+PROCESSING" : "COMPLETE")
+                                  : "PROCESSING");
+  resp->set_size(stat->size);
+  resp->set_checksum(stat->checksum);
+  FillReplicas(stat->replicas, resp->mutable_replicas());
+  resp->set_read_locks(stat->read_locks);
+  resp->set_hard_pinned(stat->hard_pinned);
+  resp->set_soft_pinned(stat->soft_pinned);
+  resp->set_idle_ms(static_cast<uint64_t>(std::max<int64_t>(stat->idle_ms, 0)));
+  return grpc::Status::OK;
+}
+
+// ---- removal and queries ----
+
+grpc::Status MasterService::BatchRemove(Ctx*, const proto::BatchRemoveRequest* req,
+                                        proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchRemove"), req->keys_size());
+  auto statuses = state_->Remove({Keys(req->keys()), req->force()});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::RemoveByRegex(Ctx*, const proto::RegexRequest* req,
+                                          proto::RemoveCountResponse* resp) {
+  CallScope scope(Metrics("RemoveByRegex"), 0);
+  RemoveCountResult r = state_->RemoveByRegex({req->pattern(), req->force()});
+  resp->set_code(Code(r.status));
+  resp->set_message(r.status.message());
+  resp->set_removed(r.removed);
+  resp->set_skipped(r.skipped);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::QueryByRegex(Ctx*, const proto::RegexRequest* req,
+                                         proto::QueryByRegexResponse* resp) {
+  CallScope scope(Metrics("QueryByRegex"), 0);
+  size_t limit = req->limit() ? std::min<size_t>(req->limit(), kDefaultQueryLimit)
+                              : kDefaultQueryLimit;
+  auto result = state_->QueryByRegex(req->pattern(), limit);
+  resp->set_code(Code(result.status()));
+  if (!result.ok()) {
+    resp->set_message(result.status().message());
+    return grpc::Status::OK;
+  }
+  for (const auto& row : result->objects) {
+    proto::ObjectSummary* out = resp->add_objects();
+    out->set_key(row.key);
+    out->set_size(row.size);
+    out->set_replica_count(row.replica_count);
+  }
+  resp->set_truncated(result->truncated);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::RemoveAll(Ctx*, const proto::RemoveAllRequest* req,
+                                      proto::RemoveCountResponse* resp) {
+  CallScope scope(Metrics("RemoveAll"), 0);
+  RemoveCountResult r = state_->RemoveAll({req->force()});
+  resp->set_code(Code(r.status));
+  resp->set_removed(r.removed);
+  resp->set_skipped(r.skipped);
+  return grpc::Status::OK;
+}
+
+}  // namespace granary::master

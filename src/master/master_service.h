@@ -1,0 +1,93 @@
+// master/master_service.h - the gRPC face of the master: translates requests into operations on
+// MasterState and results back into replies.
+//
+// Promise: every RPC answers (never throws, never hangs on bad input): malformed requests get
+// per-key or per-call error codes; a put that finds no space triggers one synchronous eviction
+// and one retry of the keys that failed, so a full store keeps taking writes.
+// Ownership: borrows the state, the evictor and the metrics registry; they must outlive it.
+// Thread safety: gRPC calls it from its thread pool; MasterState is thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <string>
+
+#include "common/metrics.h"
+#include "granary/proto/master.grpc.pb.h"
+#include "master/evictor.h"
+#include "master/master_state.h"
+
+namespace granary::master {
+
+class MasterService final : public proto::Master::Service {
+ public:
+  MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics);
+
+  using Ctx = grpc::ServerContext;
+  grpc::Status MountSegment(Ctx*, const proto::MountSegmentRequest*,
+                            proto::MountSegmentResponse*) override;
+  grpc::Status UnmountSegment(Ctx*, const proto::UnmountSegmentRequest*,
+                              proto::UnmountSegmentResponse*) override;
+  grpc::Status ReMountSegment(Ctx*, const proto::ReMountSegmentRequest*,
+                              proto::ReMountSegmentResponse*) override;
+  grpc::Status ListSegments(Ctx*, const proto::ListSegmentsRequest*,
+                            proto::ListSegmentsResponse*) override;
+  grpc::Status Ping(Ctx*, const proto::PingRequest*, proto::PingResponse*) override;
+  grpc::Status BatchPutStart(Ctx*, const proto::BatchPutStartRequest*,
+                             proto::BatchPutStartResponse*) override;
+  grpc::Status BatchPutEnd(Ctx*, const proto::BatchPutEndRequest*,
+                           proto::BatchStatusResponse*) override;
+  grpc::Status BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest*,
+                              proto::BatchStatusResponse*) override;
+  grpc::Status BatchGetReplicaList(Ctx*, const proto::BatchGetReplicaListRequest*,
+                                   proto::BatchGetReplicaListResponse*) override;
+  grpc::Status BatchFinishRead(Ctx*, const proto::BatchFinishReadRequest*,
+                               proto::BatchStatusResponse*) override;
+  grpc::Status BatchExist(Ctx*, const proto::BatchExistRequest*,
+                          proto::BatchExistResponse*) override;
+  grpc::Status BatchGetSize(Ctx*, const proto::BatchGetSizeRequest*,
+                            proto::BatchGetSizeResponse*) override;
+  grpc::Status BatchPrefixMatch(Ctx*, const proto::BatchPrefixMatchRequest*,
+                                proto::BatchPrefixMatchResponse*) override;
+  grpc::Status StatObject(Ctx*, const proto::StatObjectRequest*,
+                          proto::StatObjectResponse*) override;
+  grpc::Status BatchRemove(Ctx*, const proto::BatchRemoveRequest*,
+                           proto::BatchStatusResponse*) override;
+  grpc::Status RemoveByRegex(Ctx*, const proto::RegexRequest*,
+                             proto::RemoveCountResponse*) override;
+  grpc::Status QueryByRegex(Ctx*, const proto::RegexRequest*,
+                            proto::QueryByRegexResponse*) override;
+  grpc::Status RemoveAll(Ctx*, const proto::RemoveAllRequest*,
+                         proto::RemoveCountResponse*) override;
+
+ private:
+  struct RpcMetrics {
+    Counter* calls = nullptr;
+    Counter* keys = nullptr;
+    Counter* key_errors = nullptr;
+    Histogram* seconds = nullptr;
+  };
+  // Counts a call and times it until destroyed.
+  class CallScope {
+   public:
+    CallScope(RpcMetrics& m, size_t keys);
+    ~CallScope();
+    void KeyErrors(size_t n) { errors_ += n; }
+
+   private:
+    RpcMetrics& m_;
+    size_t errors_ = 0;
+    std::chrono::steady_clock::time_point start_;
+  };
+  RpcMetrics& Metrics(const char* method);
+  void FillReplicas(const std::vector<Extent>& extents,
+                    google::protobuf::RepeatedPtrField<proto::Replica>* out) const;
+
+  MasterState* state_;
+  Evictor* evictor_;
+  MetricsRegistry* registry_;
+  std::map<std::string, RpcMetrics> rpc_metrics_;  // filled in the constructor, read-only after
+};
+
+}  // namespace granary::master

@@ -1,0 +1,707 @@
+#include "master/master_state.h"
+
+#include <re2/re2.h>
+#include <xxhash.h>
+
+#include <algorithm>
+
+namespace granary::master {
+
+namespace {
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+Status NotFound(const std::string& key) {
+  return Status(ErrorCode::OBJECT_NOT_FOUND, "no object '" + key.substr(0, 128) + "'");
+}
+
+uint64_t ExtentBytes(const std::vector<Extent>& extents) {
+  uint64_t total = 0;
+  for (const auto& e : extents) total += e.length;
+  return total;
+}
+
+// Compiles a user pattern with RE2: linear-time matching, bounded memory, no crash on bad input.
+Result<std::unique_ptr<RE2>> CompilePattern(const std::string& pattern) {
+  if (pattern.size() > kMaxPatternBytes) {
+    return Status(ErrorCode::INVALID_PARAMS, "pattern of " + std::to_string(pattern.size()) +
+                                                 " bytes exceeds the limit of " +
+                                                 std::to_string(kMaxPatternBytes));
+  }
+  RE2::Options options;
+  options.set_log_errors(false);
+  options.set_max_mem(8 << 20);
+  auto re = std::make_unique<RE2>(pattern, options);
+  if (!re->ok()) {
+    return Status(ErrorCode::INVALID_PARAMS, "invalid pattern: " + re->error());
+  }
+  return re;
+}
+}  // namespace
+
+Status ValidateKey(std::string_view key) {
+  if (key.empty()) return Status(ErrorCode::INVALID_KEY, "key is empty");
+  if (key.size() > kMaxKeyBytes) {
+    return Status(ErrorCode::INVALID_KEY, "key of " + std::to_string(key.size()) +
+                                              " bytes exceeds the limit of " +
+                                              std::to_string(kMaxKeyBytes));
+  }
+  return Status::Ok();
+}
+
+MasterState::MasterState(MasterPolicy policy, const Clock* clock)
+    : policy_(policy), clock_(clock) {
+  if (policy_.shard_count == 0) policy_.shard_count = 1;
+  shards_.reserve(policy_.shard_count);
+  for (uint32_t i = 0; i < policy_.shard_count; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+void MasterState::SetObserver(std::function<void(const Operation&, const OpResult&)> observer) {
+  observer_ = std::move(observer);
+}
+
+OpResult MasterState::Apply(const Operation& op) {
+  const int64_t now = op.now_ms;
+  OpResult result = std::visit(
+      Overloaded{
+          [&](const MountSegmentOp& o) -> OpResult { return ApplyMount(o, now); },
+          [&](const UnmountSegmentOp& o) -> OpResult { return ApplyUnmount(o, now); },
+          [&](const PingOp& o) -> OpResult { return ApplyPing(o, now); },
+          [&](const ExpireClientOp& o) -> OpResult { return ApplyExpireClient(o, now); },
+          [&](const PutStartOp& o) -> OpResult { return ApplyPutStart(o, now); },
+          [&](const PutEndOp& o) -> OpResult { return ApplyPutEnd(o, now); },
+          [&](const PutRevokeOp& o) -> OpResult { return ApplyPutRevoke(o, now); },
+          [&](const GetReplicaListOp& o) -> OpResult { return ApplyGetReplicaList(o, now); },
+          [&](const FinishReadOp& o) -> OpResult { return ApplyFinishRead(o, now); },
+          [&](const RemoveOp& o) -> OpResult { return ApplyRemove(o, now); },
+          [&](const RemoveByRegexOp& o) -> OpResult { return ApplyRemoveByRegex(o, now); },
+          [&](const RemoveAllOp& o) -> OpResult {
+            return ApplyRemoveMatching([](const std::string&) { return true; }, o.force, now);
+          },
+          [&](const EvictOp& o) -> OpResult { return ApplyEvict(o, now); },
+          [&](const SweepOp& o) -> OpResult { return ApplySweep(o, now); },
+      },
+      op.body);
+  if (observer_) observer_(op, result);
+  return result;
+}
+
+size_t MasterState::ShardOf(std::string_view key) const {
+  return XXH3_64bits(key.data(), key.size()) % shards_.size();
+}
+
+std::vector<std::pair<size_t, std::vector<size_t>>> MasterState::GroupByShard(
+    const std::vector<std::string>& keys) const {
+  std::vector<std::pair<size_t, size_t>> tagged;
+  tagged.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) tagged.emplace_back(ShardOf(keys[i]), i);
+  std::sort(tagged.begin(), tagged.end());
+  std::vector<std::pair<size_t, std::vector<size_t>>> groups;
+  for (const auto& [shard, index] : tagged) {
+    if (groups.empty() || groups.back().first != shard) groups.push_back({shard, {}});
+    groups.back().second.push_back(index);
+  }
+  return groups;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Segments and clients
+
+MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
+  auto id = segments_.Mount(op.client_id, op.name, op.size, op.endpoint);
+  if (!id.ok()) return {id.status(), 0};
+  std::lock_guard lock(clients_mu_);
+  client_last_seen_ms_[op.client_id] = now;
+  return {Status::Ok(), *id};
+}
+
+UnmountResult MasterState::ApplyUnmount(const UnmountSegmentOp& op, int64_t now) {
+  auto id = segments_.Unmount(op.client_id, op.name);
+  if (!id.ok()) return {id.status(), 0};
+  return {Status::Ok(), DropSegmentReplicas(*id)};
+}
+
+uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
+  uint64_t dropped = 0;
+  auto on_segment = [segment_id](const Extent& e) { return e.segment_id == segment_id; };
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    for (auto it = shard.objects.begin(); it != shard.objects.end();) {
+      ObjectMeta& meta = it->second;
+      auto current = it++;
+      if (meta.committed) {
+        dropped += std::erase_if(meta.committed->replicas, on_segment);
+        if (meta.committed->replicas.empty()) {
+          meta.committed.reset();
+          committed_count_--;
+        }
+      }
+      if (meta.pending) {
+        dropped += std::erase_if(meta.pending->version.replicas, on_segment);
+        if (meta.pending->version.replicas.empty()) ClearPending(shard, current);
+      }
+      EraseIfEmpty(shard, current);
+    }
+  }
+  std::lock_guard lock(deferred_mu_);
+  std::erase_if(deferred_, [&](const DeferredFree& d) { return on_segment(d.extent); });
+  return dropped;
+}
+
+PingResult MasterState::ApplyPing(const PingOp& op, int64_t now) {
+  std::lock_guard lock(clients_mu_);
+  auto [it, inserted] = client_last_seen_ms_.try_emplace(op.client_id, now);
+  it->second = now;
+  return {inserted};
+}
+
+ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int64_t now) {
+  {
+    std::lock_guard lock(clients_mu_);
+    auto it = client_last_seen_ms_.find(op.client_id);
+    // A ping that raced the decision to expire wins.
+    if (it == client_last_seen_ms_.end() || it->second + policy_.client_ttl_ms > now) return {};
+    client_last_seen_ms_.erase(it);
+  }
+  ExpireClientResult result;
+  for (const auto& name : segments_.NamesOf(op.client_id)) {
+    if (ApplyUnmount(UnmountSegmentOp{"", name}, now).status.ok()) result.unmounted.push_back(name);
+  }
+  return result;
+}
+
+std::vector<std::string> MasterState::SilentClients(int64_t now_ms) const {
+  std::lock_guard lock(clients_mu_);
+  std::vector<std::string> silent;
+  for (const auto& [id, seen] : client_last_seen_ms_) {
+    if (seen + policy_.client_ttl_ms <= now_ms) silent.push_back(id);
+  }
+  return silent;
+}
+
+size_t MasterState::client_count() const {
+  std::lock_guard lock(clients_mu_);
+  return client_last_seen_ms_.size();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes
+
+std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, int64_t now) {
+  std::vector<PutStartKeyResult> results(op.keys.size());
+  if (op.keys.size() != op.sizes.size()) {
+    Status bad(ErrorCode::INVALID_PARAMS, "keys and sizes differ in length");
+    for (auto& r : results) r.status = bad;
+    return results;
+  }
+  Status batch_error;
+  if (op.client_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+  if (op.keys.size() > kMaxBatchKeys) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "batch exceeds " +
+                                                        std::to_string(kMaxBatchKeys) + " keys");
+  }
+  if (op.config.replica_num > kMaxReplicas) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "replica_num " +
+                                                        std::to_string(op.config.replica_num) +
+                                                        " exceeds " + std::to_string(kMaxReplicas));
+  }
+  if (!batch_error.ok()) {
+    for (auto& r : results) r.status = batch_error;
+    return results;
+  }
+  const SegmentTable::Placement order = segments_.PlacementOrder(op.config.preferred_segments);
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now);
+    }
+  }
+  return results;
+}
+
+PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, uint64_t size,
+                                        const PutStartOp& op, const SegmentTable::Placement& order,
+                                        size_t rotation, int64_t now) {
+  if (Status s = ValidateKey(key); !s.ok()) return {s, {}};
+  if (size == 0) return {Status(ErrorCode::INVALID_PARAMS, "object size is 0"), {}};
+  if (size > kMaxObjectBytes) {
+    return {Status(ErrorCode::INVALID_PARAMS, "object size " + std::to_string(size) +
+                                                  " exceeds the maximum of " +
+                                                  std::to_string(kMaxObjectBytes)),
+            {}};
+  }
+  auto it = shard.objects.find(key);
+  if (it != shard.objects.end()) {
+    ObjectMeta& meta = it->second;
+    if (meta.pending) {
+      if (now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
+        return {Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being written"), {}};
+      }
+      // A zombie put: its writer may still scribble into the old extents until the release
+      // timeout, so they are not reused before then.
+      FreeLater(meta.pending->version.replicas,
+                meta.pending->start_ms + policy_.put_release_timeout_ms, now);
+      ClearPending(shard, it);
+    }
+    if (meta.committed && !op.upsert) {
+      return {Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists"), {}};
+    }
+  }
+
+  // Preferred segments keep their order; the rest rotate per key so a batch spreads out.
+  const std::vector<uint64_t>& ids = order.ids;
+  std::vector<uint64_t> candidates(ids.begin(), ids.begin() + order.preferred);
+  size_t rest = ids.size() - order.preferred;
+  for (size_t j = 0; j < rest; ++j) candidates.push_back(ids[order.preferred + (rotation + j) % rest]);
+
+  uint32_t wanted = std::max<uint32_t>(op.config.replica_num, 1);
+  std::vector<Extent> extents;
+  std::vector<uint64_t> used;
+  for (uint32_t r = 0; r < wanted; ++r) {
+    auto extent = segments_.AllocateOn(candidates, size, used);
+    if (!extent) break;
+    used.push_back(extent->segment_id);
+    extents.push_back(*extent);
+  }
+  if (extents.empty()) {
+    if (it != shard.objects.end()) EraseIfEmpty(shard, it);
+    return {Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                   "no segment has " + std::to_string(size) + " free bytes"),
+            {}};
+  }
+  if (it == shard.objects.end()) it = shard.objects.try_emplace(key).first;
+  PendingWrite pending;
+  pending.client_id = op.client_id;
+  pending.version.size = size;
+  pending.version.replicas = extents;
+  pending.pin.hard = op.config.with_hard_pin;
+  pending.pin.soft = op.config.with_soft_pin;
+  pending.pin.soft_ttl_ms =
+      op.config.soft_pin_ttl_ms > 0 ? op.config.soft_pin_ttl_ms : policy_.soft_pin_ttl_ms;
+  pending.start_ms = now;
+  SetPending(shard, it, std::move(pending));
+  return {Status::Ok(), std::move(extents)};
+}
+
+std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  if (op.checksums.size() != op.keys.size()) {
+    std::fill(results.begin(), results.end(),
+              Status(ErrorCode::INVALID_PARAMS, "keys and checksums differ in length"));
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (!meta.pending) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being written");
+        continue;
+      }
+      if (meta.pending->client_id != op.client_id) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may end a put");
+        continue;
+      }
+      if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
+        FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
+        meta.committed.reset();
+        committed_count_--;
+      }
+      PendingWrite pending = std::move(*meta.pending);
+      ClearPending(shard, it);
+      meta.committed = std::move(pending.version);
+      meta.committed->checksum = op.checksums[i];
+      committed_count_++;
+      meta.hard_pinned = pending.pin.hard;
+      meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
+      meta.soft_pin_until_ms = pending.pin.soft ? now + pending.pin.soft_ttl_ms : 0;
+      meta.last_access_ms = now;
+    }
+  }
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (!meta.pending) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being written");
+        continue;
+      }
+      if (meta.pending->client_id != op.client_id) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may revoke a put");
+        continue;
+      }
+      FreeExtents(meta.pending->version.replicas);  // the writer says it no longer writes
+      ClearPending(shard, it);
+      EraseIfEmpty(shard, it);
+    }
+  }
+  return results;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads
+
+std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaListOp& op,
+                                                            int64_t now) {
+  std::vector<ReadKeyResult> results(op.keys.size());
+  if (op.client_id.empty()) {
+    for (auto& r : results) r.status = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      ReadKeyResult& out = results[i];
+      if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
+        out.status = s;
+        continue;
+      }
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        out.status = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (!meta.committed) {
+        out.status = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
+        continue;
+      }
+      meta.DropExpiredLocks(now);
+      auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
+                                 [&](const ReadLock& l) { return l.client_id == op.client_id; });
+      if (holder == meta.readers.end()) {
+        meta.readers.push_back({op.client_id, 1, now + policy_.lease_ttl_ms});
+      } else {
+        holder->count++;
+        holder->expiry_ms = now + policy_.lease_ttl_ms;
+      }
+      meta.last_access_ms = now;
+      if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = now + meta.soft_pin_ttl_ms;
+      out.size = meta.committed->size;
+      out.checksum = meta.committed->checksum;
+      out.replicas = meta.committed->replicas;
+    }
+  }
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      auto holder = std::find_if(meta.readers.begin(), meta.readers.end(), [&](const ReadLock& l) {
+        return l.client_id == op.client_id && l.expiry_ms > now;
+      });
+      if (holder == meta.readers.end()) {
+        results[i] = Status(ErrorCode::LEASE_EXPIRED, "no live read lock held by this client");
+        continue;
+      }
+      if (--holder->count == 0) meta.readers.erase(holder);
+    }
+  }
+  return results;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Removal and eviction
+
+void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
+  ObjectMeta& meta = it->second;
+  if (meta.IsReadLocked(now)) {
+    FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
+  } else {
+    FreeExtents(meta.committed->replicas);
+  }
+  meta.committed.reset();
+  meta.readers.clear();
+  committed_count_--;
+  EraseIfEmpty(shard, it);
+}
+
+std::vector<Status> MasterState::ApplyRemove(const RemoveOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
+        results[i] = s;
+        continue;
+      }
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (!meta.committed) {
+        results[i] = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
+        continue;
+      }
+      if (!op.force && meta.IsReadLocked(now)) {
+        results[i] = Status(ErrorCode::OBJECT_HAS_LEASE, "object is being read");
+        continue;
+      }
+      DropCommitted(shard, it, now);
+    }
+  }
+  return results;
+}
+
+RemoveCountResult MasterState::ApplyRemoveMatching(
+    const std::function<bool(const std::string&)>& match, bool force, int64_t now) {
+  RemoveCountResult result;
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    for (auto it = shard.objects.begin(); it != shard.objects.end();) {
+      auto current = it++;
+      if (!match(current->first)) continue;
+      ObjectMeta& meta = current->second;
+      if (!meta.committed || (!force && meta.IsReadLocked(now))) {
+        result.skipped++;
+        continue;
+      }
+      DropCommitted(shard, current, now);
+      result.removed++;
+    }
+  }
+  return result;
+}
+
+RemoveCountResult MasterState::ApplyRemoveByRegex(const RemoveByRegexOp& op, int64_t now) {
+  auto re = CompilePattern(op.pattern);
+  if (!re.ok()) return {re.status(), 0, 0};
+  const RE2& pattern = **re;
+  return ApplyRemoveMatching(
+      [&](const std::string& key) { return RE2::PartialMatch(key, pattern); }, op.force, now);
+}
+
+EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
+  EvictResult result;
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) continue;
+      ObjectMeta& meta = it->second;
+      if (!meta.IsEvictable(now, op.allow_soft_pinned)) continue;
+      result.objects++;
+      result.bytes += ExtentBytes(meta.committed->replicas);
+      DropCommitted(shard, it, now);
+    }
+  }
+  return result;
+}
+
+SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
+  SweepResult result;
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    std::vector<std::string_view> expired;
+    for (std::string_view key : shard.pending_keys) {
+      const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      if (meta.pending->start_ms + policy_.put_release_timeout_ms <= now) expired.push_back(key);
+    }
+    for (std::string_view key : expired) {
+      auto it = shard.objects.find(std::string(key));
+      FreeExtents(it->second.pending->version.replicas);
+      ClearPending(shard, it);
+      EraseIfEmpty(shard, it);
+      result.discarded_puts++;
+    }
+  }
+  std::vector<Extent> due;
+  {
+    std::lock_guard lock(deferred_mu_);
+    auto split = std::partition(deferred_.begin(), deferred_.end(),
+                                [now](const DeferredFree& d) { return d.release_at_ms > now; });
+    for (auto it = split; it != deferred_.end(); ++it) due.push_back(it->extent);
+    deferred_.erase(split, deferred_.end());
+  }
+  FreeExtents(due);
+  result.freed_extents = due.size();
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping helpers (caller holds the shard lock)
+
+void MasterState::SetPending(Shard& shard, ObjectIter it, PendingWrite pending) {
+  if (!it->second.pending) {
+    shard.pending_keys.insert(std::string_view(it->first));
+    pending_count_++;
+  }
+  it->second.pending = std::move(pending);
+}
+
+void MasterState::ClearPending(Shard& shard, ObjectIter it) {
+  if (!it->second.pending) return;
+  shard.pending_keys.erase(std::string_view(it->first));
+  it->second.pending.reset();
+  pending_count_--;
+}
+
+void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
+  if (it->second.committed || it->second.pending) return;
+  shard.objects.erase(it);
+}
+
+void MasterState::FreeExtents(const std::vector<Extent>& extents) {
+  for (const auto& e : extents) segments_.Free(e);
+}
+
+void MasterState::FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms,
+                            int64_t now) {
+  if (release_at_ms <= now) {
+    FreeExtents(extents);
+    return;
+  }
+  std::lock_guard lock(deferred_mu_);
+  for (const auto& e : extents) deferred_.push_back({e, release_at_ms});
+}
+
+size_t MasterState::deferred_free_count() const {
+  std::lock_guard lock(deferred_mu_);
+  return deferred_.size();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries
+
+std::vector<int32_t> MasterState::BatchExist(const std::vector<std::string>& keys) const {
+  std::vector<int32_t> results(keys.size(), 0);
+  for (const auto& [shard_index, indices] : GroupByShard(keys)) {
+    const Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      if (Status s = ValidateKey(keys[i]); !s.ok()) {
+        results[i] = static_cast<int32_t>(s.code());
+        continue;
+      }
+      auto it = shard.objects.find(keys[i]);
+      results[i] = (it != shard.objects.end() && it->second.committed) ? 1 : 0;
+    }
+  }
+  return results;
+}
+
+std::vector<int64_t> MasterState::BatchGetSize(const std::vector<std::string>& keys) const {
+  std::vector<int64_t> results(keys.size());
+  for (const auto& [shard_index, indices] : GroupByShard(keys)) {
+    const Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      if (Status s = ValidateKey(keys[i]); !s.ok()) {
+        results[i] = static_cast<int64_t>(s.code());
+        continue;
+      }
+      auto it = shard.objects.find(keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = static_cast<int64_t>(ErrorCode::OBJECT_NOT_FOUND);
+      } else if (!it->second.committed) {
+        results[i] = static_cast<int64_t>(ErrorCode::REPLICA_IS_NOT_READY);
+      } else {
+        results[i] = static_cast<int64_t>(it->second.committed->size);
+      }
+    }
+  }
+  return results;
+}
+
+Result<uint32_t> MasterState::PrefixMatch(const std::vector<std::string>& keys) const {
+  if (keys.size() > kMaxBatchKeys) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "batch exceeds " + std::to_string(kMaxBatchKeys) + " keys");
+  }
+  std::vector<int32_t> exist = BatchExist(keys);
+  uint32_t matched = 0;
+  while (matched < exist.size() && exist[matched] == 1) ++matched;
+  return matched;
+}
+
+Result<ObjectStat> MasterState::Stat(const std::string& key) const {
+  if (Status s = ValidateKey(key); !s.ok()) return s;
+  const Shard& shard = *shards_[ShardOf(key)];
+  std::lock_guard lock(shard.mu);
+  auto it = shard.objects.find(key);
+  if (it == shard.objects.end()) return NotFound(key);
+  const ObjectMeta& meta = it->second;
+  const int64_t now = clock_->NowMs();
+  ObjectStat stat;
+  stat.committed = meta.committed.has_value();
+  stat.pending = meta.pending.has_value();
+  const Version& shown = meta.committed ? *meta.committed : meta.pending->version;
+  stat.size = shown.size;
+  stat.checksum = shown.checksum;
+  stat.replicas = shown.replicas;
+  for (const auto& lock_entry : meta.readers) {
+    if (lock_entry.expiry_ms > now) stat.read_locks += lock_entry.count;
+  }
+  stat.hard_pinned = meta.hard_pinned;
+  stat.soft_pinned = meta.IsSoftPinned(now);
+  stat.idle_ms = meta.last_access_ms ? now - meta.last_access_ms : 0;
+  return stat;
+}
+
+Result<QueryResult> MasterState::QueryByRegex(const std::string& pattern, size_t limit) const {
+  auto re = CompilePattern(pattern);
+  if (!re.ok()) return re.status();
+  QueryResult result;
+  for (const auto& shard_ptr : shards_) {
+    std::lock_guard lock(shard_ptr->mu);
+    for (const auto& [key, meta] : shard_ptr->objects) {
+      if (!meta.committed || !RE2::PartialMatch(key, **re)) continue;
+      if (result.objects.size() >= limit) {
+        result.truncated = true;
+        return result;
+      }
+      result.objects.push_back(
+          {key, meta.committed->size, static_cast<uint32_t>(meta.committed->replicas.size())});
+    }
+  }
+  return result;
+}
+
+void MasterState::ScanShard(size_t i,
+                            const std::function<void(const std::string&, const ObjectMeta&)>& fn) const {
+  const Shard& shard = *shards_[i];
+  std::lock_guard lock(shard.mu);
+  for (const auto& [key, meta] : shard.objects) fn(key, meta);
+}
+
+}  // namespace granary::master

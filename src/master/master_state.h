@@ -1,0 +1,213 @@
+// master/master_state.h - the master's metadata: segments, objects, clients, and the one function
+// that changes them.
+//
+// Promise: Apply(op) is the only mutation. It is safe to call from many threads at once: objects
+// live in shards (each with its own mutex, taken once per batch call), segments in a SegmentTable.
+// Queries take the same shard locks and never change anything (an existence check is not a read:
+// it takes no lock and does not refresh recency).
+// Lock order: shard -> segment table -> segment; clients_mu_ and deferred_mu_ are leaves.
+// Ownership: MasterState owns everything below it; results are copies.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/clock.h"
+#include "granary/status.h"
+#include "master/object_meta.h"
+#include "master/operations.h"
+#include "master/segment_table.h"
+
+namespace granary::master {
+
+// Timeouts and policies; defaults are Mooncake Store's (shared/MOONCAKE-API.md).
+struct MasterPolicy {
+  int64_t lease_ttl_ms = 10'000;
+  int64_t soft_pin_ttl_ms = 30 * 60'000;
+  int64_t client_ttl_ms = 10'000;
+  int64_t put_discard_timeout_ms = 30'000;
+  int64_t put_release_timeout_ms = 600'000;
+  double eviction_high_watermark = 0.90;
+  double eviction_ratio = 0.05;
+  bool allow_evict_soft_pinned = true;
+  uint32_t shard_count = 1024;
+};
+
+// Limits on what a caller may ask for; beyond them a request is INVALID_KEY / INVALID_PARAMS.
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 40;  // 1 TiB
+inline constexpr size_t kMaxBatchKeys = 65'536;
+inline constexpr uint32_t kMaxReplicas = 64;
+inline constexpr size_t kMaxPatternBytes = 4096;
+
+struct ObjectStat {
+  bool committed = false;
+  bool pending = false;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::vector<Extent> replicas;
+  uint32_t read_locks = 0;
+  bool hard_pinned = false;
+  bool soft_pinned = false;
+  int64_t idle_ms = 0;
+};
+
+struct ObjectSummaryRow {
+  std::string key;
+  uint64_t size = 0;
+  uint32_t replica_count = 0;
+};
+
+struct QueryResult {
+  std::vector<ObjectSummaryRow> objects;
+  bool truncated = false;
+};
+
+class MasterState {
+ public:
+  MasterState(MasterPolicy policy, const Clock* clock);
+  MasterState(const MasterState&) = delete;
+  MasterState& operator=(const MasterState&) = delete;
+
+  // The single mutation point. The observer, if set, sees every operation after it is applied.
+  OpResult Apply(const Operation& op);
+  void SetObserver(std::function<void(const Operation&, const OpResult&)> observer);
+
+  // Typed shorthands: stamp the clock's time on an operation and Apply it.
+  template <typename Body, typename R>
+  R Do(Body body) {
+    return std::get<R>(Apply(Operation{clock_->NowMs(), std::move(body)}));
+  }
+  MountResult Mount(MountSegmentOp op) { return Do<MountSegmentOp, MountResult>(std::move(op)); }
+  UnmountResult Unmount(UnmountSegmentOp op) {
+    return Do<UnmountSegmentOp, UnmountResult>(std::move(op));
+  }
+  PingResult Ping(std::string client_id) {
+    return Do<PingOp, PingResult>(PingOp{std::move(client_id)});
+  }
+  ExpireClientResult ExpireClient(std::string client_id) {
+    return Do<ExpireClientOp, ExpireClientResult>(ExpireClientOp{std::move(client_id)});
+  }
+  std::vector<PutStartKeyResult> PutStart(PutStartOp op) {
+    return Do<PutStartOp, std::vector<PutStartKeyResult>>(std::move(op));
+  }
+  std::vector<Status> PutEnd(PutEndOp op) { return Do<PutEndOp, std::vector<Status>>(std::move(op)); }
+  std::vector<Status> PutRevoke(PutRevokeOp op) {
+    return Do<PutRevokeOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<ReadKeyResult> GetReplicaList(GetReplicaListOp op) {
+    return Do<GetReplicaListOp, std::vector<ReadKeyResult>>(std::move(op));
+  }
+  std::vector<Status> FinishRead(FinishReadOp op) {
+    return Do<FinishReadOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> Remove(RemoveOp op) { return Do<RemoveOp, std::vector<Status>>(std::move(op)); }
+  RemoveCountResult RemoveByRegex(RemoveByRegexOp op) {
+    return Do<RemoveByRegexOp, RemoveCountResult>(std::move(op));
+  }
+  RemoveCountResult RemoveAll(RemoveAllOp op) {
+    return Do<RemoveAllOp, RemoveCountResult>(std::move(op));
+  }
+  EvictResult Evict(EvictOp op) { return Do<EvictOp, EvictResult>(std::move(op)); }
+  SweepResult Sweep() { return Do<SweepOp, SweepResult>(SweepOp{}); }
+
+  // ---- queries ----
+  // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
+  std::vector<int32_t> BatchExist(const std::vector<std::string>& keys) const;
+  std::vector<int64_t> BatchGetSize(const std::vector<std::string>& keys) const;
+  // How many leading keys are complete.
+  Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) const;
+  Result<ObjectStat> Stat(const std::string& key) const;
+  Result<QueryResult> QueryByRegex(const std::string& pattern, size_t limit) const;
+  // Clients silent for longer than the client TTL, as of now_ms.
+  std::vector<std::string> SilentClients(int64_t now_ms) const;
+
+  // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
+  void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
+  size_t shard_count() const { return shards_.size(); }
+
+  SegmentTable& segments() { return segments_; }
+  const SegmentTable& segments() const { return segments_; }
+  const MasterPolicy& policy() const { return policy_; }
+  const Clock* clock() const { return clock_; }
+  uint64_t object_count() const { return committed_count_.load(std::memory_order_relaxed); }
+  uint64_t pending_count() const { return pending_count_.load(std::memory_order_relaxed); }
+  size_t client_count() const;
+  size_t deferred_free_count() const;
+
+ private:
+  struct Shard {
+    mutable std::mutex mu;
+    std::unordered_map<std::string, ObjectMeta> objects;
+    // Keys with a pending write; views into `objects`' keys, so erase from here first.
+    std::unordered_set<std::string_view> pending_keys;
+  };
+  using ObjectIter = std::unordered_map<std::string, ObjectMeta>::iterator;
+  struct DeferredFree {
+    Extent extent;
+    int64_t release_at_ms = 0;
+  };
+
+  size_t ShardOf(std::string_view key) const;
+  // Key indices grouped by shard, so a batch takes each shard lock once.
+  std::vector<std::pair<size_t, std::vector<size_t>>> GroupByShard(
+      const std::vector<std::string>& keys) const;
+
+  MountResult ApplyMount(const MountSegmentOp& op, int64_t now);
+  UnmountResult ApplyUnmount(const UnmountSegmentOp& op, int64_t now);
+  PingResult ApplyPing(const PingOp& op, int64_t now);
+  ExpireClientResult ApplyExpireClient(const ExpireClientOp& op, int64_t now);
+  std::vector<PutStartKeyResult> ApplyPutStart(const PutStartOp& op, int64_t now);
+  std::vector<Status> ApplyPutEnd(const PutEndOp& op, int64_t now);
+  std::vector<Status> ApplyPutRevoke(const PutRevokeOp& op, int64_t now);
+  std::vector<ReadKeyResult> ApplyGetReplicaList(const GetReplicaListOp& op, int64_t now);
+  std::vector<Status> ApplyFinishRead(const FinishReadOp& op, int64_t now);
+  std::vector<Status> ApplyRemove(const RemoveOp& op, int64_t now);
+  RemoveCountResult ApplyRemoveMatching(const std::function<bool(const std::string&)>& match,
+                                        bool force, int64_t now);
+  RemoveCountResult ApplyRemoveByRegex(const RemoveByRegexOp& op, int64_t now);
+  EvictResult ApplyEvict(const EvictOp& op, int64_t now);
+  SweepResult ApplySweep(const SweepOp& op, int64_t now);
+
+  // Drops every extent on segment_id from every object (its memory is gone).
+  uint64_t DropSegmentReplicas(uint64_t segment_id);
+  PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,
+                             const PutStartOp& op, const SegmentTable::Placement& order,
+                             size_t rotation, int64_t now);
+  // Removes the committed version of a complete object (remove, evict). Locked extents are freed
+  // only once every read lock on them has expired.
+  void DropCommitted(Shard& shard, ObjectIter it, int64_t now);
+  void SetPending(Shard& shard, ObjectIter it, PendingWrite pending);
+  void ClearPending(Shard& shard, ObjectIter it);
+  void EraseIfEmpty(Shard& shard, ObjectIter it);
+  void FreeExtents(const std::vector<Extent>& extents);
+  void FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms, int64_t now);
+
+  MasterPolicy policy_;
+  const Clock* clock_;
+  SegmentTable segments_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> committed_count_{0};
+  std::atomic<uint64_t> pending_count_{0};
+
+  mutable std::mutex clients_mu_;
+  std::unordered_map<std::string, int64_t> client_last_seen_ms_;
+
+  mutable std::mutex deferred_mu_;
+  std::vector<DeferredFree> deferred_;
+
+  std::function<void(const Operation&, const OpResult&)> observer_;
+};
+
+// Validates a key; OK or INVALID_KEY with the reason.
+Status ValidateKey(std::string_view key);
+
+}  // namespace granary::master

@@ -1,0 +1,77 @@
+// master/object_meta.h - what the master knows about one key.
+//
+// An object has at most one committed version (readable) and at most one pending write (a put or
+// an upsert between start and end). Keeping both lets an upsert run while readers still see the
+// old bytes; the old extents are retired at commit and freed once no read lock can cover them.
+// Ownership: held by value in a shard's map; guarded by that shard's mutex.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "master/segment_table.h"
+
+namespace granary::master {
+
+struct Version {
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::vector<Extent> replicas;
+};
+
+struct PinConfig {
+  bool hard = false;
+  bool soft = false;
+  int64_t soft_ttl_ms = 0;
+};
+
+struct PendingWrite {
+  std::string client_id;  // the only client that may end or revoke it
+  Version version;
+  PinConfig pin;
+  int64_t start_ms = 0;
+};
+
+// A read lock held by one client; counted, because a client may read a key from several threads.
+struct ReadLock {
+  std::string client_id;
+  uint32_t count = 0;
+  int64_t expiry_ms = 0;
+};
+
+struct ObjectMeta {
+  std::optional<Version> committed;
+  std::optional<PendingWrite> pending;
+  std::vector<ReadLock> readers;
+  bool hard_pinned = false;
+  int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this
+  int64_t soft_pin_ttl_ms = 0;    // renewed by each read
+  int64_t last_access_ms = 0;
+
+  bool IsReadLocked(int64_t now_ms) const {
+    for (const auto& lock : readers) {
+      if (lock.expiry_ms > now_ms) return true;
+    }
+    return false;
+  }
+  int64_t LatestLockExpiry() const {
+    int64_t latest = 0;
+    for (const auto& lock : readers) latest = std::max(latest, lock.expiry_ms);
+    return latest;
+  }
+  void DropExpiredLocks(int64_t now_ms) {
+    std::erase_if(readers, [now_ms](const ReadLock& l) { return l.expiry_ms <= now_ms; });
+  }
+  bool IsSoftPinned(int64_t now_ms) const { return soft_pin_until_ms > now_ms; }
+  // Eviction never takes an object being written or read, nor a hard-pinned one; soft-pinned ones
+  // only when the caller has run out of everything else.
+  bool IsEvictable(int64_t now_ms, bool allow_soft_pinned) const {
+    if (!committed || pending || hard_pinned || IsReadLocked(now_ms)) return false;
+    return allow_soft_pinned || !IsSoftPinned(now_ms);
+  }
+};
+
+}  // namespace granary::master

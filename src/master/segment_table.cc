@@ -1,0 +1,171 @@
+#include "master/segment_table.h"
+
+#include <algorithm>
+
+namespace granary::master {
+
+Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const std::string& name,
+                                     uint64_t size, const std::string& endpoint) {
+  if (name.empty()) return Status(ErrorCode::INVALID_PARAMS, "segment name is empty");
+  if (client_id.empty()) return Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+  if (size < OffsetAllocator::kAlignment) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "segment size " + std::to_string(size) + " is below the minimum of " +
+                      std::to_string(OffsetAllocator::kAlignment) + " bytes");
+  }
+  if (size > (uint64_t{1} << 50)) {
+    return Status(ErrorCode::INVALID_PARAMS, "segment size " + std::to_string(size) +
+                                                 " exceeds the maximum of 1 PiB");
+  }
+  std::unique_lock lock(mu_);
+  if (auto it = by_name_.find(name); it != by_name_.end()) {
+    const auto& existing = segments_.at(it->second)->identity;
+    if (existing->client_id == client_id && existing->size == size) return existing->id;
+    return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
+                  "segment '" + name + "' is already mounted by client " + existing->client_id);
+  }
+  auto identity = std::make_shared<SegmentIdentity>();
+  identity->id = next_id_++;
+  identity->name = name;
+  identity->client_id = client_id;
+  identity->endpoint = endpoint;
+  identity->size = size;
+  auto segment = std::make_unique<Segment>(identity, size);
+  total_capacity_ += segment->allocator.capacity();
+  by_name_[name] = identity->id;
+  segments_.emplace(identity->id, std::move(segment));
+  view_version_++;
+  return identity->id;
+}
+
+Result<uint64_t> SegmentTable::Unmount(const std::string& client_id, const std::string& name) {
+  std::unique_lock lock(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND, "no segment named '" + name + "'");
+  }
+  auto seg_it = segments_.find(it->second);
+  Segment& segment = *seg_it->second;
+  if (!client_id.empty() && segment.identity->client_id != client_id) {
+    return Status(ErrorCode::ILLEGAL_CLIENT, "segment '" + name + "' belongs to client " +
+                                                 segment.identity->client_id);
+  }
+  uint64_t id = segment.identity->id;
+  {
+    std::lock_guard seg_lock(segment.mu);
+    total_capacity_ -= segment.allocator.capacity();
+    used_bytes_ -= segment.allocator.GetStats().used_bytes;
+  }
+  by_name_.erase(it);
+  segments_.erase(seg_it);
+  view_version_++;
+  return id;
+}
+
+std::optional<Extent> SegmentTable::AllocateOn(const std::vector<uint64_t>& candidates,
+                                               uint64_t size,
+                                               const std::vector<uint64_t>& exclude) {
+  std::shared_lock lock(mu_);
+  for (uint64_t id : candidates) {
+    if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
+    auto it = segments_.find(id);
+    if (it == segments_.end()) continue;
+    Segment& segment = *it->second;
+    std::lock_guard seg_lock(segment.mu);
+    auto allocation = segment.allocator.Allocate(size);
+    if (!allocation) continue;
+    segment.replica_count.fetch_add(1, std::memory_order_relaxed);
+    used_bytes_.fetch_add(allocation->size, std::memory_order_relaxed);
+    return Extent{id, allocation->offset, size, allocation->handle};
+  }
+  return std::nullopt;
+}
+
+void SegmentTable::Free(const Extent& extent) {
+  std::shared_lock lock(mu_);
+  auto it = segments_.find(extent.segment_id);
+  if (it == segments_.end()) return;
+  Segment& segment = *it->second;
+  std::lock_guard seg_lock(segment.mu);
+  uint64_t before = segment.allocator.GetStats().used_bytes;
+  segment.allocator.Free(extent.handle);
+  used_bytes_.fetch_sub(before - segment.allocator.GetStats().used_bytes,
+                        std::memory_order_relaxed);
+  segment.replica_count.fetch_sub(1, std::memory_order_relaxed);
+}
+
+SegmentTable::Placement SegmentTable::PlacementOrder(const std::vector<std::string>& preferred) {
+  std::shared_lock lock(mu_);
+  Placement placement;
+  std::vector<uint64_t>& order = placement.ids;
+  order.reserve(segments_.size());
+  for (const auto& name : preferred) {
+    auto it = by_name_.find(name);
+    if (it != by_name_.end() && std::find(order.begin(), order.end(), it->second) == order.end()) {
+      order.push_back(it->second);
+    }
+  }
+  size_t preferred_count = order.size();
+  placement.preferred = preferred_count;
+  if (segments_.empty()) return placement;
+  size_t start = rotation_.fetch_add(1, std::memory_order_relaxed) % segments_.size();
+  auto it = segments_.begin();
+  std::advance(it, start);
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    uint64_t id = it->first;
+    if (std::find(order.begin(), order.begin() + preferred_count, id) ==
+        order.begin() + preferred_count) {
+      order.push_back(id);
+    }
+    if (++it == segments_.end()) it = segments_.begin();
+  }
+  return placement;
+}
+
+std::shared_ptr<const SegmentIdentity> SegmentTable::Find(uint64_t id) const {
+  std::shared_lock lock(mu_);
+  auto it = segments_.find(id);
+  return it == segments_.end() ? nullptr : it->second->identity;
+}
+
+bool SegmentTable::IsMounted(uint64_t id) const {
+  std::shared_lock lock(mu_);
+  return segments_.count(id) != 0;
+}
+
+std::vector<uint64_t> SegmentTable::SegmentsOf(const std::string& client_id) const {
+  std::shared_lock lock(mu_);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, segment] : segments_) {
+    if (segment->identity->client_id == client_id) ids.push_back(id);
+  }
+  return ids;
+}
+
+std::vector<std::string> SegmentTable::NamesOf(const std::string& client_id) const {
+  std::shared_lock lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [id, segment] : segments_) {
+    if (segment->identity->client_id == client_id) names.push_back(segment->identity->name);
+  }
+  return names;
+}
+
+std::vector<SegmentUsage> SegmentTable::Usage() const {
+  std::shared_lock lock(mu_);
+  std::vector<SegmentUsage> out;
+  out.reserve(segments_.size());
+  for (const auto& [id, segment] : segments_) {
+    std::lock_guard seg_lock(segment->mu);
+    out.push_back({segment->identity, segment->allocator.GetStats(),
+                   segment->replica_count.load(std::memory_order_relaxed)});
+  }
+  return out;
+}
+
+size_t SegmentTable::segment_count() const {
+  std::shared_lock lock(mu_);
+  return segments_.size();
+}
+
+}  // namespace granary::master

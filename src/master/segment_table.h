@@ -1,0 +1,110 @@
+// master/segment_table.h - the mounted segments and their offset allocators.
+//
+// Promise: a segment is known from Mount until Unmount; its id is never reused, so a replica that
+// names an unmounted segment can never alias a newer one. Allocation and free on a segment are
+// serialised by that segment's own mutex; the table itself by a shared mutex (lookups shared).
+// Lock order (see master_state.h): shard -> table -> segment. Unmount never holds the table lock
+// while taking a shard lock.
+// Ownership: the table owns the segments; SegmentIdentity is shared, immutable and outlives
+// Unmount for whoever still holds it (e.g. a reply being built).
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "granary/status.h"
+#include "master/offset_allocator.h"
+
+namespace granary::master {
+
+// What a client needs to reach a segment; fixed at mount.
+struct SegmentIdentity {
+  uint64_t id = 0;
+  std::string name;
+  std::string client_id;  // the process that contributed the memory
+  std::string endpoint;   // its data-plane address
+  uint64_t size = 0;
+};
+
+struct SegmentUsage {
+  std::shared_ptr<const SegmentIdentity> identity;
+  OffsetAllocator::Stats stats;
+  uint64_t replica_count = 0;
+};
+
+// One replica's bytes inside a segment.
+struct Extent {
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t handle = 0;  // allocator handle, to free it
+};
+
+class SegmentTable {
+ public:
+  // Mounts a segment. Same name, same client: returns the existing id (idempotent remount).
+  // Same name, other client: SEGMENT_ALREADY_EXISTS.
+  Result<uint64_t> Mount(const std::string& client_id, const std::string& name, uint64_t size,
+                         const std::string& endpoint);
+  // Removes the segment; its extents become invalid. SEGMENT_NOT_FOUND or ILLEGAL_CLIENT on misuse
+  // (an empty client_id skips the owner check, for the master's own expiry of dead clients).
+  Result<uint64_t> Unmount(const std::string& client_id, const std::string& name);
+
+  // Allocates `size` bytes on one segment from `candidates`, tried in order, skipping `exclude`d
+  // ids. Returns nullopt when none has room.
+  std::optional<Extent> AllocateOn(const std::vector<uint64_t>& candidates, uint64_t size,
+                                   const std::vector<uint64_t>& exclude);
+  // Frees an extent; a no-op if its segment is gone (its memory went with it).
+  void Free(const Extent& extent);
+
+  // Candidate order for new objects: the mounted preferred names first (in order), then every
+  // other segment, starting from a rotating position so load spreads.
+  struct Placement {
+    std::vector<uint64_t> ids;
+    size_t preferred = 0;  // how many leading ids are preferred segments
+  };
+  Placement PlacementOrder(const std::vector<std::string>& preferred);
+
+  std::shared_ptr<const SegmentIdentity> Find(uint64_t id) const;
+  bool IsMounted(uint64_t id) const;
+  std::vector<uint64_t> SegmentsOf(const std::string& client_id) const;
+  std::vector<std::string> NamesOf(const std::string& client_id) const;
+  std::vector<SegmentUsage> Usage() const;
+
+  uint64_t total_capacity() const { return total_capacity_.load(std::memory_order_relaxed); }
+  uint64_t used_bytes() const { return used_bytes_.load(std::memory_order_relaxed); }
+  size_t segment_count() const;
+  // Bumped by every mount and unmount, so clients can tell their segment view is stale.
+  uint64_t view_version() const { return view_version_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Segment {
+    std::shared_ptr<const SegmentIdentity> identity;
+    mutable std::mutex mu;
+    OffsetAllocator allocator;
+    std::atomic<uint64_t> replica_count{0};
+    Segment(std::shared_ptr<const SegmentIdentity> id, uint64_t size)
+        : identity(std::move(id)), allocator(size) {}
+  };
+
+  mutable std::shared_mutex mu_;
+  std::map<uint64_t, std::unique_ptr<Segment>> segments_;  // ordered: stable placement order
+  std::unordered_map<std::string, uint64_t> by_name_;
+  uint64_t next_id_ = 1;
+  std::atomic<uint64_t> rotation_{0};
+  std::atomic<uint64_t> total_capacity_{0};
+  std::atomic<uint64_t> used_bytes_{0};
+  std::atomic<uint64_t> view_version_{0};
+};
+
+}  // namespace granary::master

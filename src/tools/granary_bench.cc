@@ -1,0 +1,273 @@
+// granary-bench: benchmark drivers against a running store.
+//
+//   granary-bench master --master HOST:PORT [--segments 128] [--threads 1,2,4] [--seconds 3]
+//                        [--batch 128] [--value-size 4096] [--json FILE]
+//
+// `master` measures the control plane alone: it mounts --segments fake segments (metadata only;
+// no bytes move), then for each thread count runs, for --seconds each: batch put (start + end),
+// batch get-replica-list + finish-read, and batch exist, each thread on its own connection.
+// It prints batches/s, keys/s and batch latency p50/p99, and optionally writes them as JSON.
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "granary/proto/master.grpc.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace pb = granary::proto;
+
+struct MasterBenchOptions {
+  std::string master = "127.0.0.1:50051";
+  uint32_t segments = 128;
+  std::vector<int> threads = {1, 2, 4};
+  double seconds = 3;
+  uint32_t batch = 128;
+  uint64_t value_size = 4096;
+  uint64_t segment_size = uint64_t{1} << 30;
+  std::string json_path;
+};
+
+std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one TCP connection per stub
+  args.SetMaxReceiveMessageSize(256 << 20);
+  return pb::Master::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return ctx;
+}
+
+struct CaseResult {
+  std::string op;
+  int threads = 0;
+  uint64_t batches = 0;
+  uint64_t keys = 0;
+  uint64_t errors = 0;
+  double seconds = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+};
+
+// Runs body(thread_index, stub, iteration) on `threads` threads for `seconds`; each call is one
+// batch and returns how many keys in it failed.
+template <typename Body>
+CaseResult RunCase(const MasterBenchOptions& o, const std::string& op, int threads, Body body) {
+  std::atomic<bool> stop{false};
+  std::vector<std::vector<double>> latencies(threads);
+  std::vector<uint64_t> errors(threads, 0);
+  std::vector<std::thread> workers;
+  auto start = Clock::now();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      auto stub = NewStub(o.master);
+      for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        auto t0 = Clock::now();
+        errors[t] += body(t, *stub, i);
+        latencies[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  stop = true;
+  for (auto& w : workers) w.join();
+  CaseResult r;
+  r.op = op;
+  r.threads = threads;
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (int t = 0; t < threads; ++t) {
+    all.insert(all.end(), latencies[t].begin(), latencies[t].end());
+    r.errors += errors[t];
+  }
+  std::sort(all.begin(), all.end());
+  r.batches = all.size();
+  r.keys = r.batches * o.batch;
+  if (!all.empty()) {
+    r.p50_us = all[all.size() / 2];
+    r.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  }
+  return r;
+}
+
+int RunMasterBench(const MasterBenchOptions& o) {
+  auto admin = NewStub(o.master);
+  // Fake nodes: they only exist in the master's metadata, and must keep pinging to stay alive.
+  std::vector<std::string> nodes;
+  for (uint32_t i = 0; i < o.segments; ++i) {
+    std::string node = "bench-node-" + std::to_string(i);
+    pb::MountSegmentRequest req;
+    req.set_client_id(node);
+    req.mutable_segment()->set_name("bench-seg-" + std::to_string(i));
+    req.mutable_segment()->set_size(o.segment_size);
+    req.mutable_segment()->set_endpoint("127.0.0.1:1");
+    pb::MountSegmentResponse resp;
+    grpc::Status s = admin->MountSegment(Ctx().get(), req, &resp);
+    if (!s.ok() || resp.code() != 0) {
+      std::fprintf(stderr, "granary-bench: mount failed: %s %s\n", s.error_message().c_str(),
+                   resp.message().c_str());
+      return 1;
+    }
+    nodes.push_back(node);
+  }
+  std::atomic<bool> done{false};
+  std::thread pinger([&] {
+    auto stub = NewStub(o.master);
+    while (!done) {
+      for (const auto& node : nodes) {
+        pb::PingRequest req;
+        req.set_client_id(node);
+        pb::PingResponse resp;
+        (void)stub->Ping(Ctx().get(), req, &resp);
+      }
+      for (int i = 0; i < 10 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
+  const std::string run_tag = std::to_string(Clock::now().time_since_epoch().count());
+  auto key_of = [&](int t, uint64_t i, uint32_t k) {
+    return "bench/" + run_tag + "/" + std::to_string(t) + "/" + std::to_string(i) + "/" +
+           std::to_string(k);
+  };
+  // A fixed working set for the read cases.
+  const uint32_t kReadBatches = 64;
+  std::vector<std::string> read_keys;
+  for (uint32_t b = 0; b < kReadBatches; ++b) {
+    pb::BatchPutStartRequest start;
+    pb::BatchPutEndRequest end;
+    start.set_client_id("bench-loader");
+    end.set_client_id("bench-loader");
+    for (uint32_t k = 0; k < o.batch; ++k) {
+      std::string key = "bench/" + run_tag + "/read/" + std::to_string(b) + "/" + std::to_string(k);
+      start.add_keys(key);
+      start.add_sizes(o.value_size);
+      end.add_keys(key);
+      end.add_checksums(k);
+      read_keys.push_back(key);
+    }
+    pb::BatchPutStartResponse sr;
+    pb::BatchStatusResponse er;
+    (void)admin->BatchPutStart(Ctx().get(), start, &sr);
+    (void)admin->BatchPutEnd(Ctx().get(), end, &er);
+  }
+
+  std::vector<CaseResult> results;
+  for (int threads : o.threads) {
+    results.push_back(RunCase(o, "put", threads, [&](int t, pb::Master::Stub& stub, uint64_t i) {
+      pb::BatchPutStartRequest start;
+      pb::BatchPutEndRequest end;
+      std::string client = "bench-writer-" + std::to_string(t);
+      start.set_client_id(client);
+      end.set_client_id(client);
+      for (uint32_t k = 0; k < o.batch; ++k) {
+        std::string key = key_of(t, i, k) + "/" + std::to_string(threads);
+        start.add_keys(key);
+        start.add_sizes(o.value_size);
+        end.add_keys(key);
+        end.add_checksums(k);
+      }
+      pb::BatchPutStartResponse sr;
+      pb::BatchStatusResponse er;
+      uint64_t errors = 0;
+      if (!stub.BatchPutStart(Ctx().get(), start, &sr).ok()) return uint64_t{o.batch};
+      for (const auto& r : sr.results()) errors += r.code() != 0;
+      if (!stub.BatchPutEnd(Ctx().get(), end, &er).ok()) return uint64_t{o.batch};
+      return errors;
+    }));
+    results.push_back(RunCase(o, "get", threads, [&](int t, pb::Master::Stub& stub, uint64_t i) {
+      uint32_t b = static_cast<uint32_t>((i * 7 + t * 13) % kReadBatches);
+      pb::BatchGetReplicaListRequest get;
+      pb::BatchFinishReadRequest fin;
+      std::string client = "bench-reader-" + std::to_string(t);
+      get.set_client_id(client);
+      fin.set_client_id(client);
+      for (uint32_t k = 0; k < o.batch; ++k) {
+        get.add_keys(read_keys[b * o.batch + k]);
+        fin.add_keys(read_keys[b * o.batch + k]);
+      }
+      pb::BatchGetReplicaListResponse gr;
+      pb::BatchStatusResponse fr;
+      uint64_t errors = 0;
+      if (!stub.BatchGetReplicaList(Ctx().get(), get, &gr).ok()) return uint64_t{o.batch};
+      for (const auto& r : gr.results()) errors += r.code() != 0;
+      if (!stub.BatchFinishRead(Ctx().get(), fin, &fr).ok()) return uint64_t{o.batch};
+      return errors;
+    }));
+    results.push_back(RunCase(o, "exist", threads, [&](int t, pb::Master::Stub& stub, uint64_t i) {
+      uint32_t b = static_cast<uint32_t>((i * 7 + t * 13) % kReadBatches);
+      pb::BatchExistRequest req;
+      for (uint32_t k = 0; k < o.batch; ++k) req.add_keys(read_keys[b * o.batch + k]);
+      pb::BatchExistResponse resp;
+      if (!stub.BatchExist(Ctx().get(), req, &resp).ok()) return uint64_t{o.batch};
+      uint64_t errors = 0;
+      for (int32_t r : resp.results()) errors += r != 1;
+      return errors;
+    }));
+  }
+  done = true;
+  pinger.join();
+  for (uint32_t i = 0; i < o.segments; ++i) {  // unmounting drops every replica we made
+    pb::UnmountSegmentRequest req;
+    req.set_client_id(nodes[i]);
+    req.set_name("bench-seg-" + std::to_string(i));
+    pb::UnmountSegmentResponse resp;
+    (void)admin->UnmountSegment(Ctx().get(), req, &resp);
+  }
+
+  std::printf("%-6s %7s %12s %12s %10s %10s %8s\n", "op", "threads", "batches/s", "keys/s",
+              "p50(us)", "p99(us)", "errors");
+  nlohmann::json json = nlohmann::json::array();
+  for (const auto& r : results) {
+    std::printf("%-6s %7d %12.0f %12.0f %10.0f %10.0f %8llu\n", r.op.c_str(), r.threads,
+                r.batches / r.seconds, r.keys / r.seconds, r.p50_us, r.p99_us,
+                static_cast<unsigned long long>(r.errors));
+    json.push_back({{"op", r.op}, {"threads", r.threads}, {"batch", o.batch},
+                    {"batches_per_s", r.batches / r.seconds}, {"keys_per_s", r.keys / r.seconds},
+                    {"p50_us", r.p50_us}, {"p99_us", r.p99_us}, {"errors", r.errors}});
+  }
+  if (!o.json_path.empty()) {
+    std::ofstream(o.json_path) << json.dump(2) << "\n";
+  }
+  uint64_t total_errors = 0;
+  for (const auto& r : results) total_errors += r.errors;
+  return total_errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"granary-bench: benchmark drivers against a running Granary store"};
+  app.require_subcommand(1);
+  MasterBenchOptions mo;
+  auto* master = app.add_subcommand("master", "control-plane ops/s against a running master");
+  master->add_option("--master", mo.master, "master address HOST:PORT")->capture_default_str();
+  master->add_option("--segments", mo.segments, "segments to mount")->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  master->add_option("--threads", mo.threads, "client thread counts to run")
+      ->capture_default_str()->delimiter(',');
+  master->add_option("--seconds", mo.seconds, "duration of each case")->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  master->add_option("--batch", mo.batch, "keys per batch")->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  master->add_option("--value-size", mo.value_size, "object size in bytes")->capture_default_str();
+  master->add_option("--json", mo.json_path, "also write the results as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+  if (master->parsed()) return RunMasterBench(mo);
+  return 2;
+}

@@ -1,0 +1,614 @@
+// Unit tests of master/offset_allocator: correctness against a std::map shadow, utilisation,
+// fragmentation reporting and the O(1) cost per call.
+
+#include "master/offset_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace granary::master {
+namespace {
+
+constexpr uint64_t kKiB = uint64_t{1} << 10;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kTiB = uint64_t{1} << 40;
+constexpr uint64_t kAlign = OffsetAllocator::kAlignment;
+
+uint64_t RoundUp(uint64_t size) { return (size + kAlign - 1) / kAlign * kAlign; }
+
+uint64_t Uniform(std::mt19937_64& rng, uint64_t lo, uint64_t hi) {
+  return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+}
+
+// What the allocator should look like, kept the slow obvious way: live allocations by offset.
+// The free blocks are the gaps between them (the allocator always coalesces).
+class Shadow {
+ public:
+  explicit Shadow(uint64_t capacity) : capacity_(capacity) {}
+
+  ::testing::AssertionResult Add(const OffsetAllocator::Allocation& a, uint64_t requested) {
+    if (a.offset % kAlign != 0 || a.size != RoundUp(requested)) {
+      return ::testing::AssertionFailure() << "misaligned or wrong size: offset " << a.offset
+                                           << " size " << a.size << " for " << requested;
+    }
+    if (a.offset > capacity_ || a.size > capacity_ - a.offset) {
+      return ::testing::AssertionFailure() << "outside the segment: " << a.offset << "+" << a.size;
+    }
+    if (offset_of_.count(a.handle) != 0) {
+      return ::testing::AssertionFailure() << "handle " << a.handle << " is already live";
+    }
+    auto next = by_offset_.lower_bound(a.offset);
+    if (next != by_offset_.end() && next->first < a.offset + a.size) {
+      return ::testing::AssertionFailure() << "overlaps the next allocation at " << next->first;
+    }
+    if (next != by_offset_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.size > a.offset) {
+        return ::testing::AssertionFailure() << "overlaps the previous allocation at "
+                                             << prev->first;
+      }
+    }
+    by_offset_[a.offset] = Live{a.size, a.handle};
+    offset_of_[a.handle] = a.offset;
+    used_ += a.size;
+    return ::testing::AssertionSuccess();
+  }
+
+  void Remove(uint32_t handle) {
+    auto it = offset_of_.find(handle);
+    ASSERT_NE(it, offset_of_.end());
+    used_ -= by_offset_[it->second].size;
+    by_offset_.erase(it->second);
+    offset_of_.erase(it);
+  }
+
+  std::vector<uint64_t> Gaps() const {
+    std::vector<uint64_t> gaps;
+    uint64_t cursor = 0;
+    for (const auto& [offset, live] : by_offset_) {
+      if (offset > cursor) gaps.push_back(offset - cursor);
+      cursor = offset + live.size;
+    }
+    if (capacity_ > cursor) gaps.push_back(capacity_ - cursor);
+    return gaps;
+  }
+
+  ::testing::AssertionResult Matches(const OffsetAllocator& alloc) const {
+    const OffsetAllocator::Stats s = alloc.GetStats();
+    const std::vector<uint64_t> gaps = Gaps();
+    const uint64_t largest = gaps.empty() ? 0 : *std::max_element(gaps.begin(), gaps.end());
+    if (s.capacity != capacity_ || s.used_bytes != used_ || s.free_bytes != capacity_ - used_ ||
+        s.allocation_count != by_offset_.size() || s.free_block_count != gaps.size() ||
+        s.largest_free_block != largest) {
+      return ::testing::AssertionFailure()
+             << "stats differ: used " << s.used_bytes << " vs " << used_ << ", allocations "
+             << s.allocation_count << " vs " << by_offset_.size() << ", free blocks "
+             << s.free_block_count << " vs " << gaps.size() << ", largest "
+             << s.largest_free_block << " vs " << largest;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  size_t live_count() const { return by_offset_.size(); }
+  uint64_t used() const { return used_; }
+
+ private:
+  struct Live {
+    uint64_t size;
+    uint32_t handle;
+  };
+  uint64_t capacity_;
+  uint64_t used_ = 0;
+  std::map<uint64_t, Live> by_offset_;
+  std::unordered_map<uint32_t, uint64_t> offset_of_;
+};
+
+TEST(OffsetAllocatorTest, CapacityIsRoundedDownToAlignment) {
+  OffsetAllocator a(1000);
+  EXPECT_EQ(a.capacity(), 960u);
+  const OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.capacity, 960u);
+  EXPECT_EQ(s.free_bytes, 960u);
+  EXPECT_EQ(s.largest_free_block, 960u);
+  EXPECT_EQ(s.free_block_count, 1u);
+
+  OffsetAllocator tiny(63);  // nothing fits, nothing breaks
+  EXPECT_EQ(tiny.capacity(), 0u);
+  EXPECT_FALSE(tiny.Allocate(1).has_value());
+  EXPECT_EQ(tiny.GetStats().free_block_count, 0u);
+  EXPECT_EQ(tiny.GetStats().fragmentation(), 0.0);
+}
+
+TEST(OffsetAllocatorTest, BasicAllocateAndFree) {
+  OffsetAllocator a(1 * kMiB);
+  auto x = a.Allocate(100);
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->offset, 0u);
+  EXPECT_EQ(x->size, 128u);  // rounded up to kAlignment, not more
+  auto y = a.Allocate(64);
+  ASSERT_TRUE(y.has_value());
+  EXPECT_EQ(y->offset, 128u);
+  EXPECT_EQ(y->size, 64u);
+  EXPECT_NE(x->handle, y->handle);
+
+  OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.used_bytes, 192u);
+  EXPECT_EQ(s.free_bytes, 1 * kMiB - 192);
+  EXPECT_EQ(s.allocation_count, 2u);
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_EQ(s.largest_free_block, 1 * kMiB - 192);
+
+  a.Free(x->handle);
+  s = a.GetStats();
+  EXPECT_EQ(s.used_bytes, 64u);
+  EXPECT_EQ(s.allocation_count, 1u);
+  EXPECT_EQ(s.free_block_count, 2u);  // [0,128) and the tail, split by y
+
+  a.Free(y->handle);
+  s = a.GetStats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.allocation_count, 0u);
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_EQ(s.largest_free_block, 1 * kMiB);
+}
+
+TEST(OffsetAllocatorTest, OffsetsAndSizesAreAligned) {
+  OffsetAllocator a(64 * kMiB);
+  Shadow shadow(a.capacity());
+  std::mt19937_64 rng(7);
+  for (;;) {
+    const uint64_t size = Uniform(rng, 1, 100 * kKiB);
+    auto r = a.Allocate(size);
+    if (!r) break;
+    ASSERT_EQ(r->offset % kAlign, 0u);
+    ASSERT_EQ(r->size, RoundUp(size));
+    ASSERT_TRUE(shadow.Add(*r, size));
+  }
+  EXPECT_TRUE(shadow.Matches(a));
+  EXPECT_GT(shadow.live_count(), 1000u);
+}
+
+TEST(OffsetAllocatorTest, RejectsZeroAndOversizedRequestsCleanly) {
+  OffsetAllocator a(1 * kTiB);
+  const uint64_t cap = a.capacity();
+  for (uint64_t size : {uint64_t{0}, uint64_t{1} << 63, std::numeric_limits<uint64_t>::max(),
+                        std::numeric_limits<uint64_t>::max() - 62,  // round-up would wrap
+                        cap + 1, cap + kAlign, uint64_t{1} << 41}) {
+    EXPECT_FALSE(a.Allocate(size).has_value()) << size;
+  }
+  const OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.allocation_count, 0u);
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_EQ(s.largest_free_block, cap);
+}
+
+TEST(OffsetAllocatorTest, FullCapacitySingleAllocation) {
+  OffsetAllocator a(1 * kTiB + 63);  // 1 TiB after rounding down
+  ASSERT_EQ(a.capacity(), 1 * kTiB);
+  auto all = a.Allocate(1 * kTiB);
+  ASSERT_TRUE(all.has_value());
+  EXPECT_EQ(all->offset, 0u);
+  EXPECT_EQ(all->size, 1 * kTiB);
+  OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.free_bytes, 0u);
+  EXPECT_EQ(s.free_block_count, 0u);
+  EXPECT_EQ(s.largest_free_block, 0u);
+  EXPECT_EQ(s.fragmentation(), 0.0);
+  EXPECT_FALSE(a.Allocate(1).has_value());
+
+  a.Free(all->handle);
+  s = a.GetStats();
+  EXPECT_EQ(s.largest_free_block, 1 * kTiB);
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_TRUE(a.Allocate(1 * kTiB).has_value());
+}
+
+TEST(OffsetAllocatorTest, LargestPossibleCapacityDoesNotOverflow) {
+  OffsetAllocator a(std::numeric_limits<uint64_t>::max());
+  const uint64_t cap = a.capacity();
+  EXPECT_EQ(cap, std::numeric_limits<uint64_t>::max() / kAlign * kAlign);
+  EXPECT_FALSE(a.Allocate(std::numeric_limits<uint64_t>::max()).has_value());
+  auto half = a.Allocate(uint64_t{1} << 63);
+  ASSERT_TRUE(half.has_value());
+  EXPECT_EQ(half->size, uint64_t{1} << 63);
+  auto rest = a.Allocate(cap - (uint64_t{1} << 63));
+  ASSERT_TRUE(rest.has_value());
+  EXPECT_EQ(rest->offset, uint64_t{1} << 63);
+  EXPECT_EQ(a.GetStats().free_bytes, 0u);
+  a.Free(half->handle);
+  a.Free(rest->handle);
+  EXPECT_EQ(a.GetStats().largest_free_block, cap);
+}
+
+// A free block is split exactly: the rest stays free, and a request of the hole's size gets it.
+TEST(OffsetAllocatorTest, ExactFitAndSplit) {
+  OffsetAllocator a(1 * kMiB);
+  auto x = a.Allocate(4 * kKiB);
+  auto y = a.Allocate(8 * kKiB);
+  auto z = a.Allocate(4 * kKiB);
+  ASSERT_TRUE(x && y && z);
+  a.Free(y->handle);
+  EXPECT_EQ(a.GetStats().free_block_count, 2u);
+
+  auto again = a.Allocate(8 * kKiB);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->offset, y->offset);  // the hole, not the tail
+  EXPECT_EQ(a.GetStats().free_block_count, 1u);
+
+  a.Free(again->handle);
+  auto part = a.Allocate(3 * kKiB);
+  ASSERT_TRUE(part.has_value());
+  EXPECT_EQ(part->offset, y->offset);
+  EXPECT_EQ(part->size, 3 * kKiB);
+  EXPECT_EQ(a.GetStats().free_block_count, 2u);  // 5 KiB left of the hole, and the tail
+  auto rest = a.Allocate(5 * kKiB);
+  ASSERT_TRUE(rest.has_value());
+  EXPECT_EQ(rest->offset, y->offset + 3 * kKiB);
+  EXPECT_EQ(a.GetStats().free_block_count, 1u);
+  EXPECT_EQ(a.GetStats().used_bytes, 16 * kKiB);
+}
+
+// 79 units free, 73 wanted: the first class that guarantees 73 starts at 80, so plain
+// segregated fit fails; the allocator must look at the head of the request's own class.
+TEST(OffsetAllocatorTest, UsesHeadOfOwnSizeClass) {
+  OffsetAllocator a(79 * kAlign);
+  auto r = a.Allocate(73 * kAlign);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->offset, 0u);
+  EXPECT_EQ(a.GetStats().free_bytes, 6 * kAlign);
+}
+
+// The same property everywhere: a fresh segment serves any request up to its capacity.
+TEST(OffsetAllocatorTest, FreshSegmentServesAnyRequestUpToCapacity) {
+  for (uint64_t cap_units = 1; cap_units <= 300; ++cap_units) {
+    for (uint64_t units = 1; units <= cap_units; ++units) {
+      OffsetAllocator a(cap_units * kAlign);
+      auto r = a.Allocate(units * kAlign - 1);
+      ASSERT_TRUE(r.has_value()) << units << " units in " << cap_units;
+      ASSERT_EQ(r->size, units * kAlign);
+      ASSERT_EQ(a.GetStats().free_block_count, units == cap_units ? 0u : 1u);
+    }
+  }
+}
+
+TEST(OffsetAllocatorTest, FreeCoalescesWithBothNeighbours) {
+  OffsetAllocator a(64 * kKiB);
+  auto b0 = a.Allocate(16 * kKiB);
+  auto b1 = a.Allocate(16 * kKiB);
+  auto b2 = a.Allocate(16 * kKiB);
+  auto b3 = a.Allocate(16 * kKiB);
+  ASSERT_TRUE(b0 && b1 && b2 && b3);
+  EXPECT_EQ(a.GetStats().free_block_count, 0u);
+
+  a.Free(b0->handle);
+  a.Free(b2->handle);
+  EXPECT_EQ(a.GetStats().free_block_count, 2u);
+  EXPECT_EQ(a.GetStats().largest_free_block, 16 * kKiB);
+
+  a.Free(b1->handle);  // joins b0 on the left and b2 on the right
+  OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_EQ(s.largest_free_block, 48 * kKiB);
+  EXPECT_EQ(s.fragmentation(), 0.0);
+
+  a.Free(b3->handle);
+  s = a.GetStats();
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_EQ(s.largest_free_block, 64 * kKiB);
+  EXPECT_TRUE(a.Allocate(64 * kKiB).has_value());
+}
+
+TEST(OffsetAllocatorTest, FreeingEverythingInAnyOrderLeavesOneBlock) {
+  OffsetAllocator a(256 * kMiB);
+  Shadow shadow(a.capacity());
+  std::mt19937_64 rng(11);
+  std::vector<uint32_t> handles;
+  for (;;) {
+    const uint64_t size = Uniform(rng, 1, 512 * kKiB);
+    auto r = a.Allocate(size);
+    if (!r) break;
+    ASSERT_TRUE(shadow.Add(*r, size));
+    handles.push_back(r->handle);
+  }
+  std::shuffle(handles.begin(), handles.end(), rng);
+  for (size_t i = 0; i < handles.size(); ++i) {
+    a.Free(handles[i]);
+    shadow.Remove(handles[i]);
+    if (i % 64 == 0) {
+      ASSERT_TRUE(shadow.Matches(a)) << "after " << i << " frees";
+    }
+  }
+  const OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_EQ(s.largest_free_block, a.capacity());
+  EXPECT_EQ(s.free_bytes, a.capacity());
+  EXPECT_EQ(s.allocation_count, 0u);
+  EXPECT_EQ(s.fragmentation(), 0.0);
+  EXPECT_TRUE(a.Allocate(a.capacity()).has_value());
+}
+
+// Debug builds assert; release builds ignore the call. Either way the allocator stays intact.
+TEST(OffsetAllocatorTest, DoubleFreeAndBogusHandlesDoNotCorrupt) {
+  OffsetAllocator a(1 * kMiB);
+  auto x = a.Allocate(4 * kKiB);
+  auto y = a.Allocate(4 * kKiB);
+  ASSERT_TRUE(x && y);
+  a.Free(x->handle);  // x's node is now a free block
+  const OffsetAllocator::Stats before = a.GetStats();
+  EXPECT_DEBUG_DEATH(a.Free(x->handle), "bogus handle or double free");
+  EXPECT_DEBUG_DEATH(a.Free(12345), "bogus handle or double free");
+  EXPECT_DEBUG_DEATH(a.Free(std::numeric_limits<uint32_t>::max()), "bogus handle");
+  OffsetAllocator::Stats after = a.GetStats();
+  EXPECT_EQ(after.used_bytes, before.used_bytes);
+  EXPECT_EQ(after.free_block_count, before.free_block_count);
+  EXPECT_EQ(after.allocation_count, before.allocation_count);
+
+  a.Free(y->handle);  // merges everything; y's node becomes an unused slot
+  EXPECT_DEBUG_DEATH(a.Free(y->handle), "bogus handle or double free");
+  after = a.GetStats();
+  EXPECT_EQ(after.used_bytes, 0u);
+  EXPECT_EQ(after.free_block_count, 1u);
+  EXPECT_EQ(after.allocation_count, 0u);
+  EXPECT_TRUE(a.Allocate(1 * kMiB).has_value());
+}
+
+// 200k random operations against the shadow: no overlap, nothing outside the segment, exact
+// stats, node slots reused, and a failure only when no block is big enough (or every block that
+// is lies in the request's own size class, within 1/8 of it).
+TEST(OffsetAllocatorTest, RandomChurnNeverOverlapsAndStatsAreExact) {
+  OffsetAllocator a(256 * kMiB + 4 * kKiB);
+  Shadow shadow(a.capacity());
+  std::mt19937_64 rng(20240601);
+  std::vector<uint32_t> live;
+  size_t peak_live = 0;
+  uint32_t max_handle = 0;
+  uint64_t failures = 0;
+  for (int op = 0; op < 200000; ++op) {
+    // Alternate phases that fill the segment and phases that drain it.
+    const double alloc_share = (op / 10000) % 2 == 0 ? 0.7 : 0.35;
+    if (live.empty() || std::uniform_real_distribution<double>(0, 1)(rng) < alloc_share) {
+      const uint64_t size = Uniform(rng, 0, 3) == 0 ? Uniform(rng, 1, 64 * kKiB)
+                                                    : Uniform(rng, 64 * kKiB, 4 * kMiB);
+      auto r = a.Allocate(size);
+      if (r) {
+        ASSERT_TRUE(shadow.Add(*r, size)) << "op " << op;
+        live.push_back(r->handle);
+        max_handle = std::max(max_handle, r->handle);
+      } else {
+        ++failures;
+        for (uint64_t gap : shadow.Gaps()) {
+          ASSERT_LT(gap, RoundUp(size) / 8 * 9 + kAlign)
+              << "op " << op << ": " << size << " failed with a free block of " << gap;
+        }
+      }
+    } else {
+      const size_t i = Uniform(rng, 0, live.size() - 1);
+      a.Free(live[i]);
+      shadow.Remove(live[i]);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    peak_live = std::max(peak_live, live.size());
+    ASSERT_EQ(a.GetStats().used_bytes, shadow.used()) << "op " << op;
+    ASSERT_EQ(a.GetStats().allocation_count, live.size()) << "op " << op;
+    if (op % 1000 == 0) {
+      ASSERT_TRUE(shadow.Matches(a)) << "op " << op;
+    }
+  }
+  EXPECT_TRUE(shadow.Matches(a));
+  EXPECT_GT(failures, 1000u);  // the segment really was full many times
+  // Nodes are allocations + free blocks (never more than allocations + 1): slots are recycled.
+  EXPECT_LT(max_handle, 2 * peak_live + 2);
+}
+
+struct Mix {
+  const char* name;
+  uint64_t capacity, lo, hi;
+  bool log_uniform;  // sizes spread evenly over log(size): many small objects, few large ones
+};
+
+const Mix kMixes[] = {
+    {"4KiB_4MiB_uniform_in_1GiB", 1 * kGiB, 4 * kKiB, 4 * kMiB, false},
+    {"64KiB_64MiB_uniform_in_16GiB", 16 * kGiB, 64 * kKiB, 64 * kMiB, false},
+    {"64KiB_64MiB_loguniform_in_16GiB", 16 * kGiB, 64 * kKiB, 64 * kMiB, true},
+    // One 64 MiB request is 6% of this segment, so no allocator can promise 95% here.
+    {"64KiB_64MiB_uniform_in_1GiB", 1 * kGiB, 64 * kKiB, 64 * kMiB, false},
+};
+
+uint64_t Draw(std::mt19937_64& rng, const Mix& m) {
+  if (!m.log_uniform) return Uniform(rng, m.lo, m.hi);
+  const double e = std::uniform_real_distribution<double>(std::log2(m.lo), std::log2(m.hi))(rng);
+  return std::clamp(static_cast<uint64_t>(std::exp2(e)), m.lo, m.hi);
+}
+
+struct FillResult {
+  uint64_t requested = 0;  // bytes asked for by the successful requests
+  uint64_t failed_request = 0;
+};
+
+FillResult FillUntilFirstFailure(OffsetAllocator& a, std::mt19937_64& rng, const Mix& m,
+                                 std::vector<std::pair<uint32_t, uint64_t>>* live) {
+  FillResult f;
+  for (;;) {
+    const uint64_t size = Draw(rng, m);
+    auto r = a.Allocate(size);
+    if (!r) {
+      f.failed_request = size;
+      return f;
+    }
+    f.requested += size;
+    live->emplace_back(r->handle, size);
+  }
+}
+
+// Utilisation counts requested bytes, so the alignment round-up counts as waste.
+TEST(OffsetAllocatorTest, FreshSegmentFillsToAtLeast95Percent) {
+  for (size_t mix = 0; mix < std::size(kMixes); ++mix) {
+    const Mix& m = kMixes[mix];
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      OffsetAllocator a(m.capacity);
+      std::mt19937_64 rng(mix * 100 + seed);
+      std::vector<std::pair<uint32_t, uint64_t>> live;
+      const FillResult f = FillUntilFirstFailure(a, rng, m, &live);
+      const double utilisation = static_cast<double>(f.requested) / m.capacity;
+      // The exact property: the first failure comes only when what is left is too small.
+      EXPECT_LT(a.GetStats().free_bytes, RoundUp(f.failed_request)) << m.name << " seed " << seed;
+      if (m.capacity / m.hi >= 256) {
+        EXPECT_GE(utilisation, 0.95) << m.name << " seed " << seed;
+      }
+      std::cout << "fresh fill " << m.name << " seed " << seed << ": " << utilisation * 100
+                << "% in use at the first failure\n";
+      RecordProperty(std::string("fresh_util_") + m.name + "_seed" + std::to_string(seed),
+                     std::to_string(utilisation));
+    }
+  }
+}
+
+// Steady state: free a random half, refill until the first failure, 20 times. Measured with
+// these seeds (min / mean): 4KiB_4MiB_uniform_in_1GiB 97.0 / 97.7%; 64KiB_64MiB_uniform_in_16GiB
+// 96.6 / 97.6%; loguniform 98.0 / 99.2%. An exact best fit (std::map, O(log n)) reached about
+// 98.2% mean on the uniform mixes, plain segregated fit (own class tried last) about 1% less than
+// ours. The bounds leave room for other seeds yet catch a broken policy. In 1 GiB the 64 MiB mix
+// holds ~30 objects, so holes are coarse for any allocator (best fit too: mean ~90%, single
+// rounds down to 67%): only its mean is bounded.
+TEST(OffsetAllocatorTest, SteadyStateUtilisationAfterChurn) {
+  const double kMinBound[] = {0.93, 0.93, 0.93, 0.0};
+  const double kMeanBound[] = {0.96, 0.96, 0.96, 0.80};
+  constexpr int kRounds = 20;
+  for (size_t mix = 0; mix < std::size(kMixes); ++mix) {
+    const Mix& m = kMixes[mix];
+    OffsetAllocator a(m.capacity);
+    std::mt19937_64 rng(99 + mix);
+    std::vector<std::pair<uint32_t, uint64_t>> live;
+    FillUntilFirstFailure(a, rng, m, &live);
+    double min_util = 1.0, sum = 0.0;
+    for (int round = 0; round < kRounds; ++round) {
+      std::shuffle(live.begin(), live.end(), rng);
+      const size_t keep = live.size() / 2;
+      for (size_t i = keep; i < live.size(); ++i) a.Free(live[i].first);
+      live.resize(keep);
+      FillUntilFirstFailure(a, rng, m, &live);
+      uint64_t requested = 0;
+      for (const auto& [handle, size] : live) requested += size;
+      const double utilisation = static_cast<double>(requested) / m.capacity;
+      min_util = std::min(min_util, utilisation);
+      sum += utilisation;
+    }
+    const double mean = sum / kRounds;
+    std::cout << "after churn " << m.name << ": min " << min_util * 100 << "% mean "
+              << mean * 100 << "% over " << kRounds << " refills\n";
+    RecordProperty(std::string("churn_util_min_") + m.name, std::to_string(min_util));
+    RecordProperty(std::string("churn_util_mean_") + m.name, std::to_string(mean));
+    EXPECT_GE(min_util, kMinBound[mix]) << m.name;
+    EXPECT_GE(mean, kMeanBound[mix]) << m.name;
+  }
+}
+
+// The cost of a call, counted in free-list nodes examined, is the same at 1k and 100k live blocks
+// and at most 2: Allocate looks at one bin head and maybe one more, Free at its two neighbours.
+TEST(OffsetAllocatorTest, CostPerCallDoesNotGrowWithLiveBlocks) {
+  double ns_per_op[2] = {0, 0};
+  uint64_t probes[2] = {0, 0};
+  const size_t kLive[2] = {1000, 100000};
+  constexpr int kOps = 20000;
+  for (int k = 0; k < 2; ++k) {
+    OffsetAllocator a(1 * kTiB);
+    std::mt19937_64 rng(5);
+    std::vector<uint32_t> live;
+    for (size_t i = 0; i < 2 * kLive[k]; ++i) {
+      auto r = a.Allocate(Uniform(rng, 4 * kKiB, 4 * kMiB));
+      ASSERT_TRUE(r.has_value());
+      live.push_back(r->handle);
+    }
+    // Free every other block: many free blocks, long lists in every bin.
+    for (size_t i = 0; i < live.size(); i += 2) a.Free(live[i]);
+    std::vector<uint32_t> kept;
+    for (size_t i = 1; i < live.size(); i += 2) kept.push_back(live[i]);
+    live.swap(kept);
+    ASSERT_GE(a.GetStats().free_block_count, kLive[k]);
+
+    uint64_t max_probes = 0;
+    const uint64_t start_probes = a.probe_count();
+    const auto start = std::chrono::steady_clock::now();
+    for (int op = 0; op < kOps; ++op) {
+      const uint64_t before = a.probe_count();
+      if (op % 2 == 0) {
+        auto r = a.Allocate(Uniform(rng, 4 * kKiB, 4 * kMiB));
+        if (r) live.push_back(r->handle);
+      } else {
+        const size_t i = Uniform(rng, 0, live.size() - 1);
+        a.Free(live[i]);
+        live[i] = live.back();
+        live.pop_back();
+      }
+      max_probes = std::max(max_probes, a.probe_count() - before);
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    ns_per_op[k] = std::chrono::duration<double, std::nano>(elapsed).count() / kOps;
+    probes[k] = a.probe_count() - start_probes;
+    EXPECT_LE(max_probes, 2u) << kLive[k] << " live";
+  }
+  // Same work per call at both sizes (to within the random mix of hits and merges).
+  const double ratio = static_cast<double>(probes[1]) / static_cast<double>(probes[0]);
+  EXPECT_GT(ratio, 0.8);
+  EXPECT_LT(ratio, 1.25);
+  // Wall time is only reported: the machine is shared, and cache misses grow with the table.
+  std::cout << "ns per op: " << ns_per_op[0] << " at 1k live, " << ns_per_op[1]
+            << " at 100k live; probes " << probes[0] << " vs " << probes[1] << "\n";
+  RecordProperty("ns_per_op_1k", std::to_string(ns_per_op[0]));
+  RecordProperty("ns_per_op_100k", std::to_string(ns_per_op[1]));
+}
+
+TEST(OffsetAllocatorTest, FragmentationOfCheckerboard) {
+  constexpr uint64_t kBlock = 64 * kKiB;
+  constexpr int kBlocks = 64;
+  OffsetAllocator a(kBlocks * kBlock);
+  std::vector<uint32_t> handles;
+  for (int i = 0; i < kBlocks; ++i) {
+    auto r = a.Allocate(kBlock);
+    ASSERT_TRUE(r.has_value());
+    handles.push_back(r->handle);
+  }
+  EXPECT_EQ(a.GetStats().fragmentation(), 0.0);  // nothing free
+  for (int i = 0; i < kBlocks; i += 2) a.Free(handles[i]);
+
+  OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.free_bytes, kBlocks / 2 * kBlock);
+  EXPECT_EQ(s.free_block_count, static_cast<uint64_t>(kBlocks / 2));
+  EXPECT_EQ(s.largest_free_block, kBlock);
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 1.0 - 1.0 / (kBlocks / 2));
+  EXPECT_FALSE(a.Allocate(kBlock + 1).has_value());  // half the segment free, no room for it
+
+  a.Free(handles[1]);  // joins blocks 0, 1, 2
+  s = a.GetStats();
+  EXPECT_EQ(s.free_block_count, static_cast<uint64_t>(kBlocks / 2 - 1));
+  EXPECT_EQ(s.largest_free_block, 3 * kBlock);
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 1.0 - 3.0 / (kBlocks / 2 + 1));
+  EXPECT_TRUE(a.Allocate(3 * kBlock).has_value());
+}
+
+TEST(OffsetAllocatorTest, FragmentationFormula) {
+  OffsetAllocator::Stats s;
+  EXPECT_EQ(s.fragmentation(), 0.0);  // nothing free
+  s.free_bytes = 1000;
+  s.largest_free_block = 1000;
+  EXPECT_EQ(s.fragmentation(), 0.0);
+  s.largest_free_block = 250;
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 0.75);
+}
+
+}  // namespace
+}  // namespace granary::master
