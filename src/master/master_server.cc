@@ -71,15 +71,19 @@ void MasterServer::Wait() {
 }
 
 void MasterServer::Shutdown() {
+  std::lock_guard shutdown_lock(shutdown_mu_);
   {
     std::lock_guard lock(mu_);
-    if (stopping_) return;
     stopping_ = true;
   }
   cv_.notify_all();
   if (housekeeping_.joinable()) housekeeping_.join();
   http_.Stop();
-  if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (grpc_) {
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc_->Wait();
+    grpc_.reset();
+  }
 }
 
 void MasterServer::HousekeepingLoop() {

@@ -58,6 +58,7 @@ class MasterServer {
   HttpServer http_;
   uint16_t grpc_port_ = 0;
 
+  std::mutex shutdown_mu_;  // held for the whole of Shutdown, so a second caller waits for it
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
