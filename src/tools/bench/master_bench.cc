@@ -1,4 +1,4 @@
-// granary-bench: benchmark drivers against a running store.
+// granary-bench master: control-plane throughput against a running master.
 //
 //   granary-bench master --master HOST:PORT [--segments 128] [--threads 1,2,4] [--seconds 3]
 //                        [--batch 128] [--value-size 4096] [--json FILE]
@@ -11,7 +11,6 @@
 // put and get take two RPCs per batch (start+end, get+finish), exist one.
 #include <grpcpp/grpcpp.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,22 +24,13 @@
 #include <vector>
 
 #include "granary/proto/master.grpc.pb.h"
+#include "tools/bench/bench.h"
 
+namespace granary::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace pb = granary::proto;
-
-struct MasterBenchOptions {
-  std::string master = "127.0.0.1:50051";
-  uint32_t segments = 128;
-  std::vector<int> threads = {1, 2, 4};
-  double seconds = 3;
-  uint32_t batch = 128;
-  uint64_t value_size = 4096;
-  uint64_t segment_size = uint64_t{1} << 30;
-  std::string json_path;
-};
 
 std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) {
   grpc::ChannelArguments args;
@@ -107,6 +97,8 @@ CaseResult RunCase(const MasterBenchOptions& o, const std::string& op, int threa
   }
   return r;
 }
+
+}  // namespace
 
 int RunMasterBench(const MasterBenchOptions& o) {
   auto admin = NewStub(o.master);
@@ -266,25 +258,4 @@ int RunMasterBench(const MasterBenchOptions& o) {
   return total_errors == 0 ? 0 : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"granary-bench: benchmark drivers against a running Granary store"};
-  app.require_subcommand(1);
-  MasterBenchOptions mo;
-  auto* master = app.add_subcommand("master", "control-plane ops/s against a running master");
-  master->add_option("--master", mo.master, "master address HOST:PORT")->capture_default_str();
-  master->add_option("--segments", mo.segments, "segments to mount")->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  master->add_option("--threads", mo.threads, "client thread counts to run")
-      ->capture_default_str()->delimiter(',');
-  master->add_option("--seconds", mo.seconds, "duration of each case")->capture_default_str()
-      ->check(CLI::Range(0.1, 600.0));
-  master->add_option("--batch", mo.batch, "keys per batch")->capture_default_str()
-      ->check(CLI::Range(1u, 65536u));
-  master->add_option("--value-size", mo.value_size, "object size in bytes")->capture_default_str();
-  master->add_option("--json", mo.json_path, "also write the results as JSON to this file");
-  CLI11_PARSE(app, argc, argv);
-  if (master->parsed()) return RunMasterBench(mo);
-  return 2;
-}
+}  // namespace granary::bench

@@ -1,0 +1,35 @@
+// tools/bench/bench.h - the subcommands of granary-bench, each in its own file.
+//
+// Each Run* function runs one suite in the calling process, prints a table to stdout and, when
+// json_path is set, writes the same figures as JSON. Returns a process exit code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace granary::bench {
+
+struct MasterBenchOptions {
+  std::string master = "127.0.0.1:50051";
+  uint32_t segments = 128;
+  std::vector<int> threads = {1, 2, 4};
+  double seconds = 3;
+  uint32_t batch = 128;
+  uint64_t value_size = 4096;
+  uint64_t segment_size = uint64_t{1} << 30;
+  std::string json_path;
+};
+int RunMasterBench(const MasterBenchOptions& options);
+
+struct LimitsOptions {
+  double seconds = 1;            // per measurement
+  std::string disk_dir = "/tmp"; // where the O_DIRECT file goes
+  uint64_t disk_bytes = uint64_t{1} << 30;
+  std::vector<int> tcp_streams = {1, 4};
+  std::string json_path;
+};
+// The machine's own ceilings: memcpy, loopback TCP, sequential disk with O_DIRECT.
+int RunLimits(const LimitsOptions& options);
+
+}  // namespace granary::bench

@@ -1,0 +1,183 @@
+// granary-bench limits: what this machine can do at best, so every Granary figure can be read as
+// a fraction of it. Single-thread memcpy, loopback TCP (one and several streams), and sequential
+// disk write and read with O_DIRECT (the page cache bypassed).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tools/bench/bench.h"
+
+namespace granary::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t n) : size(n) {
+    data = static_cast<char*>(std::aligned_alloc(4096, n));
+    std::memset(data, 0x5a, n);  // fault every page in before timing
+  }
+  ~AlignedBuffer() { std::free(data); }
+  char* data;
+  size_t size;
+};
+
+// memcpy of `chunk`-byte blocks across two 256 MiB buffers (larger than any cache).
+double MemcpyGBps(size_t chunk, double seconds) {
+  constexpr size_t kSpan = 256 << 20;
+  AlignedBuffer src(kSpan), dst(kSpan);
+  uint64_t bytes = 0;
+  auto start = Clock::now();
+  while (Seconds(start) < seconds) {
+    for (size_t off = 0; off + chunk <= kSpan; off += chunk) std::memcpy(dst.data + off, src.data + off, chunk);
+    bytes += kSpan / chunk * chunk;
+  }
+  return bytes / Seconds(start) / 1e9;
+}
+
+// `streams` connections over 127.0.0.1, each sending 1 MiB writes for `seconds`.
+double LoopbackTcpGBps(int streams, double seconds) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener, streams) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(listener);
+    return -1;
+  }
+  constexpr size_t kChunk = 1 << 20;
+  std::vector<uint64_t> received(streams, 0);
+  std::vector<std::thread> readers;
+  std::vector<int> senders;
+  for (int i = 0; i < streams; ++i) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(s);
+      close(listener);
+      for (int fd : senders) close(fd);
+      return -1;
+    }
+    senders.push_back(s);
+    int r = accept(listener, nullptr, nullptr);
+    readers.emplace_back([r, i, &received] {
+      std::vector<char> buf(kChunk);
+      ssize_t n;
+      while ((n = read(r, buf.data(), buf.size())) > 0) received[i] += n;
+      close(r);
+    });
+  }
+  close(listener);
+  auto start = Clock::now();
+  std::vector<std::thread> writers;
+  for (int fd : senders) {
+    writers.emplace_back([fd, seconds, start] {
+      std::vector<char> buf(kChunk, 'x');
+      while (Seconds(start) < seconds) {
+        if (write(fd, buf.data(), buf.size()) <= 0) break;
+      }
+      shutdown(fd, SHUT_WR);
+    });
+  }
+  for (auto& w : writers) w.join();
+  for (auto& r : readers) r.join();
+  double elapsed = Seconds(start);
+  for (int fd : senders) close(fd);
+  uint64_t total = 0;
+  for (uint64_t b : received) total += b;
+  return total / elapsed / 1e9;
+}
+
+struct DiskResult {
+  double write_gbps = -1;
+  double read_gbps = -1;
+  std::string error;
+};
+
+// Sequential 1 MiB O_DIRECT writes of `bytes` (then fdatasync), then reads of the same file.
+DiskResult DiskGBps(const std::string& dir, uint64_t bytes) {
+  DiskResult result;
+  std::string path = dir + "/granary-bench-disk.XXXXXX";
+  std::vector<char> templ(path.begin(), path.end());
+  templ.push_back('\0');
+  int tmp = mkstemp(templ.data());
+  if (tmp < 0) {
+    result.error = "cannot create a file in " + dir + ": " + std::strerror(errno);
+    return result;
+  }
+  close(tmp);
+  path = templ.data();
+  constexpr size_t kBlock = 1 << 20;
+  AlignedBuffer buf(kBlock);
+  int fd = open(path.c_str(), O_WRONLY | O_DIRECT);
+  if (fd < 0) {
+    result.error = "O_DIRECT not supported in " + dir + ": " + std::strerror(errno);
+    unlink(path.c_str());
+    return result;
+  }
+  auto start = Clock::now();
+  uint64_t written = 0;
+  while (written < bytes && write(fd, buf.data, kBlock) == static_cast<ssize_t>(kBlock)) written += kBlock;
+  fdatasync(fd);
+  result.write_gbps = written / Seconds(start) / 1e9;
+  close(fd);
+  fd = open(path.c_str(), O_RDONLY | O_DIRECT);
+  start = Clock::now();
+  uint64_t read_bytes = 0;
+  ssize_t n;
+  while ((n = read(fd, buf.data, kBlock)) > 0) read_bytes += n;
+  result.read_gbps = read_bytes / Seconds(start) / 1e9;
+  close(fd);
+  unlink(path.c_str());
+  if (written < bytes) result.error = "short write: " + std::to_string(written) + " bytes";
+  return result;
+}
+
+}  // namespace
+
+int RunLimits(const LimitsOptions& o) {
+  nlohmann::json json;
+  std::printf("%-36s %10s\n", "limit", "GB/s");
+  for (size_t chunk : {size_t{64} << 10, size_t{4} << 20}) {
+    double gbps = MemcpyGBps(chunk, o.seconds);
+    std::string name = "memcpy_" + std::to_string(chunk >> 10) + "KiB";
+    std::printf("%-36s %10.2f\n", ("memcpy, 1 thread, " + std::to_string(chunk >> 10) + " KiB blocks").c_str(), gbps);
+    json[name] = gbps;
+  }
+  for (int streams : o.tcp_streams) {
+    double gbps = LoopbackTcpGBps(streams, o.seconds);
+    std::printf("%-36s %10.2f\n", ("loopback TCP, " + std::to_string(streams) + " stream(s)").c_str(), gbps);
+    json["tcp_" + std::to_string(streams) + "_streams"] = gbps;
+  }
+  DiskResult disk = DiskGBps(o.disk_dir, o.disk_bytes);
+  if (!disk.error.empty()) std::printf("disk: %s\n", disk.error.c_str());
+  std::printf("%-36s %10.2f\n", "disk write, O_DIRECT, 1 MiB blocks", disk.write_gbps);
+  std::printf("%-36s %10.2f\n", "disk read, O_DIRECT, 1 MiB blocks", disk.read_gbps);
+  json["disk_write_odirect"] = disk.write_gbps;
+  json["disk_read_odirect"] = disk.read_gbps;
+  json["disk_dir"] = o.disk_dir;
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << json.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace granary::bench

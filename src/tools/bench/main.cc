@@ -1,0 +1,40 @@
+// granary-bench: benchmark drivers. `granary-bench --help` lists the suites.
+#include <CLI/CLI.hpp>
+
+#include "tools/bench/bench.h"
+
+int main(int argc, char** argv) {
+  using namespace granary::bench;
+  CLI::App app{"granary-bench: benchmark drivers for Granary"};
+  app.require_subcommand(1);
+
+  MasterBenchOptions mo;
+  auto* master = app.add_subcommand("master", "control-plane ops/s against a running master");
+  master->add_option("--master", mo.master, "master address HOST:PORT")->capture_default_str();
+  master->add_option("--segments", mo.segments, "segments to mount")
+      ->capture_default_str()->check(CLI::Range(1u, 4096u));
+  master->add_option("--threads", mo.threads, "client thread counts to run")
+      ->capture_default_str()->delimiter(',');
+  master->add_option("--seconds", mo.seconds, "duration of each case")
+      ->capture_default_str()->check(CLI::Range(0.1, 600.0));
+  master->add_option("--batch", mo.batch, "keys per batch")
+      ->capture_default_str()->check(CLI::Range(1u, 65536u));
+  master->add_option("--value-size", mo.value_size, "object size in bytes")->capture_default_str();
+  master->add_option("--json", mo.json_path, "also write the results as JSON to this file");
+
+  LimitsOptions lo;
+  auto* limits = app.add_subcommand("limits", "this machine's memcpy, loopback TCP, disk GB/s");
+  limits->add_option("--seconds", lo.seconds, "duration of each measurement")
+      ->capture_default_str()->check(CLI::Range(0.1, 60.0));
+  limits->add_option("--disk-dir", lo.disk_dir, "directory for the O_DIRECT test file")
+      ->capture_default_str();
+  limits->add_option("--disk-bytes", lo.disk_bytes, "bytes written and read")->capture_default_str();
+  limits->add_option("--tcp-streams", lo.tcp_streams, "TCP stream counts")
+      ->capture_default_str()->delimiter(',');
+  limits->add_option("--json", lo.json_path, "also write the results as JSON to this file");
+
+  CLI11_PARSE(app, argc, argv);
+  if (master->parsed()) return RunMasterBench(mo);
+  if (limits->parsed()) return RunLimits(lo);
+  return 2;
+}
