@@ -80,7 +80,8 @@ void MasterServer::Shutdown() {
   if (housekeeping_.joinable()) housekeeping_.join();
   http_.Stop();
   if (grpc_) {
-    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // Calls in flight get a short grace; idle connections would otherwise hold it to the deadline.
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
     grpc_->Wait();
     grpc_.reset();
   }

@@ -127,6 +127,13 @@ grpc::Status MasterService::UnmountSegment(Ctx*, const proto::UnmountSegmentRequ
 grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequest* req,
                                            proto::ReMountSegmentResponse* resp) {
   CallScope scope(Metrics("ReMountSegment"), req->segments_size());
+  if (req->client_id().empty()) {
+    for (int i = 0; i < req->segments_size(); ++i) {
+      SetStatus(Status(ErrorCode::INVALID_PARAMS, "client id is empty"), resp->add_results());
+    }
+    scope.KeyErrors(req->segments_size());
+    return grpc::Status::OK;
+  }
   for (const auto& seg : req->segments()) {
     MountResult r = state_->Mount({req->client_id(), seg.name(), seg.size(), seg.endpoint()});
     SetStatus(r.status, resp->add_results());

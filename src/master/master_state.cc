@@ -41,6 +41,12 @@ Result<std::unique_ptr<RE2>> CompilePattern(const std::string& pattern) {
   }
   return re;
 }
+Status BatchLimit(size_t keys) {
+  if (keys <= kMaxBatchKeys) return Status::Ok();
+  return Status(ErrorCode::INVALID_PARAMS, "batch of " + std::to_string(keys) +
+                                               " keys exceeds the limit of " +
+                                               std::to_string(kMaxBatchKeys));
+}
 }  // namespace
 
 Status ValidateKey(std::string_view key) {
@@ -154,6 +160,7 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
 }
 
 PingResult MasterState::ApplyPing(const PingOp& op, int64_t now) {
+  if (op.client_id.empty()) return {};
   std::lock_guard lock(clients_mu_);
   auto [it, inserted] = client_last_seen_ms_.try_emplace(op.client_id, now);
   it->second = now;
@@ -201,10 +208,7 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
   }
   Status batch_error;
   if (op.client_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
-  if (op.keys.size() > kMaxBatchKeys) {
-    batch_error = Status(ErrorCode::INVALID_PARAMS, "batch exceeds " +
-                                                        std::to_string(kMaxBatchKeys) + " keys");
-  }
+  if (Status s = BatchLimit(op.keys.size()); !s.ok()) batch_error = s;
   if (op.config.replica_num > kMaxReplicas) {
     batch_error = Status(ErrorCode::INVALID_PARAMS, "replica_num " +
                                                         std::to_string(op.config.replica_num) +
@@ -291,6 +295,10 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
 
 std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
   std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
   if (op.checksums.size() != op.keys.size()) {
     std::fill(results.begin(), results.end(),
               Status(ErrorCode::INVALID_PARAMS, "keys and checksums differ in length"));
@@ -335,6 +343,10 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
 
 std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t now) {
   std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -367,8 +379,10 @@ std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t n
 std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaListOp& op,
                                                             int64_t now) {
   std::vector<ReadKeyResult> results(op.keys.size());
-  if (op.client_id.empty()) {
-    for (auto& r : results) r.status = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.client_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+  if (!batch_error.ok()) {
+    for (auto& r : results) r.status = batch_error;
     return results;
   }
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
@@ -411,6 +425,10 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
 
 std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t now) {
   std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -452,6 +470,10 @@ void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
 
 std::vector<Status> MasterState::ApplyRemove(const RemoveOp& op, int64_t now) {
   std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -605,6 +627,10 @@ size_t MasterState::deferred_free_count() const {
 
 std::vector<int32_t> MasterState::BatchExist(const std::vector<std::string>& keys) const {
   std::vector<int32_t> results(keys.size(), 0);
+  if (Status limit = BatchLimit(keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), static_cast<int32_t>(limit.code()));
+    return results;
+  }
   for (const auto& [shard_index, indices] : GroupByShard(keys)) {
     const Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -622,6 +648,10 @@ std::vector<int32_t> MasterState::BatchExist(const std::vector<std::string>& key
 
 std::vector<int64_t> MasterState::BatchGetSize(const std::vector<std::string>& keys) const {
   std::vector<int64_t> results(keys.size());
+  if (Status limit = BatchLimit(keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), static_cast<int64_t>(limit.code()));
+    return results;
+  }
   for (const auto& [shard_index, indices] : GroupByShard(keys)) {
     const Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -644,10 +674,7 @@ std::vector<int64_t> MasterState::BatchGetSize(const std::vector<std::string>& k
 }
 
 Result<uint32_t> MasterState::PrefixMatch(const std::vector<std::string>& keys) const {
-  if (keys.size() > kMaxBatchKeys) {
-    return Status(ErrorCode::INVALID_PARAMS,
-                  "batch exceeds " + std::to_string(kMaxBatchKeys) + " keys");
-  }
+  if (Status limit = BatchLimit(keys.size()); !limit.ok()) return limit;
   std::vector<int32_t> exist = BatchExist(keys);
   uint32_t matched = 0;
   while (matched < exist.size() && exist[matched] == 1) ++matched;
@@ -682,14 +709,16 @@ Result<QueryResult> MasterState::QueryByRegex(const std::string& pattern, size_t
   auto re = CompilePattern(pattern);
   if (!re.ok()) return re.status();
   QueryResult result;
+  size_t reply_bytes = 0;
   for (const auto& shard_ptr : shards_) {
     std::lock_guard lock(shard_ptr->mu);
     for (const auto& [key, meta] : shard_ptr->objects) {
       if (!meta.committed || !RE2::PartialMatch(key, **re)) continue;
-      if (result.objects.size() >= limit) {
+      if (result.objects.size() >= limit || reply_bytes + key.size() > kMaxQueryReplyBytes) {
         result.truncated = true;
         return result;
       }
+      reply_bytes += key.size();
       result.objects.push_back(
           {key, meta.committed->size, static_cast<uint32_t>(meta.committed->replicas.size())});
     }

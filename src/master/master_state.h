@@ -47,6 +47,7 @@ inline constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 40;  // 1 TiB
 inline constexpr size_t kMaxBatchKeys = 65'536;
 inline constexpr uint32_t kMaxReplicas = 64;
 inline constexpr size_t kMaxPatternBytes = 4096;
+inline constexpr size_t kMaxQueryReplyBytes = 64 << 20;  // keys in one QueryByRegex answer
 
 struct ObjectStat {
   bool committed = false;

@@ -21,6 +21,12 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const std::st
   if (auto it = by_name_.find(name); it != by_name_.end()) {
     const auto& existing = segments_.at(it->second)->identity;
     if (existing->client_id == client_id && existing->size == size) return existing->id;
+    if (existing->client_id == client_id) {
+      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
+                    "segment '" + name + "' is mounted by this client with size " +
+                        std::to_string(existing->size) + ", not " + std::to_string(size) +
+                        ": unmount it first");
+    }
     return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
                   "segment '" + name + "' is already mounted by client " + existing->client_id);
   }
