@@ -23,4 +23,7 @@ build/bin/granary-bench limits --json "$OUT-limits.json" --disk-dir "${GRANARY_B
 echo "== master: 128 segments, batches of 128 keys x 4 KiB, ${SECONDS_PER_CASE}s per case =="
 build/bin/granary-bench master --master "127.0.0.1:$PORT" --segments 128 --batch 128 \
   --value-size 4096 --threads 1,2,4 --seconds "$SECONDS_PER_CASE" --json "$OUT-master.json"
-echo "== raw results: $OUT-limits.json $OUT-master.json =="
+echo "== the state machine alone, in process (no RPC): same batches =="
+build/bin/granary-bench state --segments 128 --batch 128 --threads 1,2 --seconds "$SECONDS_PER_CASE" \
+  --json "$OUT-state.json"
+echo "== raw results: $OUT-limits.json $OUT-master.json $OUT-state.json =="

@@ -22,6 +22,18 @@ struct MasterBenchOptions {
 };
 int RunMasterBench(const MasterBenchOptions& options);
 
+// The master's state machine in process (no RPC): put = start + end + remove, get = replica list +
+// finish read, exist; keys/s per thread count.
+struct StateBenchOptions {
+  uint32_t segments = 128;
+  std::vector<int> threads = {1, 2};
+  double seconds = 2;
+  uint32_t batch = 128;
+  uint64_t value_size = 4096;
+  std::string json_path;
+};
+int RunStateBench(const StateBenchOptions& options);
+
 struct LimitsOptions {
   double seconds = 1;            // per measurement
   std::string disk_dir = "/tmp"; // where the O_DIRECT file goes

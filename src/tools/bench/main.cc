@@ -22,6 +22,18 @@ int main(int argc, char** argv) {
   master->add_option("--value-size", mo.value_size, "object size in bytes")->capture_default_str();
   master->add_option("--json", mo.json_path, "also write the results as JSON to this file");
 
+  StateBenchOptions so;
+  auto* state = app.add_subcommand("state", "the master's state machine in process, no RPC");
+  state->add_option("--segments", so.segments, "segments to mount")->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  state->add_option("--threads", so.threads, "thread counts to run")->capture_default_str()
+      ->delimiter(',');
+  state->add_option("--seconds", so.seconds, "duration of each case")->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  state->add_option("--batch", so.batch, "keys per batch")->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  state->add_option("--json", so.json_path, "also write the results as JSON to this file");
+
   LimitsOptions lo;
   auto* limits = app.add_subcommand("limits", "this machine's memcpy, loopback TCP, disk GB/s");
   limits->add_option("--seconds", lo.seconds, "duration of each measurement")
@@ -36,5 +48,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (master->parsed()) return RunMasterBench(mo);
   if (limits->parsed()) return RunLimits(lo);
+  if (state->parsed()) return RunStateBench(so);
   return 2;
 }

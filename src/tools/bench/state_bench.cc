@@ -1,0 +1,102 @@
+// granary-bench state: the master's state machine alone, in process, no RPC: what the metadata
+// work of a batch costs, so the `master` suite's figures can be split into state work and the
+// gRPC round trip around it.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "master/master_state.h"
+#include "tools/bench/bench.h"
+
+namespace granary::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename Body>
+double KeysPerSecond(int threads, double seconds, uint32_t batch, Body body) {
+  std::atomic<bool> stop{false};
+  std::vector<uint64_t> batches(threads, 0);
+  std::vector<std::thread> workers;
+  auto start = Clock::now();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        body(t, i);
+        batches[t]++;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& w : workers) w.join();
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  uint64_t total = 0;
+  for (uint64_t b : batches) total += b;
+  return total * batch / elapsed;
+}
+
+}  // namespace
+
+int RunStateBench(const StateBenchOptions& o) {
+  master::MasterPolicy policy;
+  master::MasterState state(policy, SystemClock::Instance());
+  for (uint32_t i = 0; i < o.segments; ++i) {
+    auto r = state.Mount({"node-" + std::to_string(i), "seg-" + std::to_string(i),
+                          uint64_t{1} << 30, "127.0.0.1:1"});
+    if (!r.status.ok()) return 1;
+  }
+  // Keys prepared up front: the suite measures the state machine, not string building.
+  const uint32_t kReadBatches = 64;
+  std::vector<std::vector<std::string>> read_batches(kReadBatches);
+  for (uint32_t b = 0; b < kReadBatches; ++b) {
+    for (uint32_t k = 0; k < o.batch; ++k) {
+      read_batches[b].push_back("model/read/" + std::to_string(b) + "/" + std::to_string(k));
+    }
+    state.PutStart({"loader", read_batches[b], std::vector<uint64_t>(o.batch, o.value_size), {}, false});
+    state.PutEnd({"loader", read_batches[b], std::vector<uint64_t>(o.batch, 1)});
+  }
+  std::vector<std::string> prefixes;
+  for (int t = 0; t < 64; ++t) prefixes.push_back("model/put/" + std::to_string(t) + "/");
+
+  std::printf("%-6s %7s %14s\n", "op", "threads", "keys/s");
+  nlohmann::json json = nlohmann::json::array();
+  for (int threads : o.threads) {
+    std::atomic<uint64_t> generation{0};
+    double put = KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
+      std::vector<std::string> keys;
+      keys.reserve(o.batch);
+      uint64_t g = generation.fetch_add(1, std::memory_order_relaxed);
+      for (uint32_t k = 0; k < o.batch; ++k) {
+        keys.push_back(prefixes[t] + std::to_string(g) + "/" + std::to_string(k));
+      }
+      std::string client = "writer-" + std::to_string(t);
+      state.PutStart({client, keys, std::vector<uint64_t>(o.batch, o.value_size), {}, false});
+      state.PutEnd({client, keys, std::vector<uint64_t>(o.batch, 1)});
+      state.Remove({keys, false});  // keeps the working set, and the allocator, steady
+    });
+    double get = KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
+      const auto& keys = read_batches[(i * 7 + t * 13) % kReadBatches];
+      std::string client = "reader-" + std::to_string(t);
+      state.GetReplicaList({client, keys});
+      state.FinishRead({client, keys});
+    });
+    double exist = KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
+      state.BatchExist(read_batches[(i * 7 + t * 13) % kReadBatches]);
+    });
+    for (auto [op, v] : {std::pair{"put", put}, {"get", get}, {"exist", exist}}) {
+      std::printf("%-6s %7d %14.0f\n", op, threads, v);
+      json.push_back({{"op", op}, {"threads", threads}, {"keys_per_s", v}, {"batch", o.batch}});
+    }
+  }
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << json.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace granary::bench
