@@ -35,6 +35,10 @@ size_t FillStatuses(const std::vector<Status>& statuses, proto::BatchStatusRespo
   return errors;
 }
 
+SegmentSpec FromProto(const proto::SegmentSpec& s) {
+  return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token()};
+}
+
 PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
   PlacementConfig p;
   p.replica_num = c.replica_num();
@@ -90,6 +94,7 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
     r->set_endpoint(segment->endpoint);
     r->set_offset(e.offset);
     r->set_length(e.length);
+    r->set_token(segment->token);
   }
 }
 
@@ -98,8 +103,7 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
 grpc::Status MasterService::MountSegment(Ctx*, const proto::MountSegmentRequest* req,
                                          proto::MountSegmentResponse* resp) {
   CallScope scope(Metrics("MountSegment"), 1);
-  const auto& seg = req->segment();
-  MountResult r = state_->Mount({req->client_id(), seg.name(), seg.size(), seg.endpoint()});
+  MountResult r = state_->Mount({req->client_id(), FromProto(req->segment())});
   resp->set_code(Code(r.status));
   resp->set_message(r.status.message());
   resp->set_segment_id(r.segment_id);
@@ -135,7 +139,7 @@ grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequ
     return grpc::Status::OK;
   }
   for (const auto& seg : req->segments()) {
-    MountResult r = state_->Mount({req->client_id(), seg.name(), seg.size(), seg.endpoint()});
+    MountResult r = state_->Mount({req->client_id(), FromProto(seg)});
     SetStatus(r.status, resp->add_results());
     scope.KeyErrors(!r.status.ok());
   }
@@ -158,6 +162,9 @@ grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*
     info->set_free_bytes(u.stats.free_bytes);
     info->set_largest_free_block(u.stats.largest_free_block);
     info->set_object_count(u.replica_count);
+    info->set_shm_name(u.identity->shm_name);
+    info->set_host_id(u.identity->host_id);
+    info->set_token(u.identity->token);
   }
   resp->set_view_version(state_->segments().view_version());
   return grpc::Status::OK;

@@ -118,7 +118,7 @@ std::vector<std::pair<size_t, std::vector<size_t>>> MasterState::GroupByShard(
 // Segments and clients
 
 MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
-  auto id = segments_.Mount(op.client_id, op.name, op.size, op.endpoint);
+  auto id = segments_.Mount(op.client_id, op.segment);
   if (!id.ok()) return {id.status(), 0};
   std::lock_guard lock(clients_mu_);
   client_last_seen_ms_[op.client_id] = now;

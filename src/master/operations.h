@@ -26,9 +26,7 @@ struct PlacementConfig {
 
 struct MountSegmentOp {
   std::string client_id;
-  std::string name;
-  uint64_t size = 0;
-  std::string endpoint;
+  SegmentSpec segment;
 };
 struct UnmountSegmentOp {
   std::string client_id;  // empty: the master itself, e.g. expiring a dead node

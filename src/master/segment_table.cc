@@ -1,11 +1,19 @@
 #include "master/segment_table.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace granary::master {
 
-Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const std::string& name,
-                                     uint64_t size, const std::string& endpoint) {
+SegmentTable::SegmentTable()
+    : next_id_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count())
+               << 16) {}
+
+Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const SegmentSpec& spec) {
+  const std::string& name = spec.name;
+  const uint64_t size = spec.size;
   if (name.empty()) return Status(ErrorCode::INVALID_PARAMS, "segment name is empty");
   if (client_id.empty()) return Status(ErrorCode::INVALID_PARAMS, "client id is empty");
   if (size < OffsetAllocator::kAlignment) {
@@ -20,7 +28,10 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const std::st
   std::unique_lock lock(mu_);
   if (auto it = by_name_.find(name); it != by_name_.end()) {
     const auto& existing = segments_.at(it->second)->identity;
-    if (existing->client_id == client_id && existing->size == size) return existing->id;
+    if (existing->client_id == client_id && existing->size == size &&
+        existing->token == spec.token) {
+      return existing->id;
+    }
     if (existing->client_id == client_id) {
       return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
                     "segment '" + name + "' is mounted by this client with size " +
@@ -34,8 +45,11 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const std::st
   identity->id = next_id_++;
   identity->name = name;
   identity->client_id = client_id;
-  identity->endpoint = endpoint;
+  identity->endpoint = spec.endpoint;
   identity->size = size;
+  identity->shm_name = spec.shm_name;
+  identity->host_id = spec.host_id;
+  identity->token = spec.token;
   auto segment = std::make_unique<Segment>(identity, size);
   total_capacity_ += segment->allocator.capacity();
   by_name_[name] = identity->id;

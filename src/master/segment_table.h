@@ -34,6 +34,19 @@ struct SegmentIdentity {
   std::string client_id;  // the process that contributed the memory
   std::string endpoint;   // its data-plane address
   uint64_t size = 0;
+  std::string shm_name;   // for clients on the same host
+  std::string host_id;
+  uint64_t token = 0;     // per node process; guards the data plane against stale metadata
+};
+
+// What a node says about a segment when it mounts it.
+struct SegmentSpec {
+  std::string name;
+  uint64_t size = 0;
+  std::string endpoint;
+  std::string shm_name;
+  std::string host_id;
+  uint64_t token = 0;
 };
 
 struct SegmentUsage {
@@ -52,10 +65,13 @@ struct Extent {
 
 class SegmentTable {
  public:
-  // Mounts a segment. Same name, same client: returns the existing id (idempotent remount).
-  // Same name, other client: SEGMENT_ALREADY_EXISTS.
-  Result<uint64_t> Mount(const std::string& client_id, const std::string& name, uint64_t size,
-                         const std::string& endpoint);
+  // Ids start from the wall clock in ms << 16 at construction, so a restarted master never
+  // hands out an id a client may still have cached for another segment.
+  SegmentTable();
+
+  // Mounts a segment. Same name, same client, same size and token: returns the existing id
+  // (idempotent remount). Same name otherwise: SEGMENT_ALREADY_EXISTS.
+  Result<uint64_t> Mount(const std::string& client_id, const SegmentSpec& spec);
   // Removes the segment; its extents become invalid. SEGMENT_NOT_FOUND or ILLEGAL_CLIENT on misuse
   // (an empty client_id skips the owner check, for the master's own expiry of dead clients).
   Result<uint64_t> Unmount(const std::string& client_id, const std::string& name);
@@ -100,7 +116,7 @@ class SegmentTable {
   mutable std::shared_mutex mu_;
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;  // ordered: stable placement order
   std::unordered_map<std::string, uint64_t> by_name_;
-  uint64_t next_id_ = 1;
+  uint64_t next_id_;
   std::atomic<uint64_t> rotation_{0};
   std::atomic<uint64_t> total_capacity_{0};
   std::atomic<uint64_t> used_bytes_{0};

@@ -12,7 +12,7 @@ constexpr uint64_t kMiB = 1 << 20;
 class EvictorTest : public ::testing::Test {
  protected:
   explicit EvictorTest(MasterPolicy policy = {}) : state_(policy, &clock_), evictor_(&state_) {
-    EXPECT_TRUE(state_.Mount({"node", "seg", 100 * kMiB, ""}).status.ok());
+    EXPECT_TRUE(state_.Mount({"node", {"seg", 100 * kMiB, ""}}).status.ok());
   }
 
   void Put(const std::string& key, uint64_t size, PlacementConfig config = {}) {
@@ -150,7 +150,7 @@ TEST_F(EvictorTest, EvictForAllocationFreesAtLeastTheRatio) {
 }
 
 TEST_F(EvictorTest, ReplicasCountTowardsFreedBytes) {
-  ASSERT_TRUE(state_.Mount({"node2", "seg2", 100 * kMiB, ""}).status.ok());
+  ASSERT_TRUE(state_.Mount({"node2", {"seg2", 100 * kMiB, ""}}).status.ok());
   PlacementConfig two;
   two.replica_num = 2;
   Put("a", kMiB, two);

@@ -24,7 +24,7 @@ class MasterStateTest : public ::testing::Test {
   }
 
   uint64_t MountSeg(const std::string& client, const std::string& name, uint64_t size) {
-    MountResult r = state_.Mount({client, name, size, "127.0.0.1:1"});
+    MountResult r = state_.Mount({client, {name, size, "127.0.0.1:1"}});
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     return r.segment_id;
   }
@@ -301,12 +301,12 @@ TEST_F(MasterStateTest, UnmountDropsReplicasButKeepsOtherCopies) {
 
 TEST_F(MasterStateTest, SegmentOwnership) {
   MountSeg("n1", "s1", 64 * kMiB);
-  EXPECT_EQ(state_.Mount({"n2", "s1", 64 * kMiB, ""}).status.code(),
+  EXPECT_EQ(state_.Mount({"n2", {"s1", 64 * kMiB, ""}}).status.code(),
             ErrorCode::SEGMENT_ALREADY_EXISTS);
-  EXPECT_TRUE(state_.Mount({"n1", "s1", 64 * kMiB, ""}).status.ok()) << "idempotent remount";
+  EXPECT_TRUE(state_.Mount({"n1", {"s1", 64 * kMiB, ""}}).status.ok()) << "idempotent remount";
   EXPECT_EQ(state_.Unmount({"n2", "s1"}).status.code(), ErrorCode::ILLEGAL_CLIENT);
   EXPECT_EQ(state_.Unmount({"n1", "nope"}).status.code(), ErrorCode::SEGMENT_NOT_FOUND);
-  EXPECT_EQ(state_.Mount({"n1", "tiny", 0, ""}).status.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(state_.Mount({"n1", {"tiny", 0, ""}}).status.code(), ErrorCode::INVALID_PARAMS);
   uint64_t before = state_.segments().view_version();
   EXPECT_TRUE(state_.Unmount({"n1", "s1"}).status.ok());
   EXPECT_GT(state_.segments().view_version(), before);

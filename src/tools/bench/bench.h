@@ -43,5 +43,20 @@ struct LimitsOptions {
 };
 // The machine's own ceilings: memcpy, loopback TCP, sequential disk with O_DIRECT.
 int RunLimits(const LimitsOptions& options);
+// Single-thread memcpy of `chunk`-byte blocks over buffers larger than the caches.
+double MemcpyGBps(size_t chunk, double seconds);
+// `streams` loopback TCP connections sending 1 MiB writes; -1 if sockets fail.
+double LoopbackTcpGBps(int streams, double seconds);
+
+// Object put/get throughput and latency through a running store, by path (shm, tcp) and size.
+struct TransferBenchOptions {
+  std::string master = "127.0.0.1:50051";
+  std::vector<std::string> sizes = {"64KiB", "1MiB", "4MiB", "16MiB"};
+  std::vector<std::string> paths = {"shm", "tcp"};
+  double seconds = 2;
+  int threads = 1;
+  std::string json_path;
+};
+int RunTransferBench(const TransferBenchOptions& options);
 
 }  // namespace granary::bench

@@ -40,6 +40,8 @@ struct AlignedBuffer {
   size_t size;
 };
 
+}  // namespace
+
 // memcpy of `chunk`-byte blocks across two 256 MiB buffers (larger than any cache).
 double MemcpyGBps(size_t chunk, double seconds) {
   constexpr size_t kSpan = 256 << 20;
@@ -107,6 +109,8 @@ double LoopbackTcpGBps(int streams, double seconds) {
   for (uint64_t b : received) total += b;
   return total / elapsed / 1e9;
 }
+
+namespace {
 
 struct DiskResult {
   double write_gbps = -1;

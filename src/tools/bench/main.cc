@@ -34,6 +34,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 65536u));
   state->add_option("--json", so.json_path, "also write the results as JSON to this file");
 
+  TransferBenchOptions to;
+  auto* transfer = app.add_subcommand("transfer", "object put/get GB/s and latency, shm and TCP");
+  transfer->add_option("--master", to.master, "master address HOST:PORT")->capture_default_str();
+  transfer->add_option("--sizes", to.sizes, "object sizes")->capture_default_str()->delimiter(',');
+  transfer->add_option("--paths", to.paths, "shm, tcp")->capture_default_str()->delimiter(',')
+      ->check(CLI::IsMember({"shm", "tcp"}));
+  transfer->add_option("--seconds", to.seconds, "duration of each case")->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  transfer->add_option("--threads", to.threads, "client threads")->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  transfer->add_option("--json", to.json_path, "also write the results as JSON to this file");
+
   LimitsOptions lo;
   auto* limits = app.add_subcommand("limits", "this machine's memcpy, loopback TCP, disk GB/s");
   limits->add_option("--seconds", lo.seconds, "duration of each measurement")
@@ -49,5 +61,6 @@ int main(int argc, char** argv) {
   if (master->parsed()) return RunMasterBench(mo);
   if (limits->parsed()) return RunLimits(lo);
   if (state->parsed()) return RunStateBench(so);
+  if (transfer->parsed()) return RunTransferBench(to);
   return 2;
 }

@@ -48,8 +48,8 @@ int RunStateBench(const StateBenchOptions& o) {
   master::MasterPolicy policy;
   master::MasterState state(policy, SystemClock::Instance());
   for (uint32_t i = 0; i < o.segments; ++i) {
-    auto r = state.Mount({"node-" + std::to_string(i), "seg-" + std::to_string(i),
-                          uint64_t{1} << 30, "127.0.0.1:1"});
+    auto r = state.Mount({"node-" + std::to_string(i),
+                          {"seg-" + std::to_string(i), uint64_t{1} << 30, "127.0.0.1:1"}});
     if (!r.status.ok()) return 1;
   }
   // Keys prepared up front: the suite measures the state machine, not string building.

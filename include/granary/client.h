@@ -1,0 +1,152 @@
+// granary/client.h - the Granary client: put and get objects in a Granary store.
+//
+// Promise: a Get never returns wrong, stale or partial bytes. Every object carries an XXH3-64
+// checksum set by its writer; a reader verifies it and, on a mismatch, tries the next replica;
+// CHECKSUM_MISMATCH is returned only when no replica verifies. A miss is OBJECT_NOT_FOUND, an
+// error is any other code: the two are never confused. Objects are write-once: Put of a key that
+// exists (or is being written) succeeds and keeps the old value; Upsert replaces it.
+// Transport: a replica on this host is read and written with one memcpy through its shared
+// memory; any other over TCP, striped over several connections for large objects.
+// Ownership: the Client owns its connections, mappings and, when segment_size > 0, an embedded
+// storage node contributing that much memory. Buffers passed in stay the caller's.
+// Thread safety: every method may be called from many threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granary/status.h"
+
+namespace granary {
+
+using ByteSpan = std::span<const std::byte>;
+using MutableByteSpan = std::span<std::byte>;
+
+struct ReplicateConfig {
+  uint32_t replica_num = 1;        // memory replicas, on distinct segments, best effort
+  bool with_soft_pin = false;      // evicted only after every unpinned object
+  bool with_hard_pin = false;      // never evicted; still removable
+  std::vector<std::string> preferred_segments;  // tried first, then the others
+  uint64_t soft_pin_ttl_ms = 0;    // 0: the master's default
+};
+
+struct ClientOptions {
+  std::string master_address = "127.0.0.1:50051";
+  // > 0: this process contributes a segment of this many bytes (an embedded node).
+  uint64_t segment_size = 0;
+  std::string segment_name;        // embedded node's segment name (default: hostname-pid)
+  std::string data_host = "127.0.0.1";  // embedded node's data-plane bind address
+  uint16_t data_port = 0;
+  int rpc_timeout_ms = 10'000;
+  int io_timeout_ms = 30'000;
+  size_t connections_per_node = 4;
+  uint64_t stripe_threshold = 4 << 20;  // objects above this go over several connections
+  bool use_shared_memory = true;   // false: always TCP, even on this host
+  size_t io_threads = 4;           // transfers of one batch run in parallel on these
+};
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  uint32_t replica_count = 0;
+};
+
+struct ReplicaInfo {
+  std::string segment_name;
+  std::string endpoint;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct ObjectStat {
+  std::string state;  // COMPLETE, PROCESSING or COMPLETE+PROCESSING
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::vector<ReplicaInfo> replicas;
+  uint32_t read_locks = 0;
+  bool hard_pinned = false;
+  bool soft_pinned = false;
+  uint64_t idle_ms = 0;
+};
+
+struct SegmentStatus {
+  std::string name;
+  std::string node_id;
+  std::string endpoint;
+  uint64_t size = 0;
+  uint64_t used_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t largest_free_block = 0;
+  uint64_t replicas = 0;
+};
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  virtual ~Client() = default;
+
+  // ---- single key ----
+  virtual Status Put(std::string_view key, ByteSpan value, const ReplicateConfig& config = {}) = 0;
+  // The concatenation of parts, stored as one object.
+  virtual Status PutParts(std::string_view key, const std::vector<ByteSpan>& parts,
+                          const ReplicateConfig& config = {}) = 0;
+  virtual Status Upsert(std::string_view key, ByteSpan value,
+                        const ReplicateConfig& config = {}) = 0;
+  virtual Result<std::vector<std::byte>> Get(std::string_view key) = 0;
+  // Copies the object into buffer and returns its size; BUFFER_OVERFLOW (nothing copied) if the
+  // buffer is smaller than the object.
+  virtual Result<uint64_t> GetInto(std::string_view key, MutableByteSpan buffer) = 0;
+  virtual Result<bool> Exist(std::string_view key) = 0;
+  virtual Result<uint64_t> GetSize(std::string_view key) = 0;
+  virtual Status Remove(std::string_view key, bool force = false) = 0;
+  virtual Result<ObjectStat> Stat(std::string_view key) = 0;
+
+  // ---- batches: one result per key, in order ----
+  virtual std::vector<Status> BatchPut(const std::vector<std::string>& keys,
+                                       const std::vector<ByteSpan>& values,
+                                       const ReplicateConfig& config = {}) = 0;
+  // Each object gathered from several buffers.
+  virtual std::vector<Status> BatchPutParts(const std::vector<std::string>& keys,
+                                            const std::vector<std::vector<ByteSpan>>& parts,
+                                            const ReplicateConfig& config = {}) = 0;
+  virtual std::vector<Status> BatchUpsert(const std::vector<std::string>& keys,
+                                          const std::vector<ByteSpan>& values,
+                                          const ReplicateConfig& config = {}) = 0;
+  virtual std::vector<Result<std::vector<std::byte>>> BatchGet(
+      const std::vector<std::string>& keys) = 0;
+  virtual std::vector<Result<uint64_t>> BatchGetInto(const std::vector<std::string>& keys,
+                                                     const std::vector<MutableByteSpan>& buffers) = 0;
+  // Each object scattered over several buffers, filled in order; their total must hold it.
+  virtual std::vector<Result<uint64_t>> BatchGetIntoParts(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<MutableByteSpan>>& buffers) = 0;
+  virtual std::vector<Result<bool>> BatchExist(const std::vector<std::string>& keys) = 0;
+  virtual std::vector<Result<uint64_t>> BatchGetSize(const std::vector<std::string>& keys) = 0;
+  // How many leading keys are stored: "how much of my prompt is cached?" in one call.
+  virtual Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) = 0;
+  virtual std::vector<Status> BatchRemove(const std::vector<std::string>& keys,
+                                          bool force = false) = 0;
+
+  // ---- many keys by pattern (RE2, searched anywhere in the key; anchor with ^ and $) ----
+  virtual Result<uint64_t> RemoveByRegex(const std::string& pattern, bool force = false) = 0;
+  virtual Result<std::vector<ObjectInfo>> QueryByRegex(const std::string& pattern,
+                                                       uint32_t limit = 0) = 0;
+  virtual Result<uint64_t> RemoveAll(bool force = false) = 0;
+
+  // ---- the store ----
+  virtual Result<std::vector<SegmentStatus>> ListSegments() = 0;
+  // OK if the master answers.
+  virtual Status Health() = 0;
+  // This client's id with the master, and the embedded node's segment name (empty if none).
+  virtual const std::string& client_id() const = 0;
+  virtual const std::string& segment_name() const = 0;
+  // Stops the embedded node (unmounting its segment) and releases pending read locks.
+  virtual void Close() = 0;
+};
+
+}  // namespace granary

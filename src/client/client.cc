@@ -1,0 +1,553 @@
+// The Client implementation: the two-phase protocol of DESIGN.md over gRPC (metadata) and
+// ReplicaIo (bytes).
+#include "granary/client.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "client/replica_io.h"
+#include "client/segment_directory.h"
+#include "common/checksum.h"
+#include "common/host.h"
+#include "common/thread_pool.h"
+#include "granary/proto/master.grpc.pb.h"
+#include "node/storage_node.h"
+#include "proto/rpc_util.h"
+
+namespace granary {
+namespace {
+
+using client::ReplicaIo;
+using client::SegmentDirectory;
+
+uint64_t TotalSize(const auto& parts) {
+  uint64_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  return total;
+}
+
+proto::ReplicateConfig ToProto(const ReplicateConfig& c) {
+  proto::ReplicateConfig out;
+  out.set_replica_num(c.replica_num);
+  out.set_with_soft_pin(c.with_soft_pin);
+  out.set_with_hard_pin(c.with_hard_pin);
+  for (const auto& s : c.preferred_segments) out.add_preferred_segments(s);
+  out.set_soft_pin_ttl_ms(c.soft_pin_ttl_ms);
+  return out;
+}
+
+class ClientImpl final : public Client {
+ public:
+  explicit ClientImpl(const ClientOptions& options)
+      : options_(options),
+        client_id_(UniqueProcessId("client")),
+        master_(proto::Master::NewStub(rpc::MakeChannel(options.master_address))),
+        directory_(master_.get(), HostId(), options.rpc_timeout_ms),
+        tcp_(TcpOptions(options)),
+        io_(&directory_, &mappings_, &tcp_, options.use_shared_memory),
+        pool_(options.io_threads) {}
+
+  ~ClientImpl() override { Close(); }
+
+  Status Init() {
+    if (options_.segment_size > 0) {
+      node::StorageNodeOptions n;
+      n.master_address = options_.master_address;
+      n.segment_name = options_.segment_name;
+      n.segment_size = options_.segment_size;
+      n.listen_host = options_.data_host;
+      n.port = options_.data_port;
+      auto node = node::StorageNode::Start(n);
+      if (!node.ok()) return node.status();
+      node_ = std::move(*node);
+      if (!node_->mounted()) {
+        return Status(ErrorCode::RPC_FAIL,
+                      "master " + options_.master_address + " is unreachable; segment not mounted");
+      }
+      segment_name_ = node_->segment_name();
+    }
+    return Status::Ok();
+  }
+
+  // ---- writes ----
+
+  Status Put(std::string_view key, ByteSpan value, const ReplicateConfig& config) override {
+    return PutCore({std::string(key)}, {{value}}, config, false)[0];
+  }
+  Status PutParts(std::string_view key, const std::vector<ByteSpan>& parts,
+                  const ReplicateConfig& config) override {
+    return PutCore({std::string(key)}, {parts}, config, false)[0];
+  }
+  Status Upsert(std::string_view key, ByteSpan value, const ReplicateConfig& config) override {
+    return PutCore({std::string(key)}, {{value}}, config, true)[0];
+  }
+  std::vector<Status> BatchPut(const std::vector<std::string>& keys,
+                               const std::vector<ByteSpan>& values,
+                               const ReplicateConfig& config) override {
+    return PutCore(keys, AsParts(values, keys.size()), config, false);
+  }
+  std::vector<Status> BatchPutParts(const std::vector<std::string>& keys,
+                                    const std::vector<std::vector<ByteSpan>>& parts,
+                                    const ReplicateConfig& config) override {
+    if (parts.size() != keys.size()) return Fill(keys.size(), Mismatch("parts"));
+    return PutCore(keys, parts, config, false);
+  }
+  std::vector<Status> BatchUpsert(const std::vector<std::string>& keys,
+                                  const std::vector<ByteSpan>& values,
+                                  const ReplicateConfig& config) override {
+    return PutCore(keys, AsParts(values, keys.size()), config, true);
+  }
+
+  // ---- reads ----
+
+  Result<std::vector<std::byte>> Get(std::string_view key) override {
+    return std::move(BatchGet({std::string(key)})[0]);
+  }
+  Result<uint64_t> GetInto(std::string_view key, MutableByteSpan buffer) override {
+    return std::move(BatchGetInto({std::string(key)}, {buffer})[0]);
+  }
+  std::vector<Result<std::vector<std::byte>>> BatchGet(
+      const std::vector<std::string>& keys) override {
+    std::vector<std::vector<std::byte>> storage(keys.size());
+    auto sizes = GetCore(keys, [&](size_t i, uint64_t size) -> Result<std::vector<MutableByteSpan>> {
+      storage[i].resize(size);
+      return std::vector<MutableByteSpan>{MutableByteSpan(storage[i])};
+    });
+    std::vector<Result<std::vector<std::byte>>> out;
+    out.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (sizes[i].ok()) {
+        out.emplace_back(std::move(storage[i]));
+      } else {
+        out.emplace_back(sizes[i].status());
+      }
+    }
+    return out;
+  }
+  std::vector<Result<uint64_t>> BatchGetInto(const std::vector<std::string>& keys,
+                                             const std::vector<MutableByteSpan>& buffers) override {
+    if (buffers.size() != keys.size()) return FillResult<uint64_t>(keys.size(), Mismatch("buffers"));
+    return GetCore(keys, [&](size_t i, uint64_t size) -> Result<std::vector<MutableByteSpan>> {
+      if (buffers[i].size() < size) return TooSmall(buffers[i].size(), size);
+      return std::vector<MutableByteSpan>{buffers[i].subspan(0, size)};
+    });
+  }
+  std::vector<Result<uint64_t>> BatchGetIntoParts(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<MutableByteSpan>>& buffers) override {
+    if (buffers.size() != keys.size()) return FillResult<uint64_t>(keys.size(), Mismatch("buffers"));
+    return GetCore(keys, [&](size_t i, uint64_t size) -> Result<std::vector<MutableByteSpan>> {
+      if (TotalSize(buffers[i]) < size) return TooSmall(TotalSize(buffers[i]), size);
+      std::vector<MutableByteSpan> parts;
+      uint64_t left = size;
+      for (const auto& b : buffers[i]) {
+        if (left == 0) break;
+        uint64_t take = std::min<uint64_t>(left, b.size());
+        parts.push_back(b.subspan(0, take));
+        left -= take;
+      }
+      return parts;
+    });
+  }
+
+  // ---- queries ----
+
+  Result<bool> Exist(std::string_view key) override {
+    return std::move(BatchExist({std::string(key)})[0]);
+  }
+  std::vector<Result<bool>> BatchExist(const std::vector<std::string>& keys) override {
+    proto::BatchExistRequest req;
+    for (const auto& k : keys) req.add_keys(k);
+    proto::BatchExistResponse resp;
+    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
+      return master_->BatchExist(ctx, req, &resp);
+    }, "exist");
+    if (!s.ok() || resp.results_size() != static_cast<int>(keys.size())) {
+      return FillResult<bool>(keys.size(), s.ok() ? Malformed() : s);
+    }
+    std::vector<Result<bool>> out;
+    for (int32_t r : resp.results()) {
+      if (r < 0) {
+        out.emplace_back(Status(ErrorCodeFromInt(r), "exist"));
+      } else {
+        out.emplace_back(r == 1);
+      }
+    }
+    return out;
+  }
+  Result<uint64_t> GetSize(std::string_view key) override {
+    return std::move(BatchGetSize({std::string(key)})[0]);
+  }
+  std::vector<Result<uint64_t>> BatchGetSize(const std::vector<std::string>& keys) override {
+    proto::BatchGetSizeRequest req;
+    for (const auto& k : keys) req.add_keys(k);
+    proto::BatchGetSizeResponse resp;
+    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
+      return master_->BatchGetSize(ctx, req, &resp);
+    }, "get size");
+    if (!s.ok() || resp.results_size() != static_cast<int>(keys.size())) {
+      return FillResult<uint64_t>(keys.size(), s.ok() ? Malformed() : s);
+    }
+    std::vector<Result<uint64_t>> out;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      int64_t r = resp.results(static_cast<int>(i));
+      if (r < 0) {
+        out.emplace_back(Status(ErrorCodeFromInt(static_cast<int32_t>(r)), "'" + keys[i] + "'"));
+      } else {
+        out.emplace_back(static_cast<uint64_t>(r));
+      }
+    }
+    return out;
+  }
+  Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) override {
+    proto::BatchPrefixMatchRequest req;
+    for (const auto& k : keys) req.add_keys(k);
+    proto::BatchPrefixMatchResponse resp;
+    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
+      return master_->BatchPrefixMatch(ctx, req, &resp);
+    }, "prefix match");
+    if (!s.ok()) return s;
+    if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
+    return resp.matched();
+  }
+  Result<ObjectStat> Stat(std::string_view key) override {
+    proto::StatObjectRequest req;
+    req.set_key(std::string(key));
+    proto::StatObjectResponse resp;
+    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
+      return master_->StatObject(ctx, req, &resp);
+    }, "stat");
+    if (!s.ok()) return s;
+    if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
+    ObjectStat stat;
+    stat.state = resp.state();
+    stat.size = resp.size();
+    stat.checksum = resp.checksum();
+    for (const auto& r : resp.replicas()) {
+      stat.replicas.push_back({r.segment_name(), r.endpoint(), r.offset(), r.length()});
+    }
+    stat.read_locks = resp.read_locks();
+    stat.hard_pinned = resp.hard_pinned();
+    stat.soft_pinned = resp.soft_pinned();
+    stat.idle_ms = resp.idle_ms();
+    return stat;
+  }
+
+  // ---- removal ----
+
+  Status Remove(std::string_view key, bool force) override {
+    return BatchRemove({std::string(key)}, force)[0];
+  }
+  std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override {
+    proto::BatchRemoveRequest req;
+    req.set_client_id(client_id_);
+    for (const auto& k : keys) req.add_keys(k);
+    req.set_force(force);
+    proto::BatchStatusResponse resp;
+    Status s = Call([&](grpc::ClientContext* ctx) { return master_->BatchRemove(ctx, req, &resp); },
+                    "remove");
+    return Statuses(s, resp, keys.size());
+  }
+  Result<uint64_t> RemoveByRegex(const std::string& pattern, bool force) override {
+    proto::RegexRequest req;
+    req.set_pattern(pattern);
+    req.set_force(force);
+    proto::RemoveCountResponse resp;
+    Status s = Call([&](grpc::ClientContext* ctx) {
+      return master_->RemoveByRegex(ctx, req, &resp);
+    }, "remove by regex");
+    if (!s.ok()) return s;
+    if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
+    return resp.removed();
+  }
+  Result<std::vector<ObjectInfo>> QueryByRegex(const std::string& pattern,
+                                               uint32_t limit) override {
+    proto::RegexRequest req;
+    req.set_pattern(pattern);
+    req.set_limit(limit);
+    proto::QueryByRegexResponse resp;
+    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
+      return master_->QueryByRegex(ctx, req, &resp);
+    }, "query by regex");
+    if (!s.ok()) return s;
+    if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
+    std::vector<ObjectInfo> out;
+    for (const auto& o : resp.objects()) out.push_back({o.key(), o.size(), o.replica_count()});
+    return out;
+  }
+  Result<uint64_t> RemoveAll(bool force) override {
+    proto::RemoveAllRequest req;
+    req.set_force(force);
+    proto::RemoveCountResponse resp;
+    Status s = Call([&](grpc::ClientContext* ctx) { return master_->RemoveAll(ctx, req, &resp); },
+                    "remove all");
+    if (!s.ok()) return s;
+    if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
+    return resp.removed();
+  }
+
+  // ---- the store ----
+
+  Result<std::vector<SegmentStatus>> ListSegments() override {
+    proto::ListSegmentsResponse resp;
+    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
+      return master_->ListSegments(ctx, proto::ListSegmentsRequest(), &resp);
+    }, "list segments");
+    if (!s.ok()) return s;
+    std::vector<SegmentStatus> out;
+    for (const auto& i : resp.segments()) {
+      out.push_back({i.name(), i.node_id(), i.endpoint(), i.size(), i.used_bytes(),
+                     i.free_bytes(), i.largest_free_block(), i.object_count()});
+    }
+    return out;
+  }
+  Status Health() override {
+    proto::PingRequest req;
+    req.set_client_id(client_id_);
+    proto::PingResponse resp;
+    return Call([&](grpc::ClientContext* ctx) { return master_->Ping(ctx, req, &resp); }, "ping");
+  }
+  const std::string& client_id() const override { return client_id_; }
+  const std::string& segment_name() const override { return segment_name_; }
+  void Close() override {
+    std::lock_guard lock(close_mu_);
+    if (node_) node_->Stop();
+    node_.reset();
+  }
+
+ private:
+  static transfer::TcpTransport::Options TcpOptions(const ClientOptions& o) {
+    transfer::TcpTransport::Options t;
+    t.connections_per_endpoint = o.connections_per_node;
+    t.stripe_threshold = o.stripe_threshold;
+    t.io_timeout_ms = o.io_timeout_ms;
+    return t;
+  }
+  static Status Mismatch(const char* what) {
+    return Status(ErrorCode::INVALID_PARAMS, std::string("keys and ") + what + " differ in count");
+  }
+  static Status Malformed() { return Status(ErrorCode::RPC_FAIL, "malformed reply from master"); }
+  static Status TooSmall(uint64_t have, uint64_t need) {
+    return Status(ErrorCode::BUFFER_OVERFLOW, "buffer of " + std::to_string(have) +
+                                                  " bytes is smaller than the object's " +
+                                                  std::to_string(need));
+  }
+  static std::vector<Status> Fill(size_t n, const Status& s) { return std::vector<Status>(n, s); }
+  template <typename T>
+  static std::vector<Result<T>> FillResult(size_t n, const Status& s) {
+    return std::vector<Result<T>>(n, Result<T>(s));
+  }
+  static std::vector<std::vector<ByteSpan>> AsParts(const std::vector<ByteSpan>& values, size_t n) {
+    std::vector<std::vector<ByteSpan>> parts;
+    if (values.size() != n) return parts;
+    parts.reserve(n);
+    for (const auto& v : values) parts.push_back({v});
+    return parts;
+  }
+  static std::vector<Status> Statuses(const Status& call, const proto::BatchStatusResponse& resp,
+                                      size_t n) {
+    if (!call.ok()) return Fill(n, call);
+    if (resp.results_size() != static_cast<int>(n)) return Fill(n, Malformed());
+    std::vector<Status> out;
+    out.reserve(n);
+    for (const auto& r : resp.results()) out.push_back(rpc::FromCode(r.code(), r.message()));
+    return out;
+  }
+
+  template <typename F>
+  Status Call(F&& rpc_call, const char* what) {
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+    return rpc::FromGrpc(rpc_call(&ctx), what);
+  }
+  // Queries change nothing, so one retry after a dropped connection is safe.
+  template <typename F>
+  Status CallIdempotent(F&& rpc_call, const char* what) {
+    Status s = Call(rpc_call, what);
+    if (s.code() == ErrorCode::RPC_FAIL) s = Call(rpc_call, what);
+    return s;
+  }
+
+  std::vector<Status> PutCore(const std::vector<std::string>& keys,
+                              const std::vector<std::vector<ByteSpan>>& parts,
+                              const ReplicateConfig& config, bool upsert);
+  std::vector<Result<uint64_t>> GetCore(
+      const std::vector<std::string>& keys,
+      const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination);
+
+  ClientOptions options_;
+  std::string client_id_;
+  std::string segment_name_;
+  std::unique_ptr<proto::Master::Stub> master_;
+  SegmentDirectory directory_;
+  transfer::ShmMappingCache mappings_;
+  transfer::TcpTransport tcp_;
+  ReplicaIo io_;
+  ThreadPool pool_;
+  std::mutex close_mu_;
+  std::unique_ptr<node::StorageNode> node_;
+};
+
+std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
+                                        const std::vector<std::vector<ByteSpan>>& parts,
+                                        const ReplicateConfig& config, bool upsert) {
+  const size_t n = keys.size();
+  if (parts.size() != n) return Fill(n, Mismatch("values"));
+  if (n == 0) return {};
+  proto::BatchPutStartRequest start;
+  start.set_client_id(client_id_);
+  start.set_upsert(upsert);
+  *start.mutable_config() = ToProto(config);
+  for (size_t i = 0; i < n; ++i) {
+    start.add_keys(keys[i]);
+    start.add_sizes(TotalSize(parts[i]));
+  }
+  proto::BatchPutStartResponse started;
+  Status s = Call([&](grpc::ClientContext* ctx) {
+    return master_->BatchPutStart(ctx, start, &started);
+  }, "put start");
+  if (!s.ok()) return Fill(n, s);
+  if (started.results_size() != static_cast<int>(n)) return Fill(n, Malformed());
+
+  std::vector<Status> results(n);
+  std::vector<size_t> writing;  // keys whose bytes this call writes
+  std::vector<std::pair<size_t, int>> transfers;  // (key, replica)
+  for (size_t i = 0; i < n; ++i) {
+    const auto& r = started.results(static_cast<int>(i));
+    if (r.code() == static_cast<int32_t>(ErrorCode::OBJECT_ALREADY_EXISTS) && !upsert) {
+      continue;  // write-once: the stored value stays, and that is success
+    }
+    results[i] = rpc::FromCode(r.code(), r.message());
+    if (!results[i].ok()) continue;
+    writing.push_back(i);
+    for (int j = 0; j < r.replicas_size(); ++j) transfers.emplace_back(i, j);
+  }
+  if (writing.empty()) return results;
+
+  std::vector<uint64_t> checksums(n);
+  pool_.ParallelFor(writing.size(), [&](size_t w) {
+    checksums[writing[w]] = Checksum(parts[writing[w]]);
+  });
+  std::vector<Status> transfer_status(transfers.size());
+  pool_.ParallelFor(transfers.size(), [&](size_t t) {
+    auto [i, j] = transfers[t];
+    transfer_status[t] = io_.Write(started.results(static_cast<int>(i)).replicas(j), parts[i]);
+  });
+  for (size_t t = 0; t < transfers.size(); ++t) {
+    size_t i = transfers[t].first;
+    if (!transfer_status[t].ok() && results[i].ok()) results[i] = transfer_status[t];
+  }
+
+  proto::BatchPutEndRequest end;
+  proto::BatchPutRevokeRequest revoke;
+  end.set_client_id(client_id_);
+  revoke.set_client_id(client_id_);
+  std::vector<size_t> ended;
+  for (size_t i : writing) {
+    if (results[i].ok()) {
+      end.add_keys(keys[i]);
+      end.add_checksums(checksums[i]);
+      ended.push_back(i);
+    } else {
+      revoke.add_keys(keys[i]);
+    }
+  }
+  if (revoke.keys_size() > 0) {
+    proto::BatchStatusResponse ignored;  // on failure the master's discard timeout cleans up
+    (void)Call([&](grpc::ClientContext* ctx) {
+      return master_->BatchPutRevoke(ctx, revoke, &ignored);
+    }, "put revoke");
+  }
+  if (!ended.empty()) {
+    proto::BatchStatusResponse resp;
+    Status e = Call([&](grpc::ClientContext* ctx) { return master_->BatchPutEnd(ctx, end, &resp); },
+                    "put end");
+    std::vector<Status> statuses = Statuses(e, resp, ended.size());
+    for (size_t k = 0; k < ended.size(); ++k) results[ended[k]] = statuses[k];
+  }
+  return results;
+}
+
+std::vector<Result<uint64_t>> ClientImpl::GetCore(
+    const std::vector<std::string>& keys,
+    const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination) {
+  const size_t n = keys.size();
+  if (n == 0) return {};
+  proto::BatchGetReplicaListRequest req;
+  req.set_client_id(client_id_);
+  for (const auto& k : keys) req.add_keys(k);
+  proto::BatchGetReplicaListResponse replicas;
+  Status s = Call([&](grpc::ClientContext* ctx) {
+    return master_->BatchGetReplicaList(ctx, req, &replicas);
+  }, "get replica list");
+  if (!s.ok()) return FillResult<uint64_t>(n, s);
+  if (replicas.results_size() != static_cast<int>(n)) return FillResult<uint64_t>(n, Malformed());
+
+  std::vector<Result<uint64_t>> results(n, Result<uint64_t>(Status(ErrorCode::INTERNAL_ERROR, "")));
+  std::vector<std::vector<MutableByteSpan>> dst(n);
+  std::vector<size_t> reading;
+  proto::BatchFinishReadRequest finish;
+  finish.set_client_id(client_id_);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& r = replicas.results(static_cast<int>(i));
+    if (r.code() != 0) {
+      results[i] = rpc::FromCode(r.code(), r.message());
+      continue;
+    }
+    finish.add_keys(keys[i]);  // locked: must be released whatever happens next
+    auto d = destination(i, r.size());
+    if (!d.ok()) {
+      results[i] = d.status();
+      continue;
+    }
+    dst[i] = std::move(*d);
+    reading.push_back(i);
+  }
+
+  pool_.ParallelFor(reading.size(), [&](size_t k) {
+    size_t i = reading[k];
+    const auto& r = replicas.results(static_cast<int>(i));
+    // Local replicas first: a memcpy beats any socket.
+    std::vector<int> order(r.replicas_size());
+    for (int j = 0; j < r.replicas_size(); ++j) order[j] = j;
+    std::stable_partition(order.begin(), order.end(),
+                          [&](int j) { return io_.IsLocal(r.replicas(j)); });
+    Status last(ErrorCode::OBJECT_NOT_FOUND, "no replica");
+    for (int j : order) {
+      auto got = io_.Read(r.replicas(j), dst[i]);
+      if (!got.ok()) {
+        last = got.status();
+        continue;
+      }
+      if (*got != r.checksum()) {
+        last = Status(ErrorCode::CHECKSUM_MISMATCH,
+                      "replica on " + r.replicas(j).segment_name() + " failed its checksum");
+        continue;
+      }
+      results[i] = r.size();
+      return;
+    }
+    results[i] = last;
+  });
+
+  if (finish.keys_size() > 0) {
+    proto::BatchStatusResponse ignored;  // a lost release only delays eviction to the TTL
+    (void)Call([&](grpc::ClientContext* ctx) {
+      return master_->BatchFinishRead(ctx, finish, &ignored);
+    }, "finish read");
+  }
+  return results;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.master_address.empty()) {
+    return Status(ErrorCode::INVALID_PARAMS, "master address is empty");
+  }
+  auto client = std::make_unique<ClientImpl>(options);
+  if (Status s = client->Init(); !s.ok()) return s;
+  return std::unique_ptr<Client>(std::move(client));
+}
+
+}  // namespace granary

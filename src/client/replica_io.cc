@@ -1,0 +1,90 @@
+#include "client/replica_io.h"
+
+#include <cstring>
+
+#include "common/checksum.h"
+
+namespace granary::client {
+
+namespace {
+uint64_t TotalSize(const auto& parts) {
+  uint64_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  return total;
+}
+}  // namespace
+
+ReplicaIo::LocalView ReplicaIo::MapLocal(const proto::Replica& replica) {
+  if (!use_shm_) return {};
+  auto local = directory_->Local(replica.segment_id());
+  if (!local || local->token != replica.token()) return {};
+  {
+    std::lock_guard lock(tokens_mu_);
+    auto [it, inserted] = mapped_tokens_.try_emplace(local->shm_name, local->token);
+    if (!inserted && it->second != local->token) {
+      mappings_->Drop(local->shm_name);
+      it->second = local->token;
+    }
+  }
+  auto mapping = mappings_->Get(local->shm_name, local->size);
+  if (!mapping.ok()) return {};  // e.g. another container's shm: TCP still works
+  std::shared_ptr<transfer::ShmMapping> m = std::move(*mapping);
+  if (replica.offset() > m->size() || replica.length() > m->size() - replica.offset()) return {};
+  std::byte* bytes = m->data() + replica.offset();
+  return {std::move(m), bytes};
+}
+
+bool ReplicaIo::IsLocal(const proto::Replica& replica) { return MapLocal(replica).bytes != nullptr; }
+
+Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts) {
+  if (TotalSize(parts) != replica.length()) {
+    return Status(ErrorCode::INVALID_WRITE, "object size differs from its replica's length");
+  }
+  if (LocalView view = MapLocal(replica); view.bytes) {
+    std::byte* base = view.bytes;
+    uint64_t offset = 0;
+    for (const auto& part : parts) {
+      std::memcpy(base + offset, part.data(), part.size());
+      offset += part.size();
+    }
+    return Status::Ok();
+  }
+  uint64_t offset = replica.offset();
+  for (const auto& part : parts) {
+    if (part.empty()) continue;
+    transfer::RemoteRange range{replica.endpoint(), replica.token(), offset,
+                                              part.size()};
+    if (Status s = tcp_->Write(range, part); !s.ok()) return s;
+    offset += part.size();
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
+                                 const std::vector<MutableByteSpan>& dst) {
+  if (TotalSize(dst) != replica.length()) {
+    return Status(ErrorCode::INVALID_READ, "destination size differs from the replica's length");
+  }
+  ChecksumStream checksum;
+  if (LocalView view = MapLocal(replica); view.bytes) {
+    const std::byte* base = view.bytes;
+    uint64_t offset = 0;
+    for (const auto& part : dst) {
+      checksum.CopyAndUpdate(part.data(), base + offset, part.size());
+      offset += part.size();
+    }
+    return checksum.Digest();
+  }
+  uint64_t offset = replica.offset();
+  for (const auto& part : dst) {
+    if (part.empty()) continue;
+    transfer::RemoteRange range{replica.endpoint(), replica.token(), offset,
+                                              part.size()};
+    if (Status s = tcp_->Read(range, part); !s.ok()) return s;
+    checksum.Update(part.data(), part.size());
+    offset += part.size();
+  }
+  return checksum.Digest();
+}
+
+}  // namespace granary::client

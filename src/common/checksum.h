@@ -1,0 +1,56 @@
+// common/checksum.h - the object checksum: XXH3-64 over the object's bytes, in order.
+//
+// Checksum(parts) hashes a gathered object; CopyAndChecksum copies and hashes in cache-sized
+// chunks, so the hash reads bytes the copy just brought into cache instead of memory again.
+// Thread safety: pure functions.
+#pragma once
+
+#ifndef XXH_STATIC_LINKING_ONLY
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack, no heap allocation per object
+#endif
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+namespace granary {
+
+inline uint64_t Checksum(std::span<const std::byte> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+inline uint64_t Checksum(const std::vector<std::span<const std::byte>>& parts) {
+  if (parts.size() == 1) return Checksum(parts[0]);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (const auto& part : parts) XXH3_64bits_update(&state, part.data(), part.size());
+  return XXH3_64bits_digest(&state);
+}
+
+// Streams bytes into a running checksum; copy-and-hash helpers feed it chunk by chunk.
+class ChecksumStream {
+ public:
+  ChecksumStream() { XXH3_64bits_reset(&state_); }
+  void Update(const void* data, size_t n) { XXH3_64bits_update(&state_, data, n); }
+  uint64_t Digest() const { return XXH3_64bits_digest(&state_); }
+
+  // memcpy(dst, src, n), hashing the copied bytes while they are still in cache.
+  void CopyAndUpdate(void* dst, const void* src, size_t n) {
+    constexpr size_t kChunk = 64 << 10;
+    auto* d = static_cast<std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    for (size_t done = 0; done < n; done += kChunk) {
+      size_t len = n - done < kChunk ? n - done : kChunk;
+      std::memcpy(d + done, s + done, len);
+      Update(d + done, len);
+    }
+  }
+
+ private:
+  XXH3_state_t state_;
+};
+
+}  // namespace granary

@@ -1,0 +1,127 @@
+// granary-node: contributes a DRAM segment to a Granary store, or with --standalone runs a master
+// and one node in one process (the embedded default, no other process and no etcd needed).
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+
+#include "common/config_schema.h"
+#include "common/logging.h"
+#include "common/units.h"
+#include "master/master_config.h"
+#include "master/master_server.h"
+#include "node/storage_node.h"
+
+namespace {
+
+struct NodeConfig {
+  std::string master = "127.0.0.1:50051";
+  uint64_t segment_size = 0;  // 0: fit the machine
+  std::string host = "127.0.0.1";
+  std::string advertise_host;
+  uint16_t port = 0;
+  std::string name;
+  std::string log_level = "info";
+  bool prefault = false;
+  int64_t heartbeat_interval_ms = 1000;
+  bool standalone = false;
+  uint16_t master_port = 50051;
+  uint16_t http_port = 9003;
+};
+
+// Half of what /dev/shm can still hold, a quarter of RAM, and at most 4 GiB.
+uint64_t FittingSegmentSize() {
+  uint64_t limit = uint64_t{4} << 30;
+  struct statvfs shm {};
+  if (statvfs("/dev/shm", &shm) == 0) {
+    limit = std::min<uint64_t>(limit, static_cast<uint64_t>(shm.f_bavail) * shm.f_frsize / 2);
+  }
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    limit = std::min<uint64_t>(limit, static_cast<uint64_t>(pages) * page_size / 4);
+  }
+  return std::max<uint64_t>(limit & ~uint64_t{(1 << 20) - 1}, 1 << 20);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace granary;
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  NodeConfig c;
+  ConfigSchema schema("granary-node: contributes a shared-memory segment to a Granary store");
+  schema.AddString("master", &c.master, "master address HOST:PORT");
+  schema.AddSize("segment_size", &c.segment_size,
+                 "bytes of DRAM to contribute (e.g. 512MB, 4GiB); 0 fits the machine");
+  schema.AddString("host", &c.host, "address to bind the data plane to");
+  schema.AddString("advertise_host", &c.advertise_host,
+                   "address clients reach the data plane at (default: host)");
+  schema.AddPort("port", &c.port, "data-plane TCP port (0 picks a free one)");
+  schema.AddString("name", &c.name, "segment name, unique in the store (default: hostname-pid)");
+  schema.AddString("log_level", &c.log_level, "trace, debug, info, warn, error or off");
+  schema.AddBool("prefault", &c.prefault, "touch every page of the segment at start");
+  schema.AddDurationMs("heartbeat_interval", &c.heartbeat_interval_ms, "how often to ping the master");
+  schema.AddBool("standalone", &c.standalone, "run a master in this process too");
+  schema.AddPort("master_port", &c.master_port, "with --standalone: the master's gRPC port");
+  schema.AddPort("http_port", &c.http_port, "with --standalone: the master's HTTP port");
+  if (Status s = schema.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "granary-node: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (schema.help_requested()) return 0;
+  if (Status s = InitLogging("node", c.log_level); !s.ok()) {
+    std::fprintf(stderr, "granary-node: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (c.segment_size == 0) c.segment_size = FittingSegmentSize();
+
+  std::unique_ptr<master::MasterServer> master;
+  if (c.standalone) {
+    master::MasterConfig mc;
+    mc.host = c.host;
+    mc.port = c.master_port;
+    mc.http_port = c.http_port;
+    master = std::make_unique<master::MasterServer>(mc);
+    if (Status s = master->Start(); !s.ok()) {
+      GLOG_ERROR("{}", s.ToString());
+      return 1;
+    }
+    c.master = "127.0.0.1:" + std::to_string(master->grpc_port());
+  }
+  GLOG_INFO("configuration:\n{}", schema.Describe());
+
+  node::StorageNodeOptions options;
+  options.master_address = c.master;
+  options.segment_name = c.name;
+  options.segment_size = c.segment_size;
+  options.listen_host = c.host;
+  options.advertise_host = c.advertise_host;
+  options.port = c.port;
+  options.prefault = c.prefault;
+  options.heartbeat_interval_ms = c.heartbeat_interval_ms;
+  auto node = node::StorageNode::Start(options);
+  if (!node.ok()) {
+    GLOG_ERROR("{}", node.status().ToString());
+    return 1;
+  }
+  std::printf("granary-node ready: segment %s, %s, data plane %s, master %s\n",
+              (*node)->segment_name().c_str(), FormatSize(c.segment_size).c_str(),
+              (*node)->endpoint().c_str(), c.master.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  GLOG_INFO("signal {}: unmounting and stopping", sig);
+  (*node)->Stop();
+  if (master) master->Shutdown();
+  return 0;
+}

@@ -1,0 +1,142 @@
+#include "node/storage_node.h"
+
+#include <unistd.h>
+
+#include "common/host.h"
+#include "common/logging.h"
+#include "proto/rpc_util.h"
+
+namespace granary::node {
+
+StorageNode::StorageNode(StorageNodeOptions options) : options_(std::move(options)) {}
+
+Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions options) {
+  if (options.segment_size == 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "segment size must be positive");
+  }
+  if (options.segment_name.empty()) {
+    options.segment_name = Hostname() + "-" + std::to_string(getpid());
+  }
+  if (options.advertise_host.empty()) {
+    options.advertise_host =
+        options.listen_host == "0.0.0.0" ? Hostname() : options.listen_host;
+  }
+  std::unique_ptr<StorageNode> node(new StorageNode(std::move(options)));
+  const StorageNodeOptions& o = node->options_;
+  node->client_id_ = UniqueProcessId("node");
+  node->token_ = RandomU64() | 1;  // never 0: 0 is "no token" to a careless caller
+
+  auto segment = ShmSegment::Create("granary-" + o.segment_name, o.segment_size, o.prefault);
+  if (!segment.ok()) return segment.status();
+  node->segment_ = std::move(*segment);
+
+  DataServer::Options server_options;
+  server_options.host = o.listen_host;
+  server_options.port = o.port;
+  server_options.idle_timeout_ms = o.data_idle_timeout_ms;
+  node->server_ = std::make_unique<DataServer>(node->segment_->data(), node->segment_->size(),
+                                               node->token_, server_options);
+  if (Status s = node->server_->Start(); !s.ok()) return s;
+  node->endpoint_ = o.advertise_host + ":" + std::to_string(node->server_->port());
+
+  node->master_ = proto::Master::NewStub(rpc::MakeChannel(o.master_address));
+  Status mounted = node->Mount();
+  if (!mounted.ok() && mounted.code() != ErrorCode::RPC_FAIL &&
+      mounted.code() != ErrorCode::RPC_TIMEOUT) {
+    return mounted;  // the master answered and said no: a real configuration error
+  }
+  if (!mounted.ok()) {
+    GLOG_WARN("master {} unreachable ({}); will keep trying", o.master_address,
+              mounted.ToString());
+  }
+  node->heartbeat_ = std::thread([n = node.get()] { n->HeartbeatLoop(); });
+  GLOG_INFO("node {}: segment {} ({} bytes) served at {}", node->client_id_, o.segment_name,
+            o.segment_size, node->endpoint_);
+  return node;
+}
+
+StorageNode::~StorageNode() { Stop(); }
+
+proto::SegmentSpec StorageNode::Spec() const {
+  proto::SegmentSpec spec;
+  spec.set_name(options_.segment_name);
+  spec.set_size(segment_->size());
+  spec.set_endpoint(endpoint_);
+  spec.set_shm_name(segment_->name());
+  spec.set_host_id(HostId());
+  spec.set_token(token_);
+  return spec;
+}
+
+Status StorageNode::Mount() {
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+  proto::ReMountSegmentRequest req;
+  req.set_client_id(client_id_);
+  *req.add_segments() = Spec();
+  proto::ReMountSegmentResponse resp;
+  if (Status s = rpc::FromGrpc(master_->ReMountSegment(&ctx, req, &resp), "mount"); !s.ok()) {
+    return s;
+  }
+  if (resp.results_size() != 1) return Status(ErrorCode::INTERNAL_ERROR, "malformed mount reply");
+  Status s = rpc::FromCode(resp.results(0).code(), resp.results(0).message());
+  mounted_ = s.ok();
+  return s;
+}
+
+void StorageNode::HeartbeatLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.heartbeat_interval_ms),
+                 [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+    proto::PingRequest req;
+    req.set_client_id(client_id_);
+    proto::PingResponse resp;
+    grpc::Status rpc_status = master_->Ping(&ctx, req, &resp);
+    if (!rpc_status.ok()) {
+      if (mounted_.exchange(false)) {
+        GLOG_WARN("master unreachable: {}", rpc_status.error_message());
+      }
+    } else if (resp.status() == proto::PingResponse::NEED_REMOUNT || !mounted_) {
+      Status s = Mount();
+      if (s.ok()) {
+        GLOG_INFO("segment {} remounted", options_.segment_name);
+      } else {
+        GLOG_WARN("remount of {} failed: {}", options_.segment_name, s.ToString());
+      }
+    }
+    lock.lock();
+  }
+}
+
+void StorageNode::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (master_ && mounted_) {
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, 2000);
+    proto::UnmountSegmentRequest req;
+    req.set_client_id(client_id_);
+    req.set_name(options_.segment_name);
+    proto::UnmountSegmentResponse resp;
+    grpc::Status s = master_->UnmountSegment(&ctx, req, &resp);
+    if (!s.ok() || resp.code() != 0) {
+      GLOG_WARN("unmount of {} failed: {} {}", options_.segment_name, s.error_message(),
+                resp.message());
+    }
+    mounted_ = false;
+  }
+  if (server_) server_->Stop();
+  segment_.reset();  // unlinks the shm
+}
+
+}  // namespace granary::node

@@ -1,0 +1,77 @@
+// node/storage_node.h - a storage node: one segment of shared memory offered to the store.
+//
+// Promise: Start() creates the segment (named POSIX shm), serves it on the data plane (TCP), and
+// mounts it with the master; a heartbeat thread then pings the master, remounts when the master
+// answers NEED_REMOUNT (it restarted, or had declared this node dead) and keeps retrying while
+// the master is unreachable. Stop() unmounts, stops serving and unlinks the segment.
+// Used by granary-node and, embedded, by a client that contributes memory.
+// Ownership: owns the segment, the data server and the heartbeat thread.
+// Thread safety: Start/Stop from one thread; the accessors from any.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "granary/proto/master.grpc.pb.h"
+#include "granary/status.h"
+#include "node/data_server.h"
+#include "node/shm_segment.h"
+
+namespace granary::node {
+
+struct StorageNodeOptions {
+  std::string master_address = "127.0.0.1:50051";
+  std::string segment_name;          // default: "<hostname>-<pid>"
+  uint64_t segment_size = 0;         // required
+  std::string listen_host = "127.0.0.1";
+  std::string advertise_host;        // address clients use; default: listen_host (hostname if 0.0.0.0)
+  uint16_t port = 0;                 // data plane; 0 picks a free one
+  bool prefault = false;             // touch every page at start
+  int64_t heartbeat_interval_ms = 1000;
+  int rpc_timeout_ms = 5000;
+  int data_idle_timeout_ms = 60'000;
+};
+
+class StorageNode {
+ public:
+  // Fails if the segment cannot be created, the port bound, or the master refuses the mount
+  // (e.g. the name is taken). An unreachable master is not fatal: the heartbeat keeps trying.
+  static Result<std::unique_ptr<StorageNode>> Start(StorageNodeOptions options);
+  ~StorageNode();
+  void Stop();
+
+  const std::string& client_id() const { return client_id_; }
+  const std::string& segment_name() const { return options_.segment_name; }
+  const std::string& endpoint() const { return endpoint_; }
+  uint16_t port() const { return server_->port(); }
+  uint64_t token() const { return token_; }
+  ShmSegment& segment() { return *segment_; }
+  DataServer& server() { return *server_; }
+  bool mounted() const { return mounted_.load(); }
+
+ private:
+  explicit StorageNode(StorageNodeOptions options);
+  proto::SegmentSpec Spec() const;
+  Status Mount();
+  void HeartbeatLoop();
+
+  StorageNodeOptions options_;
+  std::string client_id_;
+  std::string endpoint_;
+  uint64_t token_ = 0;
+  std::unique_ptr<ShmSegment> segment_;
+  std::unique_ptr<DataServer> server_;
+  std::unique_ptr<proto::Master::Stub> master_;
+  std::atomic<bool> mounted_{false};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread heartbeat_;
+};
+
+}  // namespace granary::node

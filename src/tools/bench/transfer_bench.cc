@@ -1,0 +1,179 @@
+// granary-bench transfer: object put and get through a running store, per path and size.
+//
+// Paths: "shm" (this host: the client memcpys through the node's shared memory) and "tcp" (the
+// same client with shared memory off, so every byte crosses loopback TCP to the node process).
+// Each put is the full protocol (put-start, copy, put-end with checksum); each get too
+// (replica list, copy, checksum verify, finish-read), into a preallocated buffer. The machine's
+// memcpy and loopback-TCP bandwidth are measured in the same run so figures read as fractions.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/units.h"
+#include "granary/client.h"
+#include "tools/bench/bench.h"
+
+namespace granary::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Measured {
+  uint64_t ops = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  uint64_t errors = 0;
+  std::string first_error;
+};
+
+// Runs op(thread, i) on `threads` threads until `seconds` pass or `max_ops` ops complete.
+template <typename Op>
+Measured Run(int threads, double seconds, uint64_t max_ops, uint64_t bytes_per_op, Op op) {
+  std::atomic<uint64_t> issued{0};
+  std::vector<std::vector<double>> lat(threads);
+  std::vector<uint64_t> errors(threads, 0);
+  std::vector<std::string> first_error(threads);
+  auto start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (;;) {
+        if (std::chrono::duration<double>(Clock::now() - start).count() >= seconds) break;
+        uint64_t i = issued.fetch_add(1);
+        if (i >= max_ops) break;
+        auto t0 = Clock::now();
+        Status s = op(t, i);
+        lat[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        if (!s.ok()) {
+          if (errors[t]++ == 0) first_error[t] = s.ToString();
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  Measured m;
+  m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (int t = 0; t < threads; ++t) {
+    all.insert(all.end(), lat[t].begin(), lat[t].end());
+    m.errors += errors[t];
+    if (m.first_error.empty()) m.first_error = first_error[t];
+  }
+  std::sort(all.begin(), all.end());
+  m.ops = all.size() - m.errors;
+  m.bytes = m.ops * bytes_per_op;
+  if (!all.empty()) {
+    m.p50_us = all[all.size() / 2];
+    m.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  }
+  return m;
+}
+
+}  // namespace
+
+int RunTransferBench(const TransferBenchOptions& o) {
+  std::printf("== limits, measured now ==\n");
+  const double memcpy_gbps = MemcpyGBps(4 << 20, 1.0);
+  const double tcp1_gbps = LoopbackTcpGBps(1, 1.0);
+  const double tcp4_gbps = LoopbackTcpGBps(4, 1.0);
+  std::printf("memcpy (4 MiB blocks) %.2f GB/s; loopback TCP 1 stream %.2f GB/s, 4 streams %.2f GB/s\n",
+              memcpy_gbps, tcp1_gbps, tcp4_gbps);
+
+  nlohmann::json json;
+  json["limits"] = {{"memcpy_4MiB_gbps", memcpy_gbps},
+                    {"tcp_1_stream_gbps", tcp1_gbps},
+                    {"tcp_4_streams_gbps", tcp4_gbps}};
+  json["results"] = nlohmann::json::array();
+
+  // Half the store, so puts measure copying, not eviction.
+  uint64_t budget = 0;
+  {
+    ClientOptions co;
+    co.master_address = o.master;
+    auto probe = Client::Connect(co);
+    if (!probe.ok()) {
+      std::fprintf(stderr, "granary-bench: %s\n", probe.status().ToString().c_str());
+      return 1;
+    }
+    auto segments = (*probe)->ListSegments();
+    if (!segments.ok() || segments->empty()) {
+      std::fprintf(stderr, "granary-bench: no segment mounted at %s\n", o.master.c_str());
+      return 1;
+    }
+    for (const auto& s : *segments) budget += s.free_bytes;
+    budget /= 2;
+  }
+
+  std::printf("\n%-4s %-6s %-4s %8s %9s %8s %10s %10s %7s\n", "path", "size", "op", "ops/s",
+              "GB/s", "of limit", "p50(us)", "p99(us)", "errors");
+  const std::string run_tag = std::to_string(Clock::now().time_since_epoch().count() % 1000000007);
+  int failures = 0;
+  for (const auto& path : o.paths) {
+    ClientOptions co;
+    co.master_address = o.master;
+    co.use_shared_memory = path == "shm";
+    auto connected = Client::Connect(co);
+    if (!connected.ok()) return 1;
+    Client& client = **connected;
+    const double limit = path == "shm" ? memcpy_gbps : tcp1_gbps;
+    for (const auto& size_text : o.sizes) {
+      auto parsed = ParseSize(size_text);
+      if (!parsed.ok() || *parsed == 0) {
+        std::fprintf(stderr, "granary-bench: bad size %s\n", size_text.c_str());
+        return 2;
+      }
+      const uint64_t size = *parsed;
+      std::vector<std::byte> value(size);
+      std::mt19937_64 rng(size);
+      for (size_t i = 0; i + 8 <= size; i += 8) {
+        uint64_t r = rng();
+        std::memcpy(value.data() + i, &r, 8);
+      }
+      const std::string prefix = "bench-transfer/" + run_tag + "/" + path + "/" + size_text + "/";
+      const uint64_t max_puts = std::max<uint64_t>(budget / size, 1);
+
+      Measured put = Run(o.threads, o.seconds, max_puts, size, [&](int, uint64_t i) {
+        return client.Put(prefix + std::to_string(i), value);
+      });
+      // Reads cycle over a working set written just now (at most 64 objects, within budget).
+      const uint64_t working_set = std::min<uint64_t>({put.ops, 64, max_puts});
+      std::vector<std::vector<std::byte>> buffers(o.threads, std::vector<std::byte>(size));
+      Measured get = Run(o.threads, o.seconds, UINT64_MAX, size, [&](int t, uint64_t i) {
+        auto got = client.GetInto(prefix + std::to_string(i % std::max<uint64_t>(working_set, 1)),
+                                  buffers[t]);
+        return got.ok() ? Status::Ok() : got.status();
+      });
+      (void)client.RemoveByRegex("^" + prefix, true);
+
+      for (auto [op, m] : {std::pair{"put", put}, {"get", get}}) {
+        double gbps = m.bytes / m.seconds / 1e9;
+        std::printf("%-4s %-6s %-4s %8.0f %9.2f %7.0f%% %10.0f %10.0f %7llu\n", path.c_str(),
+                    size_text.c_str(), op, m.ops / m.seconds, gbps, 100 * gbps / limit, m.p50_us,
+                    m.p99_us, static_cast<unsigned long long>(m.errors));
+        if (m.errors) {
+          std::printf("     first error: %s\n", m.first_error.c_str());
+          failures++;
+        }
+        json["results"].push_back({{"path", path}, {"size", size}, {"op", op},
+                                   {"threads", o.threads}, {"ops_per_s", m.ops / m.seconds},
+                                   {"gbps", gbps}, {"fraction_of_limit", gbps / limit},
+                                   {"p50_us", m.p50_us}, {"p99_us", m.p99_us},
+                                   {"errors", m.errors}});
+      }
+    }
+  }
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << json.dump(2) << "\n";
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace granary::bench

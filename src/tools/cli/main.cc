@@ -1,0 +1,181 @@
+// granary: the command-line tool for a Granary store, in the spirit of redis-cli and etcdctl.
+//
+//   granary [--master HOST:PORT] put KEY [FILE|-]     store FILE (or stdin) under KEY
+//   granary get KEY [-o FILE]                         print the object (or write it to FILE)
+//   granary rm KEY [--force]                          remove it
+//   granary ls [REGEX]                                list keys (RE2, searched in the key)
+//   granary stat KEY                                  size, state, replicas, locks, pins
+//   granary nodes                                     segments with capacity and usage
+//   granary health                                    is the master answering?
+//
+// Exit codes a script can rely on: 0 done, 1 the key is not there, 2 bad usage, 3 any other
+// failure (master unreachable, no space, ...). Errors are one line on stderr.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "common/units.h"
+#include "granary/client.h"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitNotFound = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitFailure = 3;
+
+int Fail(const std::string& what, const granary::Status& s) {
+  std::fprintf(stderr, "granary: %s: %s\n", what.c_str(), s.ToString().c_str());
+  if (s.code() == granary::ErrorCode::OBJECT_NOT_FOUND) return kExitNotFound;
+  return kExitFailure;
+}
+
+bool ReadAll(const std::string& path, std::string* out) {
+  if (path.empty() || path == "-") {
+    std::ostringstream buffer;
+    buffer << std::cin.rdbuf();
+    *out = buffer.str();
+    return !std::cin.bad();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return !in.bad();
+}
+
+granary::ByteSpan AsBytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace granary;
+  CLI::App app{"granary: command-line tool for a Granary store"};
+  app.footer("Exit codes: 0 done, 1 key not found, 2 bad usage, 3 other failure.\n"
+             "The master address may also come from $GRANARY_MASTER.");
+  app.require_subcommand(1);
+  std::string master = std::getenv("GRANARY_MASTER") ? std::getenv("GRANARY_MASTER")
+                                                      : "127.0.0.1:50051";
+  int timeout_ms = 10'000;
+  app.add_option("--master", master, "master address HOST:PORT")->capture_default_str();
+  app.add_option("--timeout-ms", timeout_ms, "timeout of each call")->capture_default_str();
+
+  std::string key, file = "-", out_path, pattern;
+  bool force = false;
+  uint32_t replicas = 1;
+  bool upsert = false;
+  auto* put = app.add_subcommand("put", "store FILE (or stdin) under KEY");
+  put->add_option("key", key, "the key")->required();
+  put->add_option("file", file, "file to store; - or nothing for stdin");
+  put->add_option("--replicas", replicas, "memory replicas on distinct nodes")->capture_default_str();
+  put->add_flag("--upsert", upsert, "replace the object if it exists");
+  auto* get = app.add_subcommand("get", "print the object stored under KEY");
+  get->add_option("key", key, "the key")->required();
+  get->add_option("-o,--output", out_path, "write to this file instead of stdout");
+  auto* rm = app.add_subcommand("rm", "remove KEY");
+  rm->add_option("key", key, "the key")->required();
+  rm->add_flag("--force", force, "remove even while it is being read");
+  auto* ls = app.add_subcommand("ls", "list keys matching REGEX (all without one)");
+  ls->add_option("regex", pattern, "RE2 pattern, searched anywhere in the key");
+  auto* stat = app.add_subcommand("stat", "size, state, replicas, locks and pins of KEY");
+  stat->add_option("key", key, "the key")->required();
+  auto* nodes = app.add_subcommand("nodes", "segments with capacity and usage");
+  auto* health = app.add_subcommand("health", "check that the master answers");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+
+  ClientOptions options;
+  options.master_address = master;
+  options.rpc_timeout_ms = timeout_ms;
+  auto connected = Client::Connect(options);
+  if (!connected.ok()) return Fail("connect to " + master, connected.status());
+  Client& client = **connected;
+
+  if (put->parsed()) {
+    std::string value;
+    if (!ReadAll(file, &value)) {
+      std::fprintf(stderr, "granary: cannot read %s\n", file.c_str());
+      return kExitFailure;
+    }
+    ReplicateConfig config;
+    config.replica_num = replicas;
+    Status s = upsert ? client.Upsert(key, AsBytes(value), config)
+                      : client.Put(key, AsBytes(value), config);
+    if (!s.ok()) return Fail("put " + key, s);
+    return kExitOk;
+  }
+  if (get->parsed()) {
+    auto value = client.Get(key);
+    if (!value.ok()) return Fail(key, value.status());
+    if (out_path.empty()) {
+      if (std::fwrite(value->data(), 1, value->size(), stdout) != value->size()) return kExitFailure;
+      return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
+    }
+    std::ofstream out(out_path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(value->data()), static_cast<std::streamsize>(value->size()));
+    if (!out.good()) {
+      std::fprintf(stderr, "granary: cannot write %s\n", out_path.c_str());
+      return kExitFailure;
+    }
+    return kExitOk;
+  }
+  if (rm->parsed()) {
+    Status s = client.Remove(key, force);
+    return s.ok() ? kExitOk : Fail("rm " + key, s);
+  }
+  if (ls->parsed()) {
+    auto objects = client.QueryByRegex(pattern.empty() ? "" : pattern);
+    if (!objects.ok()) return Fail("ls", objects.status());
+    for (const auto& o : *objects) std::printf("%s\t%llu\n", o.key.c_str(), static_cast<unsigned long long>(o.size));
+    return kExitOk;
+  }
+  if (stat->parsed()) {
+    auto st = client.Stat(key);
+    if (!st.ok()) return Fail(key, st.status());
+    std::printf("key: %s\nstate: %s\nsize: %llu (%s)\nchecksum: %016llx\nread_locks: %u\n"
+                "hard_pinned: %s\nsoft_pinned: %s\nidle_ms: %llu\nreplicas: %zu\n",
+                key.c_str(), st->state.c_str(), static_cast<unsigned long long>(st->size),
+                FormatSize(st->size).c_str(), static_cast<unsigned long long>(st->checksum),
+                st->read_locks, st->hard_pinned ? "yes" : "no", st->soft_pinned ? "yes" : "no",
+                static_cast<unsigned long long>(st->idle_ms), st->replicas.size());
+    for (const auto& r : st->replicas) {
+      std::printf("  - segment %s at %s, offset %llu, length %llu\n", r.segment_name.c_str(),
+                  r.endpoint.c_str(), static_cast<unsigned long long>(r.offset),
+                  static_cast<unsigned long long>(r.length));
+    }
+    return kExitOk;
+  }
+  if (nodes->parsed()) {
+    auto segments = client.ListSegments();
+    if (!segments.ok()) return Fail("nodes", segments.status());
+    std::printf("%-28s %-22s %12s %12s %7s %9s\n", "SEGMENT", "ENDPOINT", "CAPACITY", "USED",
+                "USED%", "REPLICAS");
+    for (const auto& s : *segments) {
+      double pct = s.size ? 100.0 * s.used_bytes / s.size : 0;
+      std::printf("%-28s %-22s %12s %12s %6.1f%% %9llu\n", s.name.c_str(), s.endpoint.c_str(),
+                  FormatSize(s.size).c_str(), FormatSize(s.used_bytes).c_str(), pct,
+                  static_cast<unsigned long long>(s.replicas));
+    }
+    return kExitOk;
+  }
+  if (health->parsed()) {
+    Status s = client.Health();
+    if (!s.ok()) return Fail("master " + master, s);
+    auto segments = client.ListSegments();
+    size_t count = segments.ok() ? segments->size() : 0;
+    std::printf("OK: master %s answers; %zu segment(s) mounted\n", master.c_str(), count);
+    return kExitOk;
+  }
+  return kExitUsage;
+}
