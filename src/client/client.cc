@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "client/read_releaser.h"
 #include "client/replica_io.h"
 #include "client/segment_directory.h"
 #include "common/checksum.h"
@@ -45,6 +46,7 @@ class ClientImpl final : public Client {
         directory_(master_.get(), HostId(), options.rpc_timeout_ms),
         tcp_(TcpOptions(options)),
         io_(&directory_, &mappings_, &tcp_, options.use_shared_memory),
+        releaser_(master_.get(), client_id_, options.rpc_timeout_ms),
         pool_(options.io_threads) {}
 
   ~ClientImpl() override { Close(); }
@@ -239,6 +241,7 @@ class ClientImpl final : public Client {
     return BatchRemove({std::string(key)}, force)[0];
   }
   std::vector<Status> BatchRemove(const std::vector<std::string>& keys, bool force) override {
+    releaser_.Flush();  // our own finished reads must not hold up our own remove
     proto::BatchRemoveRequest req;
     req.set_client_id(client_id_);
     for (const auto& k : keys) req.add_keys(k);
@@ -249,6 +252,7 @@ class ClientImpl final : public Client {
     return Statuses(s, resp, keys.size());
   }
   Result<uint64_t> RemoveByRegex(const std::string& pattern, bool force) override {
+    releaser_.Flush();
     proto::RegexRequest req;
     req.set_pattern(pattern);
     req.set_force(force);
@@ -276,6 +280,7 @@ class ClientImpl final : public Client {
     return out;
   }
   Result<uint64_t> RemoveAll(bool force) override {
+    releaser_.Flush();
     proto::RemoveAllRequest req;
     req.set_force(force);
     proto::RemoveCountResponse resp;
@@ -310,6 +315,7 @@ class ClientImpl final : public Client {
   const std::string& client_id() const override { return client_id_; }
   const std::string& segment_name() const override { return segment_name_; }
   void Close() override {
+    releaser_.Flush();
     std::lock_guard lock(close_mu_);
     if (node_) node_->Stop();
     node_.reset();
@@ -383,6 +389,7 @@ class ClientImpl final : public Client {
   transfer::ShmMappingCache mappings_;
   transfer::TcpTransport tcp_;
   ReplicaIo io_;
+  client::ReadReleaser releaser_;
   ThreadPool pool_;
   std::mutex close_mu_;
   std::unique_ptr<node::StorageNode> node_;
@@ -424,15 +431,17 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
   }
   if (writing.empty()) return results;
 
-  std::vector<uint64_t> checksums(n);
-  pool_.ParallelFor(writing.size(), [&](size_t w) {
-    checksums[writing[w]] = Checksum(parts[writing[w]]);
-  });
+  // The first replica of each key is written with its checksum computed on the way; a key with
+  // no first transfer (cannot happen: start gave >= 1 replica) would keep checksum 0.
+  std::vector<ChecksumStream> hashes(n);
   std::vector<Status> transfer_status(transfers.size());
   pool_.ParallelFor(transfers.size(), [&](size_t t) {
     auto [i, j] = transfers[t];
-    transfer_status[t] = io_.Write(started.results(static_cast<int>(i)).replicas(j), parts[i]);
+    transfer_status[t] = io_.Write(started.results(static_cast<int>(i)).replicas(j), parts[i],
+                                   j == 0 ? &hashes[i] : nullptr);
   });
+  std::vector<uint64_t> checksums(n);
+  for (size_t i : writing) checksums[i] = hashes[i].Digest();
   for (size_t t = 0; t < transfers.size(); ++t) {
     size_t i = transfers[t].first;
     if (!transfer_status[t].ok() && results[i].ok()) results[i] = transfer_status[t];
@@ -486,15 +495,14 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
   std::vector<Result<uint64_t>> results(n, Result<uint64_t>(Status(ErrorCode::INTERNAL_ERROR, "")));
   std::vector<std::vector<MutableByteSpan>> dst(n);
   std::vector<size_t> reading;
-  proto::BatchFinishReadRequest finish;
-  finish.set_client_id(client_id_);
+  std::vector<std::string> locked;  // released in the background once read (see ReadReleaser)
   for (size_t i = 0; i < n; ++i) {
     const auto& r = replicas.results(static_cast<int>(i));
     if (r.code() != 0) {
       results[i] = rpc::FromCode(r.code(), r.message());
       continue;
     }
-    finish.add_keys(keys[i]);  // locked: must be released whatever happens next
+    locked.push_back(keys[i]);  // locked: must be released whatever happens next
     auto d = destination(i, r.size());
     if (!d.ok()) {
       results[i] = d.status();
@@ -530,12 +538,7 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
     results[i] = last;
   });
 
-  if (finish.keys_size() > 0) {
-    proto::BatchStatusResponse ignored;  // a lost release only delays eviction to the TTL
-    (void)Call([&](grpc::ClientContext* ctx) {
-      return master_->BatchFinishRead(ctx, finish, &ignored);
-    }, "finish read");
-  }
+  releaser_.Add(std::move(locked));
   return results;
 }
 

@@ -36,7 +36,8 @@ ReplicaIo::LocalView ReplicaIo::MapLocal(const proto::Replica& replica) {
 
 bool ReplicaIo::IsLocal(const proto::Replica& replica) { return MapLocal(replica).bytes != nullptr; }
 
-Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts) {
+Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
+                        ChecksumStream* checksum) {
   if (TotalSize(parts) != replica.length()) {
     return Status(ErrorCode::INVALID_WRITE, "object size differs from its replica's length");
   }
@@ -44,7 +45,11 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     std::byte* base = view.bytes;
     uint64_t offset = 0;
     for (const auto& part : parts) {
-      std::memcpy(base + offset, part.data(), part.size());
+      if (checksum) {
+        checksum->CopyAndUpdate(base + offset, part.data(), part.size());
+      } else {
+        std::memcpy(base + offset, part.data(), part.size());
+      }
       offset += part.size();
     }
     return Status::Ok();
@@ -55,6 +60,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     transfer::RemoteRange range{replica.endpoint(), replica.token(), offset,
                                               part.size()};
     if (Status s = tcp_->Write(range, part); !s.ok()) return s;
+    if (checksum) checksum->Update(part.data(), part.size());
     offset += part.size();
   }
   return Status::Ok();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/segment_directory.h"
+#include "common/checksum.h"
 #include "granary/client.h"
 #include "granary/proto/master.pb.h"
 #include "transfer/shm_mapping.h"
@@ -35,7 +36,10 @@ class ReplicaIo {
     std::shared_ptr<transfer::ShmMapping> mapping;
     std::byte* bytes = nullptr;
   };
-  Status Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts);
+  // With `checksum`, also hashes the bytes: while copying them on the shared-memory path (they
+  // are in cache right then), after sending them over TCP.
+  Status Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
+               ChecksumStream* checksum = nullptr);
   Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst);
 
  private:

@@ -55,6 +55,7 @@ struct TransferBenchOptions {
   std::vector<std::string> paths = {"shm", "tcp"};
   double seconds = 2;
   int threads = 1;
+  uint32_t batch = 1;  // objects per call (BatchPut / BatchGetInto when > 1)
   std::string json_path;
 };
 int RunTransferBench(const TransferBenchOptions& options);

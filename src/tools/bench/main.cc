@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 600.0));
   transfer->add_option("--threads", to.threads, "client threads")->capture_default_str()
       ->check(CLI::Range(1, 64));
+  transfer->add_option("--batch", to.batch, "objects per call")->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
   transfer->add_option("--json", to.json_path, "also write the results as JSON to this file");
 
   LimitsOptions lo;

@@ -1,0 +1,72 @@
+#include "client/read_releaser.h"
+
+#include "proto/rpc_util.h"
+
+namespace granary::client {
+
+namespace {
+constexpr auto kDelay = std::chrono::milliseconds(1);
+constexpr size_t kMaxBatch = 4096;
+}  // namespace
+
+ReadReleaser::ReadReleaser(proto::Master::Stub* master, std::string client_id, int rpc_timeout_ms)
+    : master_(master), client_id_(std::move(client_id)), rpc_timeout_ms_(rpc_timeout_ms) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ReadReleaser::~ReadReleaser() {
+  Flush();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ReadReleaser::Add(std::vector<std::string> keys) {
+  if (keys.empty()) return;
+  std::lock_guard lock(mu_);
+  for (auto& k : keys) pending_.push_back(std::move(k));
+  added_batches_++;
+  if (pending_.size() >= kMaxBatch) cv_.notify_all();
+}
+
+void ReadReleaser::Flush() {
+  std::unique_lock lock(mu_);
+  const uint64_t target = added_batches_;
+  cv_.notify_all();
+  flushed_cv_.wait(lock, [&] { return sent_batches_ >= target || stopping_; });
+}
+
+void ReadReleaser::Loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, kDelay, [this] { return stopping_ || pending_.size() >= kMaxBatch; });
+    if (pending_.empty()) {
+      sent_batches_ = added_batches_;
+      flushed_cv_.notify_all();
+      continue;
+    }
+    std::vector<std::string> keys;
+    keys.swap(pending_);
+    const uint64_t covered = added_batches_;
+    lock.unlock();
+    Send(std::move(keys));
+    lock.lock();
+    sent_batches_ = covered;
+    flushed_cv_.notify_all();
+  }
+}
+
+void ReadReleaser::Send(std::vector<std::string> keys) {
+  proto::BatchFinishReadRequest req;
+  req.set_client_id(client_id_);
+  for (auto& k : keys) req.add_keys(std::move(k));
+  proto::BatchStatusResponse resp;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, rpc_timeout_ms_);
+  (void)master_->BatchFinishRead(&ctx, req, &resp);  // a failure leaves the lock to its TTL
+}
+
+}  // namespace granary::client
