@@ -118,6 +118,15 @@ std::vector<std::pair<size_t, std::vector<size_t>>> MasterState::GroupByShard(
 // Segments and clients
 
 MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
+  // A node restarted right after a crash: the new process could create the segment's shared
+  // memory on the same host, which a live owner's exclusive lock on it would have prevented, so
+  // the old owner is gone and its replicas with it. Take over instead of waiting for its TTL.
+  auto existing = segments_.FindByName(op.segment.name);
+  if (existing && existing->client_id != op.client_id && !op.segment.host_id.empty() &&
+      existing->host_id == op.segment.host_id && existing->shm_name == op.segment.shm_name &&
+      existing->token != op.segment.token) {
+    ApplyUnmount(UnmountSegmentOp{"", op.segment.name}, now);
+  }
   auto id = segments_.Mount(op.client_id, op.segment);
   if (!id.ok()) return {id.status(), 0};
   std::lock_guard lock(clients_mu_);

@@ -148,6 +148,12 @@ std::shared_ptr<const SegmentIdentity> SegmentTable::Find(uint64_t id) const {
   return it == segments_.end() ? nullptr : it->second->identity;
 }
 
+std::shared_ptr<const SegmentIdentity> SegmentTable::FindByName(const std::string& name) const {
+  std::shared_lock lock(mu_);
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : segments_.at(it->second)->identity;
+}
+
 bool SegmentTable::IsMounted(uint64_t id) const {
   std::shared_lock lock(mu_);
   return segments_.count(id) != 0;

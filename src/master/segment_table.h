@@ -92,6 +92,7 @@ class SegmentTable {
   Placement PlacementOrder(const std::vector<std::string>& preferred);
 
   std::shared_ptr<const SegmentIdentity> Find(uint64_t id) const;
+  std::shared_ptr<const SegmentIdentity> FindByName(const std::string& name) const;
   bool IsMounted(uint64_t id) const;
   std::vector<uint64_t> SegmentsOf(const std::string& client_id) const;
   std::vector<std::string> NamesOf(const std::string& client_id) const;

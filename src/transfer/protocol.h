@@ -9,6 +9,16 @@
 // segment (overflow-safe) before touching memory; any malformed header closes the connection,
 // a well-formed request it refuses (bad range, wrong token) gets an error status and the
 // connection stays usable (a refused WRITE's payload is drained, never stored).
+//
+// Refusals (ResponseHeader::status, length 0), checked in this order:
+//   SEGMENT_NOT_FOUND (-101)  segment_token is not this node process's: the client's metadata is
+//                             stale (the node restarted); refresh it from the master.
+//   INVALID_PARAMS    (-600)  offset > segment size or length > size - offset (overflow-safe;
+//                             a range ending exactly at the segment's end is valid).
+// Closing without an answer (malformed header, not a refusal): magic != kRequestMagic,
+// version != kProtocolVersion, opcode not READ/WRITE/PING, reserved != 0, or
+// length > kMaxRequestBytes. PING ignores segment_token, offset and length (it carries no payload).
+// A peer silent for the node's idle timeout (mid-frame or between requests) is disconnected.
 #pragma once
 
 #include <bit>

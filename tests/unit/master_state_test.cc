@@ -437,3 +437,33 @@ TEST_F(MasterStateTest, ReplayingTheOperationStreamReproducesTheState) {
 
 }  // namespace
 }  // namespace granary::master
+
+namespace granary::master {
+namespace {
+
+TEST(MasterStateTakeover, RestartedNodeOnSameHostTakesOverItsSegmentName) {
+  ManualClock clock;
+  MasterState state(MasterPolicy{}, &clock);
+  SegmentSpec old_node{"seg", 64 << 20, "127.0.0.1:1", "granary-seg", "host-a/boot", 111};
+  ASSERT_TRUE(state.Mount({"old-process", old_node}).status.ok());
+  ASSERT_TRUE(state.PutStart({"w", {"k"}, {4096}, {}, false})[0].status.ok());
+  ASSERT_TRUE(state.PutEnd({"w", {"k"}, {1}})[0].ok());
+
+  SegmentSpec other_host = old_node;
+  other_host.host_id = "host-b/boot";
+  other_host.token = 222;
+  EXPECT_EQ(state.Mount({"intruder", other_host}).status.code(),
+            ErrorCode::SEGMENT_ALREADY_EXISTS) << "another host may not take the name";
+  EXPECT_EQ(state.BatchExist({"k"})[0], 1);
+
+  SegmentSpec restarted = old_node;
+  restarted.token = 333;  // a new process: new shared memory, new token
+  MountResult r = state.Mount({"new-process", restarted});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(state.BatchExist({"k"})[0], 0) << "the old process's bytes died with it";
+  EXPECT_EQ(state.segments().segment_count(), 1u);
+  EXPECT_EQ(state.segments().FindByName("seg")->client_id, "new-process");
+}
+
+}  // namespace
+}  // namespace granary::master

@@ -1,0 +1,110 @@
+// node/data_server.h - serves byte ranges of one segment over TCP (transfer/protocol.h).
+//
+// Promise: after Start(), remote clients READ and WRITE ranges of [base, base + size) and PING.
+// Every header is checked before any memory is touched: a malformed one (magic, version, opcode,
+// reserved, length > kMaxRequestBytes) closes that connection only; a well-formed one that is
+// refused (wrong segment token, range outside the segment) is answered with an error status and
+// the connection stays usable. No byte outside the segment is ever read or written. Bytes move
+// with no staging copy: recv() lands in the segment, send() leaves from it.
+//
+// Threads: one acceptor and one thread per connection with blocking I/O (simple, and as fast as
+// anything else on a 2-core node); connections beyond max_connections are closed on accept. A peer
+// that goes silent for idle_timeout_ms (mid-frame, or between requests) is disconnected, so a
+// stalled peer never pins a thread for long; clients keep pooled connections idle for less.
+//
+// Ownership: the caller owns the segment memory and must keep it mapped until Stop() returns.
+// The server locks nothing on the bytes: the master's protocol guarantees nobody reads a range
+// while it is being written.
+// Thread safety: Start, Stop, port and stats may be called from any thread; Stop is idempotent
+// and the destructor calls it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "granary/status.h"
+
+namespace granary::node {
+
+struct DataServerOptions {
+  std::string host = "127.0.0.1";  // address to bind (numeric or a name; "0.0.0.0" for all)
+  uint16_t port = 0;               // 0: the kernel picks a free port; see port()
+  size_t max_connections = 256;    // one thread each
+  int idle_timeout_ms = 60000;     // silence tolerated from a peer, mid-frame or between requests
+};
+
+class DataServer {
+ public:
+  using Options = DataServerOptions;
+
+  // Monotonic counters since construction, for /metrics.
+  struct Stats {
+    uint64_t requests = 0;              // well-formed requests, PING included
+    uint64_t bytes_read = 0;            // payload bytes sent to clients (READ)
+    uint64_t bytes_written = 0;         // payload bytes stored into the segment (WRITE)
+    uint64_t errors = 0;                // refused requests + requests cut off mid-payload
+    uint64_t open_connections = 0;      // a gauge, not a counter
+    uint64_t rejected_frames = 0;       // malformed headers (their connection was closed)
+    uint64_t rejected_connections = 0;  // closed on accept: max_connections reached
+  };
+
+  // `segment_token` identifies this node process's segment; requests carrying another are stale.
+  DataServer(uint8_t* base, uint64_t size, uint64_t segment_token, Options options = {});
+  ~DataServer();
+  DataServer(const DataServer&) = delete;
+  DataServer& operator=(const DataServer&) = delete;
+
+  // Binds, listens and starts accepting; returns once listening. Errors: INVALID_PARAMS for a
+  // bad host or options, TRANSFER_FAIL when the address cannot be bound (e.g. port taken),
+  // UNAVAILABLE_IN_CURRENT_STATUS when already started or stopped.
+  Status Start();
+  // The bound port (the chosen one when Options::port was 0); 0 before Start().
+  uint16_t port() const { return port_.load(); }
+  // Closes the listener and every connection (shutdown wakes threads blocked in I/O) and joins
+  // all threads. Idempotent; returns promptly even when peers are stalled.
+  void Stop();
+  Stats stats() const;
+
+ private:
+  struct Conn {
+    int fd = -1;  // -1 once closed; guarded by mu_
+    bool done = false;
+    std::thread thread;
+  };
+
+  void AcceptLoop();
+  void Serve(Conn* conn);
+  void ReapFinished();
+
+  uint8_t* const base_;
+  const uint64_t size_;
+  const uint64_t token_;
+  const Options options_;
+
+  std::atomic<uint16_t> port_{0};
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};  // written by Stop() to wake the acceptor's poll
+  std::thread acceptor_;
+
+  std::mutex mu_;  // guards the fields below and every Conn::fd / Conn::done
+  bool started_ = false;
+  bool stopping_ = false;
+  std::list<std::unique_ptr<Conn>> conns_;
+  std::mutex stop_mu_;  // serialises Stop()
+
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> bytes_read_{0};
+  std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> open_connections_{0};
+  std::atomic<uint64_t> rejected_frames_{0};
+  std::atomic<uint64_t> rejected_connections_{0};
+};
+
+}  // namespace granary::node

@@ -1,0 +1,199 @@
+#include "node/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/logging.h"
+#include "common/units.h"
+#include "transfer/shm_mapping.h"
+
+namespace granary::node {
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+Status SysError(const std::string& what, const std::string& name, int err) {
+  return Status(ErrorCode::INTERNAL_ERROR,
+                what + " of shared-memory segment '" + name + "' failed: " + std::strerror(err));
+}
+
+// The message an operator sees when the segment does not fit: how much is needed, how much is
+// free, and the three ways out, with values ready to paste.
+Status NoRoom(const std::string& name, uint64_t size, const std::string& dir, ShmSpace space) {
+  uint64_t used = space.total_bytes > space.free_bytes ? space.total_bytes - space.free_bytes : 0;
+  uint64_t needed_total = used + size;
+  uint64_t needed_mib = (needed_total + kMiB - 1) / kMiB;
+  return Status(
+      ErrorCode::INVALID_PARAMS,
+      "cannot create shared-memory segment '" + name + "' of " + FormatSize(size) + " (" +
+          std::to_string(size) + " bytes): " + dir + " has only " + FormatSize(space.free_bytes) +
+          " free of " + FormatSize(space.total_bytes) + ", and " + dir + " must be at least " +
+          FormatSize(needed_mib * kMiB) + ". Fixes: run the container with `docker run " +
+          "--shm-size=" + std::to_string(needed_mib) + "m`; on Kubernetes mount a volume " +
+          "`emptyDir: {medium: Memory, sizeLimit: " + std::to_string(needed_mib) + "Mi}` at " +
+          dir + "; or start the node with a smaller --segment-size (at most " +
+          FormatSize(space.free_bytes) + " fits now).");
+}
+
+// Reserves every page of the segment in the tmpfs now, so running out shows up as ENOSPC here
+// rather than as SIGBUS on first touch later.
+int ReservePages(int fd, uint64_t size) {
+  if (fallocate(fd, 0, 0, static_cast<off_t>(size)) == 0) return 0;
+  if (errno != EOPNOTSUPP && errno != ENOSYS) return errno;
+  // No fallocate: write one byte per page through the descriptor (pwrite fails with ENOSPC where
+  // a store through the mapping would raise SIGBUS).
+  const long page = sysconf(_SC_PAGESIZE);
+  const char zero = 0;
+  for (uint64_t off = 0; off < size; off += static_cast<uint64_t>(page)) {
+    if (pwrite(fd, &zero, 1, static_cast<off_t>(off)) != 1) return errno;
+  }
+  return 0;
+}
+
+// A segment already at `path`: stale (its node died without unlinking) if nobody holds its
+// flock, in which case it is unlinked; live otherwise.
+Status RemoveStale(const std::string& name, const std::string& path) {
+  int fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return SysError("opening the existing instance", name, errno);
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
+                    "shared-memory segment '" + name +
+                        "' is held by a running node on this host; give each node its own "
+                        "segment name");
+    }
+    return SysError("locking the existing instance", name, err);
+  }
+  struct stat st {};
+  fstat(fd, &st);
+  GLOG_WARN("removing stale shared-memory segment '{}' ({} bytes) left by a node that did not "
+            "shut down cleanly; recreating it",
+            name, static_cast<uint64_t>(st.st_size));
+  int rc = shm_unlink(path.c_str());
+  int err = errno;
+  close(fd);
+  if (rc != 0 && err != ENOENT) return SysError("unlinking the stale instance", name, err);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ShmSpace> ShmSegment::StatSpace(const std::string& dir) {
+  struct statvfs vfs {};
+  if (statvfs(dir.c_str(), &vfs) != 0) {
+    return Status(ErrorCode::INTERNAL_ERROR,
+                  "statvfs(" + dir + ") failed: " + std::strerror(errno) +
+                      " (is the shared-memory filesystem mounted?)");
+  }
+  ShmSpace space;
+  space.free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  space.total_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  return space;
+}
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, uint64_t size,
+                                                       bool prefault) {
+  Options options;
+  options.prefault = prefault;
+  return Create(name, size, options);
+}
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, uint64_t size,
+                                                       const Options& options) {
+  if (Status s = transfer::ValidateShmName(name); !s.ok()) return s;
+  if (size == 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' must not be of size 0");
+  }
+  if (size > static_cast<uint64_t>(INT64_MAX)) {
+    return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' size " +
+                                                 std::to_string(size) + " is too large");
+  }
+  const std::string path = "/" + name;
+  // Stale first: its pages count as used until it is unlinked.
+  if (Status s = RemoveStale(name, path); !s.ok()) return s;
+
+  auto space = options.space_probe ? options.space_probe(options.shm_dir)
+                                   : StatSpace(options.shm_dir);
+  if (!space.ok()) return space.status();
+  if (space->free_bytes < size) return NoRoom(name, size, options.shm_dir, *space);
+
+  int fd = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
+                    "shared-memory segment '" + name + "' was created by another process "
+                    "while this node was starting");
+    }
+    return SysError("shm_open", name, errno);
+  }
+  // Held for the segment's lifetime: a node starting later with the same name sees it is live.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);  // another starter took it for stale in the window above; it will recreate it
+    return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
+                  "shared-memory segment '" + name + "' is contended by another starting node");
+  }
+  auto fail = [&](Status status) {
+    shm_unlink(path.c_str());
+    close(fd);
+    return status;
+  };
+  if (fchmod(fd, 0600) != 0) return fail(SysError("fchmod", name, errno));
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    return fail(SysError("ftruncate", name, errno));
+  }
+  if (options.prefault) {
+    if (int err = ReservePages(fd, size); err != 0) {
+      if (err == ENOSPC) {
+        ShmSpace now = space.value();
+        if (auto again = options.space_probe ? options.space_probe(options.shm_dir)
+                                             : StatSpace(options.shm_dir);
+            again.ok()) {
+          now = *again;
+        }
+        return fail(NoRoom(name, size, options.shm_dir, now));
+      }
+      return fail(SysError("reserving the pages", name, err));
+    }
+  }
+  // MAP_POPULATE after the reservation also builds the page tables, so the data path takes no
+  // minor faults; it is never relied on to detect a full tmpfs (it fails silently).
+  int flags = MAP_SHARED | (options.prefault ? MAP_POPULATE : 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (p == MAP_FAILED) return fail(SysError("mmap", name, errno));
+  GLOG_INFO("created shared-memory segment '{}' of {}{}", name, FormatSize(size),
+            options.prefault ? " (prefaulted)" : "");
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, fd, static_cast<uint8_t*>(p), size));
+}
+
+ShmSegment::~ShmSegment() {
+  munmap(data_, size_);
+  // Unlink only if the name still refers to this segment; never someone else's newer one.
+  const std::string path = "/" + name_;
+  struct stat mine {};
+  struct stat current {};
+  int cur = shm_open(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (cur >= 0) {
+    if (fstat(fd_, &mine) == 0 && fstat(cur, &current) == 0 && mine.st_dev == current.st_dev &&
+        mine.st_ino == current.st_ino) {
+      shm_unlink(path.c_str());
+    }
+    close(cur);
+  }
+  close(fd_);
+}
+
+}  // namespace granary::node

@@ -1,0 +1,83 @@
+// node/shm_segment.h - a node's DRAM segment, held in named POSIX shared memory.
+//
+// Promise: Create() makes /dev/shm/<name> (mode 0600: same-user clients only), sized exactly
+// `size` bytes, and maps it read-write; clients on the same host attach it by name
+// (transfer::ShmMapping) and memcpy object bytes in and out. The node is the only process that
+// ever unlinks it: the destructor unmaps it and unlinks the name (if the name still refers to this
+// segment). A segment of the same name left behind by a crashed node is unlinked and recreated;
+// one still held by a live node (it keeps an exclusive flock on its descriptor) is refused with
+// SEGMENT_ALREADY_EXISTS, so two nodes configured with the same name cannot share memory by
+// accident.
+//
+// /dev/shm is a tmpfs: its pages are allocated on first touch, and a touch that finds the tmpfs
+// full raises SIGBUS in whichever process touched it (the node's data server, or a client
+// writing a put). Create() therefore checks the free space first and fails with an actionable
+// message. prefault=true goes further: it reserves every page at start (fallocate, which fails with
+// ENOSPC instead of SIGBUS), so a full /dev/shm fails at start and never later; the price is that
+// the whole segment is resident (and counted against the container's memory limit) from the
+// start. Without it, the memory is used as objects fill the segment, and something else filling
+// /dev/shm meanwhile can still SIGBUS the node or a client. Production nodes should prefault.
+//
+// Ownership: ShmSegment owns the mapping, the descriptor and the name.
+// Thread safety: immutable after Create; data() may be used from any thread (the bytes are
+// coordinated by the master's protocol, not by this class).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "granary/status.h"
+
+namespace granary::node {
+
+// Space of the filesystem behind /dev/shm.
+struct ShmSpace {
+  uint64_t free_bytes = 0;   // available to us: f_bavail * f_frsize
+  uint64_t total_bytes = 0;  // f_blocks * f_frsize
+};
+// Answers the free-space question for a directory; tests inject a fake one.
+using ShmSpaceProbe = std::function<Result<ShmSpace>(const std::string& dir)>;
+
+struct ShmSegmentOptions {
+  bool prefault = false;
+  // Where the shm filesystem is mounted; used only for the free-space check, stat and messages
+  // (shm_open itself always uses the system's /dev/shm).
+  std::string shm_dir = "/dev/shm";
+  ShmSpaceProbe space_probe;  // empty: statvfs(shm_dir)
+};
+
+class ShmSegment {
+ public:
+  using Options = ShmSegmentOptions;
+
+  // Errors: INVALID_PARAMS for a bad name, a zero size, or a segment that does not fit in the
+  // free space of /dev/shm (message: needed and free sizes, and the fixes); SEGMENT_ALREADY_EXISTS
+  // when a live node holds the name; INTERNAL_ERROR for a failing system call (errno text).
+  static Result<std::unique_ptr<ShmSegment>> Create(const std::string& name, uint64_t size,
+                                                    bool prefault = false);
+  static Result<std::unique_ptr<ShmSegment>> Create(const std::string& name, uint64_t size,
+                                                    const Options& options);
+  // statvfs(dir): the default probe.
+  static Result<ShmSpace> StatSpace(const std::string& dir);
+
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  ShmSegment(std::string name, int fd, uint8_t* data, uint64_t size)
+      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
+
+  std::string name_;
+  int fd_;  // kept open: its flock tells other nodes this segment is alive
+  uint8_t* data_;
+  uint64_t size_;
+};
+
+}  // namespace granary::node

@@ -1,0 +1,100 @@
+// transfer/tcp_transport.h - the client side of the TCP data plane (transfer/protocol.h).
+//
+// Promise: Read() fills dst with exactly the range's bytes and Write() stores exactly src, or they
+// return an error: never a hang (every connect and every I/O has a timeout), never partial data
+// reported as success. A node's refusal surfaces as the node's code (SEGMENT_NOT_FOUND: stale
+// segment token; INVALID_PARAMS: range outside the segment); every other failure (refused or
+// timed-out connect, reset, timeout, protocol violation) is TRANSFER_FAIL.
+//
+// Connections: a pool of persistent connections per endpoint; each request checks one out
+// exclusively, returns it on success and closes it on any error. Pooled connections idle for
+// pool_idle_ms are closed (keep it below the node's idle timeout), and each is probed for a close
+// by the node before reuse; one that still turns out dead (node restarted) is replaced and its
+// request resent once: READ and WRITE of a range are idempotent. Ranges longer than
+// stripe_threshold are cut into stripe_chunk requests kept in flight on up to
+// connections_per_endpoint connections at once, all driven by the calling thread with
+// non-blocking sockets and poll(): measured on the 2-core dev box, this beat one helper thread per
+// connection (writes 3.0 vs 2.1 GB/s for 16 MiB, reads equal) and needs no thread hand-offs.
+// After an error no further chunk is sent; requests already in flight are finished so their
+// connections stay reusable, and the first error is returned.
+//
+// Ownership: the transport owns its sockets (it starts no threads). Callers own dst/src; the
+// transport touches them only until Read/Write returns.
+// Thread safety: Read, Write, Ping and DropEndpoint may be called from any number of threads at
+// once. The destructor must not run concurrently with them.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+#include "granary/status.h"
+#include "transfer/protocol.h"
+
+namespace granary::transfer {
+
+struct TcpTransportOptions {
+  size_t connections_per_endpoint = 4;     // idle connections kept, and lanes of a striped request
+  uint64_t stripe_threshold = 4ull << 20;  // ranges longer than this are striped
+  uint64_t stripe_chunk = 512ull << 10;    // bytes per striped request
+  int connect_timeout_ms = 3000;
+  int io_timeout_ms = 30000;  // a connection making no progress for this long fails the request
+  int pool_idle_ms = 30000;   // close pooled connections idle longer (node's default is 60 s)
+};
+
+struct RemoteRange {
+  std::string endpoint;  // "host:port", "[v6addr]:port"
+  uint64_t segment_token = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+class TcpTransport {
+ public:
+  using Options = TcpTransportOptions;
+
+  explicit TcpTransport(Options options = {});
+  ~TcpTransport();
+  TcpTransport(const TcpTransport&) = delete;
+  TcpTransport& operator=(const TcpTransport&) = delete;
+
+  // dst.size() must equal range.length (else INVALID_PARAMS, before any I/O).
+  Status Read(const RemoteRange& range, std::span<std::byte> dst);
+  // src.size() must equal range.length (else INVALID_PARAMS, before any I/O).
+  Status Write(const RemoteRange& range, std::span<const std::byte> src);
+  // One round trip; OK when the node's data server answers.
+  Status Ping(const std::string& endpoint);
+  // Closes the idle connections to `endpoint` and forgets its address (e.g. the node is gone);
+  // connections in use are closed when their request ends.
+  void DropEndpoint(const std::string& endpoint);
+
+  // Connections currently idle in the pool of `endpoint` (for tests and metrics).
+  size_t IdleConnections(const std::string& endpoint);
+
+ private:
+  struct Conn;
+  struct Endpoint;
+  struct Lane;
+
+  Status Transfer(Opcode op, const RemoteRange& range, uint8_t* buf);
+  Result<std::shared_ptr<Endpoint>> GetEndpoint(const std::string& endpoint);
+  Result<Conn> Checkout(Endpoint& ep);
+  Result<Conn> Connect(Endpoint& ep);
+  void Return(Endpoint& ep, const Conn& conn);
+  // Moves [offset, offset + length) in `chunk`-sized requests over up to `max_lanes`
+  // connections; PING when op is kPing (length 0).
+  Status Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset, uint64_t length,
+             uint8_t* buf, uint64_t chunk, size_t max_lanes);
+
+  const Options options_;
+  std::atomic<uint64_t> next_request_id_{1};
+  std::mutex mu_;  // guards endpoints_
+  std::unordered_map<std::string, std::shared_ptr<Endpoint>> endpoints_;
+};
+
+}  // namespace granary::transfer

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# tests/cli/cli_test.sh BIN_DIR - the `granary` command-line tool end to end.
+#
+# Starts a granary-master and a granary-node on free 127.0.0.1 ports, then runs every command of
+# `granary` and checks its output and exit code (0 done, 1 not found, 2 bad usage, 3 other
+# failure). Every wait is bounded and every command runs under `timeout`; the trap kills what this
+# script started. Prints one line per check and exits non-zero if any check failed.
+set -u
+
+BIN_DIR=${1:?usage: cli_test.sh BIN_DIR}
+BIN_DIR=$(cd "$BIN_DIR" && pwd)
+GRANARY="$BIN_DIR/granary"
+for b in granary granary-master granary-node; do
+  [[ -x "$BIN_DIR/$b" ]] || { echo "FATAL: $BIN_DIR/$b not built"; exit 1; }
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/granary-cli-test-XXXXXX")
+MASTER_PID=""
+NODE_PID=""
+NAME="cli-test-$$"
+cleanup() {
+  [[ -n "$NODE_PID" ]] && kill -9 "$NODE_PID" 2>/dev/null
+  [[ -n "$MASTER_PID" ]] && kill -9 "$MASTER_PID" 2>/dev/null
+  [[ -n "$NODE_PID" ]] && wait "$NODE_PID" 2>/dev/null
+  [[ -n "$MASTER_PID" ]] && wait "$MASTER_PID" 2>/dev/null
+  rm -f "/dev/shm/granary-$NAME"
+  if [[ -n "${GRANARY_IT_KEEP_TMP:-}" ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+FAILURES=0
+CHECKS=0
+pass() { CHECKS=$((CHECKS + 1)); echo "ok   - $1"; }
+fail() { CHECKS=$((CHECKS + 1)); FAILURES=$((FAILURES + 1)); echo "FAIL - $1"; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+MASTER_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+while [[ "$HTTP_PORT" == "$MASTER_PORT" ]]; do HTTP_PORT=$(free_port); done
+MASTER="127.0.0.1:$MASTER_PORT"
+
+# wait_for SECONDS COMMAND...: polls every 0.1 s until COMMAND succeeds.
+wait_for() {
+  local deadline=$((SECONDS + $1)); shift
+  while ((SECONDS < deadline)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  "$@" >/dev/null 2>&1
+}
+
+# g ARGS...: runs granary against the test master with a bounded time; sets OUT, ERR, RC.
+g() {
+  timeout 30 "$GRANARY" --master "$MASTER" --timeout-ms 3000 "$@" >"$WORK/out" 2>"$WORK/err"
+  RC=$?
+  OUT=$(cat "$WORK/out")
+  ERR=$(cat "$WORK/err")
+}
+# expect_rc WANT DESCRIPTION
+expect_rc() {
+  if [[ "$RC" == "$1" ]]; then pass "$2 (exit $RC)"; else fail "$2: exit $RC, want $1; stderr: $ERR"; fi
+}
+# expect_contains HAYSTACK NEEDLE DESCRIPTION
+expect_contains() {
+  if [[ "$1" == *"$2"* ]]; then pass "$3"; else fail "$3: '$2' not in: $1"; fi
+}
+one_line_stderr() {
+  local lines
+  lines=$(printf '%s' "$ERR" | grep -c '')
+  if [[ "$lines" == 1 ]]; then pass "$1: one line on stderr"; else fail "$1: $lines lines on stderr: $ERR"; fi
+}
+
+# ---- the store ----
+"$BIN_DIR/granary-master" --host 127.0.0.1 --port "$MASTER_PORT" --http-port "$HTTP_PORT" \
+  --log-level warn >"$WORK/master.log" 2>&1 &
+MASTER_PID=$!
+if ! wait_for 10 "$GRANARY" --master "$MASTER" --timeout-ms 1000 health; then
+  echo "FATAL: the master did not answer within 10 s"; cat "$WORK/master.log"; exit 1
+fi
+"$BIN_DIR/granary-node" --master "$MASTER" --segment-size 64MB --name "$NAME" --host 127.0.0.1 \
+  --port 0 --heartbeat-interval 200ms --log-level warn >"$WORK/node.log" 2>&1 &
+NODE_PID=$!
+if ! wait_for 10 grep -q "granary-node ready" "$WORK/node.log"; then
+  echo "FATAL: the node did not get ready within 10 s"; cat "$WORK/node.log"; exit 1
+fi
+
+# ---- put from a file and from stdin ----
+head -c 300000 /dev/urandom >"$WORK/blob"
+g put cli/file "$WORK/blob"
+expect_rc 0 "put from a file"
+printf 'hello from stdin\n' >"$WORK/stdin-value"
+timeout 30 "$GRANARY" --master "$MASTER" put cli/stdin <"$WORK/stdin-value" 2>"$WORK/err"
+RC=$?; ERR=$(cat "$WORK/err")
+expect_rc 0 "put from stdin (no file argument)"
+printf 'dash value' | timeout 30 "$GRANARY" --master "$MASTER" put cli/dash - 2>"$WORK/err"
+RC=$?; ERR=$(cat "$WORK/err")
+expect_rc 0 "put from stdin (-)"
+g put cli/replicated "$WORK/blob" --replicas 2
+expect_rc 0 "put --replicas 2 with one node (best effort)"
+g put cli/file "$WORK/stdin-value"
+expect_rc 0 "put of an existing key"
+g put cli/missing-file "$WORK/does-not-exist"
+expect_rc 3 "put of an unreadable file"
+
+# ---- get to stdout and with -o ----
+timeout 30 "$GRANARY" --master "$MASTER" get cli/file >"$WORK/got-stdout" 2>"$WORK/err"
+RC=$?; ERR=$(cat "$WORK/err")
+expect_rc 0 "get to stdout"
+if cmp -s "$WORK/blob" "$WORK/got-stdout"; then pass "get to stdout: same bytes (and put kept the first value)"; else fail "get to stdout: bytes differ"; fi
+g get cli/file -o "$WORK/got-file"
+expect_rc 0 "get -o FILE"
+if cmp -s "$WORK/blob" "$WORK/got-file"; then pass "get -o: same bytes"; else fail "get -o: bytes differ"; fi
+[[ -z "$OUT" ]] && pass "get -o prints nothing on stdout" || fail "get -o printed: $OUT"
+g get cli/stdin
+expect_rc 0 "get of the stdin object"
+if cmp -s "$WORK/stdin-value" "$WORK/out"; then pass "stdin object: same bytes"; else fail "stdin object: bytes differ"; fi
+g get cli/dash
+[[ "$OUT" == "dash value" ]] && pass "put - stored stdin" || fail "put - stored '$OUT'"
+g put cli/upserted "$WORK/stdin-value"
+printf 'new value' >"$WORK/new-value"
+g put cli/upserted "$WORK/new-value" --upsert
+expect_rc 0 "put --upsert"
+g get cli/upserted
+[[ "$OUT" == "new value" ]] && pass "--upsert replaced the value" || fail "--upsert left '$OUT'"
+
+# ---- a missing key ----
+g get cli/never-stored
+expect_rc 1 "get of a missing key"
+one_line_stderr "get of a missing key"
+expect_contains "$ERR" "cli/never-stored" "the message names the key"
+[[ -z "$OUT" ]] && pass "nothing on stdout for a missing key" || fail "stdout for a missing key: $OUT"
+g get cli/never-stored -o "$WORK/should-not-exist"
+expect_rc 1 "get -o of a missing key"
+[[ ! -e "$WORK/should-not-exist" ]] && pass "get -o of a missing key creates no file" || fail "get -o of a missing key created the file"
+
+# ---- stat ----
+g stat cli/file
+expect_rc 0 "stat"
+expect_contains "$OUT" "size: 300000" "stat shows the size"
+expect_contains "$OUT" "replicas: 1" "stat shows the replica count"
+expect_contains "$OUT" "segment $NAME" "stat shows the replica's segment"
+expect_contains "$OUT" "state: COMPLETE" "stat shows the state"
+g stat cli/never-stored
+expect_rc 1 "stat of a missing key"
+
+# ---- ls ----
+g ls
+expect_rc 0 "ls"
+for k in cli/file cli/stdin cli/dash cli/replicated cli/upserted; do
+  expect_contains "$OUT" "$k" "ls lists $k"
+done
+g ls '^cli/d'
+expect_rc 0 "ls REGEX"
+expect_contains "$OUT" "cli/dash" "ls REGEX lists the match"
+[[ "$OUT" != *"cli/file"* ]] && pass "ls REGEX leaves out the rest" || fail "ls REGEX listed cli/file: $OUT"
+[[ "$(printf '%s\n' "$OUT" | grep -c .)" == 1 ]] && pass "ls REGEX: exactly one line" || fail "ls REGEX: $OUT"
+g ls 'nothing-matches-this$'
+expect_rc 0 "ls with no match"
+[[ -z "$OUT" ]] && pass "ls with no match prints nothing" || fail "ls with no match printed: $OUT"
+g ls '(unclosed'
+[[ "$RC" == 2 || "$RC" == 3 ]] && pass "ls with an invalid regex fails (exit $RC)" || fail "ls with an invalid regex: exit $RC"
+
+# ---- rm ----
+g rm cli/dash
+expect_rc 0 "rm"
+g get cli/dash
+expect_rc 1 "get after rm"
+g rm cli/dash
+expect_rc 1 "rm of a missing key"
+one_line_stderr "rm of a missing key"
+
+# ---- nodes and health ----
+g nodes
+expect_rc 0 "nodes"
+expect_contains "$OUT" "$NAME" "nodes shows the segment"
+expect_contains "$OUT" "SEGMENT" "nodes prints a header"
+g health
+expect_rc 0 "health"
+expect_contains "$OUT" "OK" "health says OK"
+expect_contains "$OUT" "1 segment" "health counts the segment"
+
+GRANARY_MASTER="$MASTER" timeout 30 "$GRANARY" health >"$WORK/out" 2>"$WORK/err"
+RC=$?; ERR=$(cat "$WORK/err")
+expect_rc 0 "health with the master from \$GRANARY_MASTER"
+
+# ---- bad usage: exit 2 ----
+g
+expect_rc 2 "no subcommand"
+g frobnicate
+expect_rc 2 "unknown subcommand"
+g get
+expect_rc 2 "get without a key"
+g put
+expect_rc 2 "put without a key"
+g get cli/file --no-such-flag
+expect_rc 2 "unknown flag"
+g put cli/x "$WORK/blob" --replicas notanumber
+expect_rc 2 "non-numeric --replicas"
+timeout 30 "$GRANARY" --help >"$WORK/out" 2>&1
+RC=$?
+expect_rc 0 "--help"
+
+# ---- master down: exit 3 ----
+kill -TERM "$MASTER_PID"
+if timeout 10 tail --pid="$MASTER_PID" -f /dev/null; then
+  wait "$MASTER_PID" 2>/dev/null
+  RC=$?; ERR="(master log) $(tail -3 "$WORK/master.log")"
+  expect_rc 0 "granary-master exits 0 on SIGTERM"
+  MASTER_PID=""
+else
+  fail "granary-master still running 10 s after SIGTERM"
+fi
+g health
+expect_rc 3 "health with the master stopped"
+one_line_stderr "health with the master stopped"
+g get cli/file
+expect_rc 3 "get with the master stopped (an error, not a miss)"
+g put cli/late "$WORK/blob"
+expect_rc 3 "put with the master stopped"
+g ls
+expect_rc 3 "ls with the master stopped"
+
+echo "$CHECKS checks, $FAILURES failed"
+((FAILURES == 0))

@@ -1,0 +1,246 @@
+// granary-test-worker: a misbehaving or ordinary client process for the integration tests.
+//
+//   put-start-and-hang --master A --key K --size N   BatchPutStart (raw gRPC), print "started",
+//                                                    then sleep until killed: a writer that died
+//                                                    between put-start and put-end.
+//   get-and-hang --master A --key K [--key K2 ...]   BatchGetReplicaList (raw gRPC), print
+//                                                    "locked", then sleep: a reader that died
+//                                                    holding read locks.
+//   worker --master A --id I --objects N --size S    a same-host client: BatchPut N objects
+//                                                    "worker-I-j" of S bytes, BatchGetInto them
+//                                                    back and compare byte for byte.
+//
+// Exit codes: 0 done, 2 bad usage, 3 an RPC failed or answered an error, 4 wrong bytes read back,
+// 5 a required shared-memory mapping was not made. The hang subcommands exit 6 if nobody killed
+// them within --max-hang (a safety net: a crashed test must not leave them behind forever).
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "granary/client.h"
+#include "granary/proto/master.grpc.pb.h"
+#include "test_pattern.h"
+
+namespace {
+
+namespace pb = ::granary::proto;
+
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;
+constexpr int kExitRpc = 3;
+constexpr int kExitWrongBytes = 4;
+constexpr int kExitNoShm = 5;
+constexpr int kExitNotKilled = 6;
+
+std::unique_ptr<pb::Master::Stub> Stub(const std::string& address) {
+  return pb::Master::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+void Deadline(grpc::ClientContext& ctx, int ms) {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
+}
+
+std::string ClientId(const std::string& role) {
+  return "test-worker-" + role + "-" + std::to_string(getpid());
+}
+
+int HangUntilKilled(int max_seconds) {
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(max_seconds));
+  std::fprintf(stderr, "granary-test-worker: not killed within %d s; exiting\n", max_seconds);
+  return kExitNotKilled;
+}
+
+int PutStartAndHang(const std::string& master, const std::string& key, uint64_t size,
+                    uint32_t replicas, int max_hang_s) {
+  auto stub = Stub(master);
+  pb::BatchPutStartRequest req;
+  req.set_client_id(ClientId("put"));
+  req.add_keys(key);
+  req.add_sizes(size);
+  req.mutable_config()->set_replica_num(replicas);
+  pb::BatchPutStartResponse resp;
+  grpc::ClientContext ctx;
+  Deadline(ctx, 10'000);
+  grpc::Status s = stub->BatchPutStart(&ctx, req, &resp);
+  if (!s.ok()) {
+    std::fprintf(stderr, "BatchPutStart failed: %d %s\n", static_cast<int>(s.error_code()),
+                 s.error_message().c_str());
+    return kExitRpc;
+  }
+  if (resp.results_size() != 1 || resp.results(0).code() != 0) {
+    std::fprintf(stderr, "BatchPutStart answered %s\n",
+                 resp.results_size() == 1 ? resp.results(0).message().c_str() : "no result");
+    return kExitRpc;
+  }
+  std::printf("started %d replica(s)\n", resp.results(0).replicas_size());
+  return HangUntilKilled(max_hang_s);
+}
+
+int GetAndHang(const std::string& master, const std::vector<std::string>& keys, int max_hang_s) {
+  auto stub = Stub(master);
+  pb::BatchGetReplicaListRequest req;
+  req.set_client_id(ClientId("get"));
+  for (const auto& key : keys) req.add_keys(key);
+  pb::BatchGetReplicaListResponse resp;
+  grpc::ClientContext ctx;
+  Deadline(ctx, 10'000);
+  grpc::Status s = stub->BatchGetReplicaList(&ctx, req, &resp);
+  if (!s.ok()) {
+    std::fprintf(stderr, "BatchGetReplicaList failed: %d %s\n", static_cast<int>(s.error_code()),
+                 s.error_message().c_str());
+    return kExitRpc;
+  }
+  if (resp.results_size() != static_cast<int>(keys.size())) {
+    std::fprintf(stderr, "BatchGetReplicaList answered %d results for %zu keys\n",
+                 resp.results_size(), keys.size());
+    return kExitRpc;
+  }
+  for (int i = 0; i < resp.results_size(); ++i) {
+    if (resp.results(i).code() != 0) {
+      std::fprintf(stderr, "BatchGetReplicaList of %s answered %d %s\n", keys[i].c_str(),
+                   resp.results(i).code(), resp.results(i).message().c_str());
+      return kExitRpc;
+    }
+  }
+  std::printf("locked (lease %llu ms)\n", static_cast<unsigned long long>(resp.lease_ttl_ms()));
+  return HangUntilKilled(max_hang_s);
+}
+
+bool MapsSharedSegment() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/dev/shm/granary-") != std::string::npos) return true;
+  }
+  return false;
+}
+
+int Worker(const std::string& master, const std::string& id, size_t objects, uint64_t size,
+           bool use_shm, bool require_shm) {
+  granary::ClientOptions options;
+  options.master_address = master;
+  options.segment_size = 0;
+  options.use_shared_memory = use_shm;
+  options.rpc_timeout_ms = 10'000;
+  options.io_timeout_ms = 10'000;
+  auto connected = granary::Client::Connect(options);
+  if (!connected.ok()) {
+    std::fprintf(stderr, "worker %s: connect: %s\n", id.c_str(),
+                 connected.status().ToString().c_str());
+    return kExitRpc;
+  }
+  granary::Client& client = **connected;
+
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::byte>> values;
+  std::vector<granary::ByteSpan> spans;
+  for (size_t j = 0; j < objects; ++j) {
+    keys.push_back("worker-" + id + "-" + std::to_string(j));
+    values.push_back(granary::testdata::Pattern(keys.back(), size));
+  }
+  for (const auto& v : values) spans.emplace_back(v);
+  auto put = client.BatchPut(keys, spans);
+  for (size_t j = 0; j < objects; ++j) {
+    if (!put[j].ok()) {
+      std::fprintf(stderr, "worker %s: put %s: %s\n", id.c_str(), keys[j].c_str(),
+                   put[j].ToString().c_str());
+      return kExitRpc;
+    }
+  }
+
+  std::vector<std::vector<std::byte>> back(objects, std::vector<std::byte>(size, std::byte{0}));
+  std::vector<granary::MutableByteSpan> buffers;
+  for (auto& b : back) buffers.emplace_back(b);
+  auto got = client.BatchGetInto(keys, buffers);
+  for (size_t j = 0; j < objects; ++j) {
+    if (!got[j].ok()) {
+      std::fprintf(stderr, "worker %s: get %s: %s\n", id.c_str(), keys[j].c_str(),
+                   got[j].status().ToString().c_str());
+      return kExitRpc;
+    }
+    if (*got[j] != size) {
+      std::fprintf(stderr, "worker %s: get %s: size %llu, expected %llu\n", id.c_str(),
+                   keys[j].c_str(), static_cast<unsigned long long>(*got[j]),
+                   static_cast<unsigned long long>(size));
+      return kExitWrongBytes;
+    }
+    int64_t diff = granary::testdata::FirstDifference(back[j], values[j]);
+    if (diff >= 0) {
+      std::fprintf(stderr, "worker %s: get %s: wrong byte at offset %lld\n", id.c_str(),
+                   keys[j].c_str(), static_cast<long long>(diff));
+      return kExitWrongBytes;
+    }
+  }
+  if (require_shm && !MapsSharedSegment()) {
+    std::fprintf(stderr, "worker %s: no /dev/shm/granary-* segment is mapped: the same-host "
+                         "path was not used\n", id.c_str());
+    return kExitNoShm;
+  }
+  client.Close();
+  std::printf("worker %s: %zu objects of %llu bytes stored and verified\n", id.c_str(), objects,
+              static_cast<unsigned long long>(size));
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"granary-test-worker: client processes for the Granary integration tests"};
+  app.require_subcommand(1);
+  std::string master = "127.0.0.1:50051";
+  std::string key, id;
+  std::vector<std::string> get_keys;
+  uint64_t size = 0;
+  uint32_t replicas = 1;
+  size_t objects = 0;
+  int max_hang_s = 120;
+  bool no_shm = false, require_shm = false;
+
+  auto* put = app.add_subcommand("put-start-and-hang", "put-start one key, then hang");
+  put->add_option("--master", master)->required();
+  put->add_option("--key", key)->required();
+  put->add_option("--size", size)->required();
+  put->add_option("--replicas", replicas);
+  put->add_option("--max-hang", max_hang_s, "seconds to hang before giving up");
+
+  auto* get = app.add_subcommand("get-and-hang", "take a read lock on one key, then hang");
+  get->add_option("--master", master)->required();
+  get->add_option("--key", get_keys, "a key to lock (repeat for more)")->required();
+  get->add_option("--max-hang", max_hang_s, "seconds to hang before giving up");
+
+  auto* worker = app.add_subcommand("worker", "put N objects, read them back, verify");
+  worker->add_option("--master", master)->required();
+  worker->add_option("--id", id)->required();
+  worker->add_option("--objects", objects)->required();
+  worker->add_option("--size", size)->required();
+  worker->add_flag("--no-shm", no_shm, "use TCP even on this host");
+  worker->add_flag("--require-shm-mapping", require_shm,
+                   "fail unless a node's segment got mapped into this process");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  // Whatever happens, the worker does not outlive a broken test for long.
+  alarm(static_cast<unsigned>(max_hang_s + 60));
+  if (put->parsed()) return PutStartAndHang(master, key, size, replicas, max_hang_s);
+  if (get->parsed()) return GetAndHang(master, get_keys, max_hang_s);
+  if (worker->parsed()) {
+    if (objects == 0 || size == 0) {
+      std::fprintf(stderr, "--objects and --size must be positive\n");
+      return kExitUsage;
+    }
+    return Worker(master, id, objects, size, !no_shm, require_shm);
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,524 @@
+// Tests of node::DataServer through real sockets, speaking the wire format by hand so hostile
+// frames can be sent. Every test's segment sits between guard bytes that are checked afterwards.
+#include "node/data_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "transfer/protocol.h"
+
+namespace granary {
+namespace {
+
+using node::DataServer;
+using transfer::Opcode;
+using transfer::RequestHeader;
+using transfer::ResponseHeader;
+
+constexpr uint64_t kSegSize = 1 << 20;
+constexpr uint64_t kGuard = 4096;
+constexpr uint64_t kToken = 0x1234567890abcdefULL;
+constexpr uint8_t kGuardByte = 0xA5;
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A raw client socket; every receive gives up after 5 s so a broken server fails, never hangs.
+class RawConn {
+ public:
+  explicit RawConn(uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    timeval tv{5, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ~RawConn() { close(fd_); }
+  RawConn(const RawConn&) = delete;
+  RawConn& operator=(const RawConn&) = delete;
+
+  bool connected() const { return connected_; }
+  int fd() const { return fd_; }
+
+  bool Send(const void* data, size_t n) {
+    auto* p = static_cast<const uint8_t*>(data);
+    while (n > 0) {
+      ssize_t r = send(fd_, p, n, MSG_NOSIGNAL);
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  bool SendHeader(const RequestHeader& h) { return Send(&h, sizeof(h)); }
+  bool Recv(void* data, size_t n) {
+    auto* p = static_cast<uint8_t*>(data);
+    while (n > 0) {
+      ssize_t r = recv(fd_, p, n, 0);
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  std::optional<ResponseHeader> RecvResponse() {
+    ResponseHeader rh;
+    if (!Recv(&rh, sizeof(rh))) return std::nullopt;
+    return rh;
+  }
+  // True when the server closed the connection (EOF or reset) rather than answering or timing out.
+  bool ClosedByPeer() {
+    char c;
+    ssize_t r = recv(fd_, &c, 1, 0);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+RequestHeader Header(Opcode op, uint64_t offset, uint64_t length, uint64_t token = kToken,
+                     uint64_t id = 7) {
+  RequestHeader h;
+  h.opcode = op;
+  h.request_id = id;
+  h.segment_token = token;
+  h.offset = offset;
+  h.length = length;
+  return h;
+}
+
+class DataServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    memory_.assign(kGuard + kSegSize + kGuard, kGuardByte);
+    for (uint64_t i = 0; i < kSegSize; ++i) seg()[i] = static_cast<uint8_t>(i * 7 + 3);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    // The canary: no test, however hostile, may make the server write outside its segment.
+    for (uint64_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(memory_[i], kGuardByte) << "guard before the segment hit at " << i;
+      ASSERT_EQ(memory_[kGuard + kSegSize + i], kGuardByte) << "guard after the segment hit";
+    }
+  }
+  uint8_t* seg() { return memory_.data() + kGuard; }
+
+  DataServer& StartServer(int idle_timeout_ms = 2000, size_t max_connections = 64) {
+    DataServer::Options options;
+    options.idle_timeout_ms = idle_timeout_ms;
+    options.max_connections = max_connections;
+    server_ = std::make_unique<DataServer>(seg(), kSegSize, kToken, options);
+    Status s = server_->Start();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_NE(server_->port(), 0);
+    return *server_;
+  }
+
+  // A READ of [offset, +length) on `conn` that must succeed with the segment's bytes.
+  void ExpectReadWorks(RawConn& conn, uint64_t offset, uint64_t length) {
+    ASSERT_TRUE(conn.SendHeader(Header(Opcode::kRead, offset, length, kToken, 99)));
+    auto rh = conn.RecvResponse();
+    ASSERT_TRUE(rh.has_value()) << "connection was closed";
+    EXPECT_EQ(rh->magic, transfer::kResponseMagic);
+    ASSERT_EQ(rh->status, 0);
+    EXPECT_EQ(rh->request_id, 99u);
+    ASSERT_EQ(rh->length, length);
+    if (length == 0) return;
+    std::vector<uint8_t> got(length);
+    ASSERT_TRUE(conn.Recv(got.data(), length));
+    EXPECT_EQ(std::memcmp(got.data(), seg() + offset, length), 0);
+  }
+
+  // Sends `h` (plus `payload` bytes) and expects the error `code` and a usable connection.
+  void ExpectRefused(RawConn& conn, const RequestHeader& h, ErrorCode code, size_t payload = 0) {
+    std::vector<uint8_t> before(seg(), seg() + kSegSize);
+    ASSERT_TRUE(conn.SendHeader(h));
+    if (payload > 0) {
+      std::vector<uint8_t> junk(payload, 0xEE);
+      ASSERT_TRUE(conn.Send(junk.data(), junk.size()));
+    }
+    auto rh = conn.RecvResponse();
+    ASSERT_TRUE(rh.has_value()) << "refusal must not close the connection";
+    EXPECT_EQ(rh->status, static_cast<int32_t>(code));
+    EXPECT_EQ(rh->length, 0u);
+    EXPECT_EQ(rh->request_id, h.request_id);
+    EXPECT_EQ(std::memcmp(before.data(), seg(), kSegSize), 0) << "a refused request wrote";
+    ExpectReadWorks(conn, 1000, 64);
+  }
+
+  // Sends a malformed header and expects the server to close this connection only.
+  void ExpectClosesOn(const RequestHeader& h) {
+    RawConn conn(server_->port());
+    ASSERT_TRUE(conn.connected());
+    uint64_t rejected = server_->stats().rejected_frames;
+    ASSERT_TRUE(conn.SendHeader(h));
+    EXPECT_TRUE(conn.ClosedByPeer());
+    EXPECT_EQ(server_->stats().rejected_frames, rejected + 1);
+    RawConn other(server_->port());
+    ExpectReadWorks(other, 0, 128);
+  }
+
+  std::vector<uint8_t> memory_;
+  std::unique_ptr<DataServer> server_;
+};
+
+TEST_F(DataServerTest, PingReadWriteRoundTrip) {
+  StartServer();
+  RawConn conn(server_->port());
+  ASSERT_TRUE(conn.connected());
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kPing, 0, 0, 0, 1)));
+  auto pong = conn.RecvResponse();
+  ASSERT_TRUE(pong.has_value());
+  EXPECT_EQ(pong->status, 0);
+  EXPECT_EQ(pong->request_id, 1u);
+  EXPECT_EQ(pong->length, 0u);
+
+  std::vector<uint8_t> payload(70000);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i ^ 0x5A);
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 12345, payload.size(), kToken, 2)));
+  ASSERT_TRUE(conn.Send(payload.data(), payload.size()));
+  auto wr = conn.RecvResponse();
+  ASSERT_TRUE(wr.has_value());
+  EXPECT_EQ(wr->status, 0);
+  EXPECT_EQ(wr->request_id, 2u);
+  EXPECT_EQ(wr->length, 0u);
+  EXPECT_EQ(std::memcmp(seg() + 12345, payload.data(), payload.size()), 0);
+  ExpectReadWorks(conn, 12345, payload.size());
+  // The very end of the segment, and an empty range at the end, are inside.
+  ExpectReadWorks(conn, kSegSize - 10, 10);
+  ExpectReadWorks(conn, kSegSize, 0);
+
+  auto stats = server_->stats();
+  EXPECT_EQ(stats.requests, 5u);
+  EXPECT_EQ(stats.bytes_written, payload.size());
+  EXPECT_EQ(stats.bytes_read, payload.size() + 10);
+  EXPECT_EQ(stats.errors, 0u);
+  EXPECT_EQ(stats.open_connections, 1u);
+}
+
+TEST_F(DataServerTest, TruncatedHeaderThenCloseIsHarmless) {
+  StartServer();
+  {
+    RawConn conn(server_->port());
+    RequestHeader h = Header(Opcode::kWrite, 0, 100);
+    ASSERT_TRUE(conn.Send(&h, 17));
+  }
+  {
+    RawConn conn(server_->port());  // a WRITE cut off in the middle of its payload
+    ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 0, 1000)));
+    std::vector<uint8_t> half(500, 0xCC);
+    ASSERT_TRUE(conn.Send(half.data(), half.size()));
+  }
+  RawConn good(server_->port());
+  ExpectReadWorks(good, 4096, 4096);  // clear of [0, 500), which the cut WRITE may be storing
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (server_->stats().open_connections != 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(server_->stats().open_connections, 1u);
+  EXPECT_EQ(server_->stats().errors, 2u);
+}
+
+TEST_F(DataServerTest, BadMagicCloses) {
+  StartServer();
+  RequestHeader h = Header(Opcode::kRead, 0, 16);
+  h.magic = 0xDEADBEEF;
+  ExpectClosesOn(h);
+}
+
+TEST_F(DataServerTest, BadVersionCloses) {
+  StartServer();
+  RequestHeader h = Header(Opcode::kRead, 0, 16);
+  h.version = 2;
+  ExpectClosesOn(h);
+}
+
+TEST_F(DataServerTest, BadOpcodeCloses) {
+  StartServer();
+  for (uint8_t op : {0, 4, 255}) {
+    RequestHeader h = Header(Opcode::kRead, 0, 16);
+    h.opcode = static_cast<Opcode>(op);
+    ExpectClosesOn(h);
+  }
+}
+
+TEST_F(DataServerTest, NonZeroReservedCloses) {
+  StartServer();
+  RequestHeader h = Header(Opcode::kRead, 0, 16);
+  h.reserved = 1;
+  ExpectClosesOn(h);
+}
+
+TEST_F(DataServerTest, LengthAboveMaxRequestCloses) {
+  StartServer();
+  ExpectClosesOn(Header(Opcode::kWrite, 0, transfer::kMaxRequestBytes + 1));
+  ExpectClosesOn(Header(Opcode::kRead, 0, UINT64_MAX));
+}
+
+TEST_F(DataServerTest, OffsetPastEndIsRefused) {
+  StartServer();
+  RawConn conn(server_->port());
+  ExpectRefused(conn, Header(Opcode::kRead, kSegSize + 1, 0), ErrorCode::INVALID_PARAMS);
+  ExpectRefused(conn, Header(Opcode::kRead, UINT64_MAX, 1), ErrorCode::INVALID_PARAMS);
+}
+
+TEST_F(DataServerTest, OverflowingRangeIsRefused) {
+  StartServer();
+  RawConn conn(server_->port());
+  const uint64_t offset = UINT64_MAX - 7;  // 2^64 - 8: offset + 16 wraps to 8
+  ExpectRefused(conn, Header(Opcode::kRead, offset, 16), ErrorCode::INVALID_PARAMS);
+  ExpectRefused(conn, Header(Opcode::kWrite, offset, 16), ErrorCode::INVALID_PARAMS, 16);
+}
+
+TEST_F(DataServerTest, LengthPastEndIsRefused) {
+  StartServer();
+  RawConn conn(server_->port());
+  ExpectRefused(conn, Header(Opcode::kRead, kSegSize - 10, 11), ErrorCode::INVALID_PARAMS);
+  ExpectRefused(conn, Header(Opcode::kWrite, kSegSize - 10, 20), ErrorCode::INVALID_PARAMS, 20);
+  ExpectRefused(conn, Header(Opcode::kRead, 0, kSegSize + 1), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(server_->stats().errors, 3u);
+}
+
+TEST_F(DataServerTest, WrongTokenIsRefusedAndConnectionStaysUsable) {
+  StartServer();
+  RawConn conn(server_->port());
+  ExpectRefused(conn, Header(Opcode::kRead, 0, 64, kToken + 1), ErrorCode::SEGMENT_NOT_FOUND);
+  // Token is checked before the range: a stale token with a wild range says "stale" clearly.
+  ExpectRefused(conn, Header(Opcode::kRead, UINT64_MAX, 64, 0), ErrorCode::SEGMENT_NOT_FOUND);
+}
+
+TEST_F(DataServerTest, RefusedWritePayloadIsDrained) {
+  StartServer();
+  RawConn conn(server_->port());
+  // Larger than the server's drain scratch, so it takes several chunks.
+  ExpectRefused(conn, Header(Opcode::kWrite, 0, 300000, kToken ^ 1), ErrorCode::SEGMENT_NOT_FOUND,
+                300000);
+  ExpectRefused(conn, Header(Opcode::kWrite, kSegSize - 100, 200000),
+                ErrorCode::INVALID_PARAMS, 200000);
+}
+
+TEST_F(DataServerTest, StalledPeerIsClosedAfterIdleTimeoutWhileOthersAreServed) {
+  StartServer(/*idle_timeout_ms=*/300);
+  RawConn stalled_mid_payload(server_->port());
+  ASSERT_TRUE(stalled_mid_payload.SendHeader(Header(Opcode::kWrite, 0, 1000)));
+  ASSERT_TRUE(stalled_mid_payload.Send("0123456789", 10));
+  RawConn stalled_mid_header(server_->port());
+  ASSERT_TRUE(stalled_mid_header.Send("GNRY", 4));
+  const auto start = Clock::now();
+
+  // Another connection is served throughout, until the server has dropped both stalled ones.
+  RawConn busy(server_->port());
+  auto readable = [](RawConn& c) {
+    pollfd pfd{c.fd(), POLLIN, 0};
+    return poll(&pfd, 1, 0) == 1;
+  };
+  int served = 0;
+  while (!(readable(stalled_mid_payload) && readable(stalled_mid_header)) &&
+         SecondsSince(start) < 3.0) {
+    // Clear of [0, 1000), where the stalled WRITE has stored its first bytes meanwhile.
+    ExpectReadWorks(busy, 4096 + static_cast<uint64_t>(served % 100) * 1000, 1000);
+    ++served;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  double waited = SecondsSince(start);
+  EXPECT_TRUE(stalled_mid_payload.ClosedByPeer());
+  EXPECT_TRUE(stalled_mid_header.ClosedByPeer());
+  EXPECT_GE(waited, 0.25);
+  EXPECT_LT(waited, 3.0);
+  EXPECT_GT(served, 10);
+  ExpectReadWorks(busy, 4096, 10);  // the active connection survived
+  EXPECT_EQ(server_->stats().errors, 2u);
+}
+
+TEST_F(DataServerTest, StopDoesNotWaitForStalledPeers) {
+  StartServer(/*idle_timeout_ms=*/60000);
+  RawConn a(server_->port());
+  ASSERT_TRUE(a.SendHeader(Header(Opcode::kWrite, 0, 5000)));  // payload never comes
+  RawConn b(server_->port());
+  ASSERT_TRUE(b.Send("GN", 2));
+  RawConn c(server_->port());
+  ExpectReadWorks(c, 0, 10);
+  const auto start = Clock::now();
+  server_->Stop();
+  EXPECT_LT(SecondsSince(start), 2.0);
+  EXPECT_EQ(server_->stats().open_connections, 0u);
+  EXPECT_TRUE(c.ClosedByPeer());
+  server_->Stop();  // idempotent
+  RawConn after(server_->port());
+  EXPECT_FALSE(after.connected());
+}
+
+TEST_F(DataServerTest, PeerVanishingMidReadOnlyClosesItsConnection) {
+  StartServer();
+  {
+    RawConn conn(server_->port());
+    ASSERT_TRUE(conn.SendHeader(Header(Opcode::kRead, 0, kSegSize)));
+    char first[100];
+    ASSERT_TRUE(conn.Recv(first, sizeof(first)));
+  }  // closed with most of the payload unread
+  RawConn good(server_->port());
+  ExpectReadWorks(good, 0, kSegSize);
+}
+
+TEST_F(DataServerTest, MaxConnectionsIsEnforced) {
+  StartServer(2000, /*max_connections=*/2);
+  auto a = std::make_unique<RawConn>(server_->port());
+  RawConn b(server_->port());
+  ExpectReadWorks(*a, 0, 8);
+  ExpectReadWorks(b, 0, 8);
+  RawConn third(server_->port());
+  EXPECT_TRUE(third.ClosedByPeer());
+  EXPECT_EQ(server_->stats().rejected_connections, 1u);
+  a.reset();
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (server_->stats().open_connections > 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  RawConn fourth(server_->port());
+  ExpectReadWorks(fourth, 0, 8);
+}
+
+TEST_F(DataServerTest, StartRefusesTakenPortAndSecondStart) {
+  DataServer& first = StartServer();
+  EXPECT_EQ(first.Start().code(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+  DataServer::Options options;
+  options.port = first.port();
+  DataServer second(seg(), kSegSize, kToken, options);
+  Status s = second.Start();
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_NE(s.message().find(std::to_string(first.port())), std::string::npos) << s.ToString();
+  options.port = 0;
+  options.max_connections = 0;
+  EXPECT_EQ(DataServer(seg(), kSegSize, kToken, options).Start().code(),
+            ErrorCode::INVALID_PARAMS);
+}
+
+// Model-checked fuzz: frames of random bytes and of mutated valid headers over several
+// connections; each outcome is predicted from the frame, and a shadow copy of the segment tracks
+// accepted writes. Afterwards a clean client must read exactly the shadow.
+TEST_F(DataServerTest, FuzzedFramesNeverCorruptOrEscapeTheSegment) {
+  StartServer();
+  std::vector<uint8_t> shadow(seg(), seg() + kSegSize);
+  std::mt19937_64 rng(20261122);
+  std::vector<uint8_t> random_pool(2 * kSegSize + 4096);  // payloads are slices of it
+  for (auto& b : random_pool) b = static_cast<uint8_t>(rng());
+  // Edge values for offsets and lengths; a third of them are above kMaxRequestBytes.
+  auto pick_u64 = [&]() -> uint64_t {
+    switch (rng() % 12) {
+      case 0: return 0;
+      case 1: return 1;
+      case 2: case 3: return rng() % 4096;
+      case 4: return kSegSize - rng() % 8;
+      case 5: return kSegSize + rng() % 8;
+      case 6: return transfer::kMaxRequestBytes - rng() % 2;
+      case 7: return transfer::kMaxRequestBytes + 1 + rng() % 2;
+      case 8: return UINT64_MAX - rng() % 16;
+      case 9: case 10: return rng() % kSegSize;
+      default: return rng();
+    }
+  };
+  std::vector<std::unique_ptr<RawConn>> conns(4);
+  int closes = 0, refusals = 0, accepted = 0;
+  for (int frame = 0; frame < 2000; ++frame) {
+    auto& conn = conns[rng() % conns.size()];
+    if (!conn) conn = std::make_unique<RawConn>(server_->port());
+    RequestHeader h;
+    if (rng() % 8 == 0) {
+      for (auto* p = reinterpret_cast<uint8_t*>(&h); p < reinterpret_cast<uint8_t*>(&h + 1); ++p) {
+        *p = static_cast<uint8_t>(rng());
+      }
+    } else {
+      h = Header(static_cast<Opcode>(1 + rng() % 3), pick_u64(), pick_u64(),
+                 rng() % 5 == 0 ? rng() : kToken, rng());
+      if (rng() % 20 == 0) h.version = static_cast<uint8_t>(rng());
+      if (rng() % 20 == 0) h.reserved = static_cast<uint16_t>(1 + rng() % 65535);
+      if (rng() % 20 == 0) h.opcode = static_cast<Opcode>(rng());
+      if (rng() % 40 == 0) h.magic ^= 1u << (rng() % 32);
+    }
+    const bool well_formed = h.magic == transfer::kRequestMagic &&
+                             h.version == transfer::kProtocolVersion && h.reserved == 0 &&
+                             (h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite ||
+                              h.opcode == Opcode::kPing) &&
+                             h.length <= transfer::kMaxRequestBytes;
+    ASSERT_TRUE(conn->SendHeader(h)) << "frame " << frame;
+    if (!well_formed) {
+      ASSERT_TRUE(conn->ClosedByPeer()) << "frame " << frame;
+      conn.reset();
+      ++closes;
+      continue;
+    }
+    const bool ping = h.opcode == Opcode::kPing;
+    ErrorCode expect = ErrorCode::OK;
+    if (!ping && h.segment_token != kToken) {
+      expect = ErrorCode::SEGMENT_NOT_FOUND;
+    } else if (!ping && (h.offset > kSegSize || h.length > kSegSize - h.offset)) {
+      expect = ErrorCode::INVALID_PARAMS;
+    }
+    std::vector<uint8_t> payload;
+    if (h.opcode == Opcode::kWrite) {
+      if (h.length > 2 * kSegSize) {  // too much to send: hang up mid-payload instead
+        conn.reset();
+        continue;
+      }
+      const uint64_t start = rng() % (random_pool.size() - h.length + 1);
+      payload.assign(random_pool.begin() + start, random_pool.begin() + start + h.length);
+      ASSERT_TRUE(conn->Send(payload.data(), payload.size()));
+    }
+    auto rh = conn->RecvResponse();
+    ASSERT_TRUE(rh.has_value()) << "frame " << frame;
+    ASSERT_EQ(rh->status, static_cast<int32_t>(expect)) << "frame " << frame;
+    ASSERT_EQ(rh->request_id, h.request_id);
+    if (expect != ErrorCode::OK) {
+      ++refusals;
+      continue;
+    }
+    ++accepted;
+    ASSERT_EQ(rh->length, h.opcode == Opcode::kRead ? h.length : 0u) << "frame " << frame;
+    if (h.length == 0 || h.opcode == Opcode::kPing) continue;
+    if (h.opcode == Opcode::kWrite) {
+      std::memcpy(shadow.data() + h.offset, payload.data(), payload.size());
+    } else {
+      std::vector<uint8_t> got(h.length);
+      ASSERT_TRUE(conn->Recv(got.data(), got.size()));
+      ASSERT_EQ(std::memcmp(got.data(), shadow.data() + h.offset, got.size()), 0);
+    }
+  }
+  EXPECT_GT(closes, 100);
+  EXPECT_GT(refusals, 100);
+  EXPECT_GT(accepted, 100);
+  RawConn clean(server_->port());
+  ASSERT_TRUE(clean.SendHeader(Header(Opcode::kRead, 0, kSegSize)));
+  auto rh = clean.RecvResponse();
+  ASSERT_TRUE(rh.has_value());
+  ASSERT_EQ(rh->status, 0);
+  std::vector<uint8_t> all(kSegSize);
+  ASSERT_TRUE(clean.Recv(all.data(), all.size()));
+  EXPECT_EQ(all, shadow);
+  EXPECT_EQ(std::memcmp(seg(), shadow.data(), kSegSize), 0);
+}
+
+}  // namespace
+}  // namespace granary

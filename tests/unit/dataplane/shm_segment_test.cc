@@ -1,0 +1,307 @@
+// Tests of node::ShmSegment (the node's side) and transfer::ShmMapping (a client's side).
+#include "node/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "transfer/shm_mapping.h"
+
+namespace granary {
+namespace {
+
+using node::ShmSegment;
+using node::ShmSpace;
+using transfer::ShmMapping;
+using transfer::ShmMappingCache;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Unique per process and call, so parallel test runs never collide.
+std::string UniqueName(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  return "granary-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + tag;
+}
+
+bool ShmExists(const std::string& name) {
+  struct stat st {};
+  return stat(("/dev/shm/" + name).c_str(), &st) == 0;
+}
+
+TEST(ShmSegmentTest, CreatesSegmentOfExactSizeWithMode0600) {
+  const std::string name = UniqueName("create");
+  auto seg = ShmSegment::Create(name, 3 * kMiB + 123);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  EXPECT_EQ((*seg)->name(), name);
+  EXPECT_EQ((*seg)->size(), 3 * kMiB + 123);
+  ASSERT_NE((*seg)->data(), nullptr);
+  struct stat st {};
+  ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 3 * kMiB + 123);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, getuid());
+  // The whole range is usable, up to the last byte.
+  (*seg)->data()[0] = 1;
+  (*seg)->data()[(*seg)->size() - 1] = 2;
+  EXPECT_EQ((*seg)->data()[(*seg)->size() - 1], 2);
+}
+
+TEST(ShmSegmentTest, RejectsInvalidNamesAndZeroSize) {
+  for (const std::string& bad :
+       {std::string(), std::string("a/b"), std::string("/lead"), std::string("."),
+        std::string(".."), std::string("sp ace"), std::string("uml\xc3\xa4ut"),
+        std::string(201, 'x'), std::string("tab\t")}) {
+    auto seg = ShmSegment::Create(bad, kMiB);
+    EXPECT_EQ(seg.code(), ErrorCode::INVALID_PARAMS) << "name '" << bad << "'";
+    EXPECT_NE(seg.status().message().find("[A-Za-z0-9._-]"), std::string::npos);
+    auto att = ShmMapping::Attach(bad, kMiB);
+    EXPECT_EQ(att.code(), ErrorCode::INVALID_PARAMS) << "name '" << bad << "'";
+  }
+  // The longest legal name works.
+  std::string longest = UniqueName("long");
+  longest += std::string(200 - longest.size(), 'z');
+  auto ok = ShmSegment::Create(longest, 4096);
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ShmSegment::Create(UniqueName("zero"), 0).code(), ErrorCode::INVALID_PARAMS);
+}
+
+TEST(ShmSegmentTest, StaleSegmentIsUnlinkedAndRecreated) {
+  const std::string name = UniqueName("stale");
+  // What a crashed node leaves behind: the name, some bytes, nobody holding its lock.
+  int fd = shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 8192), 0);
+  ASSERT_EQ(pwrite(fd, "old", 3, 0), 3);
+  close(fd);
+
+  auto seg = ShmSegment::Create(name, 2 * kMiB);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 2 * kMiB);
+  EXPECT_EQ(std::memcmp((*seg)->data(), "\0\0\0", 3), 0) << "old contents survived";
+}
+
+TEST(ShmSegmentTest, LiveSegmentOfSameNameIsRefused) {
+  const std::string name = UniqueName("live");
+  auto first = ShmSegment::Create(name, kMiB);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  (*first)->data()[10] = 42;
+  auto second = ShmSegment::Create(name, kMiB);
+  EXPECT_EQ(second.code(), ErrorCode::SEGMENT_ALREADY_EXISTS);
+  EXPECT_NE(second.status().message().find(name), std::string::npos);
+  // The live one is untouched and still reachable by name.
+  auto client = ShmMapping::Attach(name, kMiB);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ(static_cast<uint8_t>((*client)->data()[10]), 42);
+}
+
+TEST(ShmSegmentTest, DestructionUnlinksButAttachedMappingStaysReadable) {
+  const std::string name = UniqueName("unlink");
+  auto seg = ShmSegment::Create(name, kMiB);
+  ASSERT_TRUE(seg.ok());
+  (*seg)->data()[5] = 7;
+  auto client = ShmMapping::Attach(name, kMiB);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(ShmExists(name));
+  seg = Result<std::unique_ptr<ShmSegment>>(Status(ErrorCode::INTERNAL_ERROR, "reset"));
+  EXPECT_FALSE(ShmExists(name));
+  EXPECT_EQ(static_cast<uint8_t>((*client)->data()[5]), 7);  // pages live until the last munmap
+  EXPECT_EQ(ShmMapping::Attach(name, kMiB).code(), ErrorCode::SEGMENT_NOT_FOUND);
+}
+
+TEST(ShmSegmentTest, DestructionNeverUnlinksANewerSegmentOfTheSameName) {
+  const std::string name = UniqueName("newer");
+  auto old_seg = ShmSegment::Create(name, kMiB);
+  ASSERT_TRUE(old_seg.ok());
+  // Someone removed the name behind the old node's back and a new node took it.
+  ASSERT_EQ(shm_unlink(("/" + name).c_str()), 0);
+  auto fresh = ShmSegment::Create(name, 2 * kMiB);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  old_seg = Result<std::unique_ptr<ShmSegment>>(Status(ErrorCode::INTERNAL_ERROR, "reset"));
+  EXPECT_TRUE(ShmExists(name));
+  EXPECT_TRUE(ShmMapping::Attach(name, 2 * kMiB).ok());
+}
+
+TEST(ShmSegmentTest, TooSmallShmGivesActionableMessage) {
+  const std::string name = UniqueName("small");
+  ShmSegment::Options options;
+  options.space_probe = [](const std::string& dir) -> Result<ShmSpace> {
+    EXPECT_EQ(dir, "/dev/shm");
+    return ShmSpace{64 * kMiB, 64 * kMiB};  // Docker's default /dev/shm, empty
+  };
+  auto seg = ShmSegment::Create(name, 1024 * kMiB, options);
+  ASSERT_EQ(seg.code(), ErrorCode::INVALID_PARAMS);
+  const std::string& msg = seg.status().message();
+  for (const char* part : {"1 GiB", "64 MiB free", "/dev/shm", "docker run --shm-size=1024m",
+                           "emptyDir: {medium: Memory, sizeLimit: 1024Mi}",
+                           "smaller --segment-size", name.c_str()}) {
+    EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' missing from: " << msg;
+  }
+  EXPECT_FALSE(ShmExists(name)) << "a refused segment must not be left behind";
+
+  // Space already used by others counts: 54 MiB used + 100 MiB needed = 154 MiB.
+  options.space_probe = [](const std::string&) -> Result<ShmSpace> {
+    return ShmSpace{10 * kMiB, 64 * kMiB};
+  };
+  auto used = ShmSegment::Create(name, 100 * kMiB, options);
+  ASSERT_EQ(used.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_NE(used.status().message().find("--shm-size=154m"), std::string::npos)
+      << used.status().message();
+  EXPECT_NE(used.status().message().find("at most 10 MiB fits"), std::string::npos);
+
+  // A failing probe is reported, not ignored.
+  options.space_probe = [](const std::string&) -> Result<ShmSpace> {
+    return Status(ErrorCode::INTERNAL_ERROR, "statvfs(/dev/shm) failed: test");
+  };
+  EXPECT_EQ(ShmSegment::Create(name, kMiB, options).code(), ErrorCode::INTERNAL_ERROR);
+}
+
+TEST(ShmSegmentTest, ShmDirIsUsedForTheRealFreeSpaceCheck) {
+  auto space = ShmSegment::StatSpace("/dev/shm");
+  ASSERT_TRUE(space.ok()) << space.status().ToString();
+  EXPECT_GT(space->total_bytes, 0u);
+  EXPECT_EQ(ShmSegment::StatSpace("/nonexistent-granary-dir").code(), ErrorCode::INTERNAL_ERROR);
+  ShmSegment::Options options;
+  options.shm_dir = "/nonexistent-granary-dir";
+  EXPECT_EQ(ShmSegment::Create(UniqueName("dir"), kMiB, options).code(),
+            ErrorCode::INTERNAL_ERROR);
+}
+
+TEST(ShmSegmentTest, PrefaultReservesEveryPageUpFront) {
+  const std::string lazy_name = UniqueName("lazy");
+  auto lazy = ShmSegment::Create(lazy_name, 4 * kMiB);
+  ASSERT_TRUE(lazy.ok());
+  const std::string name = UniqueName("prefault");
+  auto seg = ShmSegment::Create(name, 4 * kMiB, /*prefault=*/true);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kMiB);
+  ASSERT_EQ(stat(("/dev/shm/" + lazy_name).c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, kMiB) << "lazy segment was populated";
+  EXPECT_EQ((*seg)->data()[4 * kMiB - 1], 0);
+}
+
+TEST(ShmMappingTest, AttachWithWrongSizeNamesBothSizes) {
+  const std::string name = UniqueName("size");
+  auto seg = ShmSegment::Create(name, 2 * kMiB);
+  ASSERT_TRUE(seg.ok());
+  auto att = ShmMapping::Attach(name, 3 * kMiB);
+  ASSERT_EQ(att.code(), ErrorCode::INVALID_PARAMS);
+  const std::string& msg = att.status().message();
+  EXPECT_NE(msg.find(std::to_string(2 * kMiB)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(3 * kMiB)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(name), std::string::npos) << msg;
+}
+
+TEST(ShmMappingTest, AttachToMissingNameIsSegmentNotFound) {
+  const std::string name = UniqueName("missing");
+  auto att = ShmMapping::Attach(name, kMiB);
+  ASSERT_EQ(att.code(), ErrorCode::SEGMENT_NOT_FOUND);
+  EXPECT_NE(att.status().message().find(name), std::string::npos);
+  EXPECT_FALSE(ShmExists(name)) << "attach must never create";
+}
+
+TEST(ShmMappingTest, NodeAndClientSeeEachOthersWrites) {
+  const std::string name = UniqueName("shared");
+  auto seg = ShmSegment::Create(name, 4 * kMiB);
+  ASSERT_TRUE(seg.ok());
+  auto client = ShmMapping::Attach(name, 4 * kMiB);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_NE(static_cast<void*>((*client)->data()), static_cast<void*>((*seg)->data()));
+  std::memcpy((*seg)->data() + 100, "from node", 9);
+  EXPECT_EQ(std::memcmp((*client)->data() + 100, "from node", 9), 0);
+  std::memcpy((*client)->data() + 4 * kMiB - 11, "from client", 11);
+  EXPECT_EQ(std::memcmp((*seg)->data() + 4 * kMiB - 11, "from client", 11), 0);
+  // The client never unlinks: dropping it leaves the node's segment in place.
+  client = Result<std::unique_ptr<ShmMapping>>(Status(ErrorCode::INTERNAL_ERROR, "reset"));
+  EXPECT_TRUE(ShmExists(name));
+}
+
+TEST(ShmMappingTest, CacheMapsOnceAndDropKeepsHoldersSafe) {
+  const std::string name = UniqueName("cache");
+  auto seg = ShmSegment::Create(name, kMiB);
+  ASSERT_TRUE(seg.ok());
+  ShmMappingCache cache;
+  auto a = cache.Get(name, kMiB);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = cache.Get(name, kMiB);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.Get(name, 2 * kMiB).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(cache.Get(UniqueName("nope"), kMiB).code(), ErrorCode::SEGMENT_NOT_FOUND);
+
+  std::shared_ptr<ShmMapping> held = *a;
+  cache.Drop(name);
+  EXPECT_EQ(cache.size(), 0u);
+  (*seg)->data()[3] = 9;
+  EXPECT_EQ(static_cast<uint8_t>(held->data()[3]), 9) << "a dropped mapping must stay mapped";
+  auto c = cache.Get(name, kMiB);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->get(), held.get());
+  cache.Drop("never-seen");  // harmless
+}
+
+// Several processes attach the same segment and each writes then verifies its own range while the
+// others do the same; the node's view must hold every range.
+TEST(ShmMappingTest, ForkedWorkersWriteDisjointRangesConcurrently) {
+  constexpr int kWorkers = 4;
+  constexpr uint64_t kRange = 2 * kMiB;
+  const std::string name = UniqueName("fork");
+  auto seg = ShmSegment::Create(name, kWorkers * kRange);
+  ASSERT_TRUE(seg.ok());
+  auto pattern = [](int worker, uint64_t i) {
+    return static_cast<uint8_t>((i * 2654435761u >> 7) ^ (worker * 37 + 1));
+  };
+  int ready_pipe[2];
+  ASSERT_EQ(pipe(ready_pipe), 0);
+  std::vector<pid_t> pids;
+  for (int w = 0; w < kWorkers; ++w) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(ready_pipe[1]);
+      char go;
+      if (read(ready_pipe[0], &go, 1) != 0) _exit(10);  // released together when the pipe closes
+      auto m = ShmMapping::Attach(name, kWorkers * kRange);
+      if (!m.ok()) _exit(11);
+      auto* base = reinterpret_cast<uint8_t*>((*m)->data()) + w * kRange;
+      for (int round = 0; round < 3; ++round) {
+        for (uint64_t i = 0; i < kRange; ++i) base[i] = pattern(w, i + round);
+        for (uint64_t i = 0; i < kRange; ++i) {
+          if (base[i] != pattern(w, i + round)) _exit(12);
+        }
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  close(ready_pipe[0]);
+  close(ready_pipe[1]);
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    const uint8_t* base = (*seg)->data() + w * kRange;
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < kRange; ++i) bad += base[i] != pattern(w, i + 2);
+    EXPECT_EQ(bad, 0u) << "worker " << w;
+  }
+}
+
+}  // namespace
+}  // namespace granary

@@ -1,0 +1,433 @@
+// Tests of transfer::TcpTransport against a real node::DataServer (and a few fake servers that
+// stall or answer garbage).
+#include "transfer/tcp_transport.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "node/data_server.h"
+
+namespace granary {
+namespace {
+
+using node::DataServer;
+using transfer::RemoteRange;
+using transfer::TcpTransport;
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kSegSize = 80 * kMiB;
+constexpr uint64_t kToken = 77;
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void FillRandom(std::vector<std::byte>& buf, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+  size_t i = 0;
+  for (; i + 8 <= buf.size(); i += 8) {
+    x += 0x9E3779B97F4A7C15ULL;  // splitmix64
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    std::memcpy(buf.data() + i, &z, 8);
+  }
+  for (; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(x >> (i % 8 * 8));
+}
+
+// A listening socket that accepts and then does `behaviour` with each connection.
+class FakeServer {
+ public:
+  explicit FakeServer(std::function<void(int)> behaviour) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd_, 16);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, behaviour] {
+      while (true) {
+        int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        behaviour(c);
+        accepted_.push_back(c);
+      }
+    });
+  }
+  ~FakeServer() {
+    shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    close(fd_);
+    for (int c : accepted_) close(c);
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_;
+  uint16_t port_;
+  std::thread thread_;
+  std::vector<int> accepted_;
+};
+
+uint16_t ClosedPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class TcpTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    segment_.assign(kSegSize, 0);
+    StartServer(0);
+  }
+  void StartServer(uint16_t port) {
+    DataServer::Options options;
+    options.port = port;
+    server_ = std::make_unique<DataServer>(segment_.data(), kSegSize, kToken, options);
+    Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    endpoint_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  RemoteRange Range(uint64_t offset, uint64_t length, uint64_t token = kToken) {
+    return RemoteRange{endpoint_, token, offset, length};
+  }
+
+  // Writes random bytes through `t`, checks them in the server's memory (and that the bytes just
+  // outside the range are untouched), reads them back through `t` and compares.
+  void RoundTrip(TcpTransport& t, uint64_t offset, uint64_t length, uint64_t seed) {
+    SCOPED_TRACE("length " + std::to_string(length));
+    std::vector<std::byte> src(length);
+    FillRandom(src, seed);
+    const uint8_t before = offset > 0 ? segment_[offset - 1] : 0;
+    const uint8_t after = offset + length < kSegSize ? segment_[offset + length] : 0;
+    Status w = t.Write(Range(offset, length), src);
+    ASSERT_TRUE(w.ok()) << w.ToString();
+    ASSERT_EQ(std::memcmp(segment_.data() + offset, src.data(), length), 0);
+    if (offset > 0) {
+      EXPECT_EQ(segment_[offset - 1], before);
+    }
+    if (offset + length < kSegSize) {
+      EXPECT_EQ(segment_[offset + length], after);
+    }
+    std::vector<std::byte> dst(length, std::byte{0xEE});
+    Status r = t.Read(Range(offset, length), dst);
+    ASSERT_TRUE(r.ok()) << r.ToString();
+    ASSERT_TRUE(dst == src);
+  }
+
+  std::vector<uint8_t> segment_;
+  std::unique_ptr<DataServer> server_;
+  std::string endpoint_;
+};
+
+TEST_F(TcpTransportTest, RoundTripsOfAllSizes) {
+  TcpTransport t;
+  uint64_t seed = 1;
+  for (uint64_t size : {uint64_t{1}, 4 * kKiB, kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB}) {
+    RoundTrip(t, 12345, size, seed++);
+  }
+  EXPECT_GT(t.IdleConnections(endpoint_), 1u) << "striped requests should have used the pool";
+  EXPECT_LE(t.IdleConnections(endpoint_), 4u);
+  EXPECT_TRUE(t.Ping(endpoint_).ok());
+}
+
+TEST_F(TcpTransportTest, StripedWithUnevenLastChunk) {
+  TcpTransport::Options options;
+  options.stripe_threshold = 64 * kKiB;
+  options.stripe_chunk = 64 * kKiB;
+  options.connections_per_endpoint = 3;
+  TcpTransport t(options);
+  RoundTrip(t, 7, kMiB + 123, 42);        // 17 chunks, the last one short, over 3 lanes
+  RoundTrip(t, kSegSize - 100 * kKiB, 100 * kKiB, 43);  // 2 chunks, ends at the segment's end
+  EXPECT_LE(t.IdleConnections(endpoint_), 3u);
+}
+
+TEST_F(TcpTransportTest, ConcurrentReadersAndWritersFromEightThreads) {
+  TcpTransport::Options options;
+  options.stripe_threshold = 2 * kMiB;
+  TcpTransport t(options);
+  constexpr int kThreads = 8;
+  constexpr uint64_t kRegion = 8 * kMiB;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      const uint64_t sizes[] = {4 * kKiB, kMiB, 3 * kMiB + 5, 8 * kMiB};
+      for (int iter = 0; iter < 8; ++iter) {
+        uint64_t size = sizes[(i + iter) % 4];
+        uint64_t offset = i * kRegion + (kRegion - size) / 2;
+        std::vector<std::byte> src(size);
+        FillRandom(src, 1000 + i * 100 + iter);
+        std::vector<std::byte> dst(size);
+        if (!t.Write(Range(offset, size), src).ok() || !t.Read(Range(offset, size), dst).ok() ||
+            dst != src) {
+          failures++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_F(TcpTransportTest, ServerStoppedMidUseFailsWithoutHanging) {
+  TcpTransport::Options options;
+  options.io_timeout_ms = 5000;
+  TcpTransport t(options);
+  std::atomic<bool> stop{false};
+  auto worker = std::async(std::launch::async, [&] {
+    std::vector<std::byte> buf(16 * kMiB);
+    int ok = 0;
+    while (!stop) {
+      Status s = t.Read(Range(0, buf.size()), buf);
+      if (!s.ok()) return std::make_pair(ok, s);
+      ++ok;
+    }
+    return std::make_pair(ok, Status::Ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto stopped_at = Clock::now();
+  server_->Stop();
+  ASSERT_EQ(worker.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto [ok, status] = worker.get();
+  stop = true;
+  EXPECT_GT(ok, 0) << "reads before the stop should have worked";
+  EXPECT_EQ(status.code(), ErrorCode::TRANSFER_FAIL) << status.ToString();
+  EXPECT_LT(SecondsSince(stopped_at), 2.0);
+  // And later calls fail fast (connection refused), never partial success.
+  std::vector<std::byte> small(4096);
+  const auto again = Clock::now();
+  EXPECT_EQ(t.Read(Range(0, 4096), small).code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_EQ(t.Write(Range(0, 4096), small).code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_EQ(t.Ping(endpoint_).code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_LT(SecondsSince(again), 1.0);
+}
+
+TEST_F(TcpTransportTest, PooledConnectionsSurviveANodeRestart) {
+  TcpTransport t;
+  std::vector<std::byte> buf(64 * kKiB);
+  ASSERT_TRUE(t.Read(Range(0, buf.size()), buf).ok());
+  ASSERT_EQ(t.IdleConnections(endpoint_), 1u);
+  const uint16_t port = server_->port();
+  server_->Stop();
+  StartServer(port);  // same endpoint; the pooled connection is dead
+  FillRandom(buf, 5);
+  Status s = t.Write(Range(0, buf.size()), buf);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(std::memcmp(segment_.data(), buf.data(), buf.size()), 0);
+}
+
+// A pooled connection that passes the liveness probe but dies before answering (the node went
+// away between probe and request) is replaced once; a fresh connection that dies is an error.
+TEST_F(TcpTransportTest, DeadPooledConnectionIsReplacedOnceNotForever) {
+  std::atomic<int> connections{0};
+  std::atomic<bool> fresh_ones_die{false};
+  auto answer = [](int fd) {
+    transfer::RequestHeader req;
+    if (recv(fd, &req, sizeof(req), MSG_WAITALL) != sizeof(req)) return false;
+    transfer::ResponseHeader rh;
+    rh.request_id = req.request_id;
+    return send(fd, &rh, sizeof(rh), MSG_NOSIGNAL) == sizeof(rh);
+  };
+  FakeServer flaky([&](int fd) {
+    int n = connections++;
+    if (n == 0 || !fresh_ones_die) answer(fd);  // the first connection answers one ping...
+    transfer::RequestHeader req;
+    recv(fd, &req, sizeof(req), MSG_WAITALL);  // ...then takes the next request and hangs up
+    shutdown(fd, SHUT_RDWR);
+  });
+  TcpTransport t;
+  ASSERT_TRUE(t.Ping(flaky.endpoint()).ok());
+  ASSERT_EQ(t.IdleConnections(flaky.endpoint()), 1u);
+  Status s = t.Ping(flaky.endpoint());
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(connections.load(), 2);
+
+  fresh_ones_die = true;  // the pooled second connection dies, and so does its replacement
+  s = t.Ping(flaky.endpoint());
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL) << s.ToString();
+  EXPECT_EQ(connections.load(), 3) << "exactly one replacement, no retry loop";
+}
+
+TEST_F(TcpTransportTest, UnreachableEndpointFailsWithinConnectTimeout) {
+  TcpTransport::Options options;
+  options.connect_timeout_ms = 300;
+  TcpTransport t(options);
+  std::vector<std::byte> buf(16);
+  // A closed port is refused at once.
+  RemoteRange closed{"127.0.0.1:" + std::to_string(ClosedPort()), kToken, 0, 16};
+  auto start = Clock::now();
+  EXPECT_EQ(t.Read(closed, buf).code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_LT(SecondsSince(start), 1.0);
+  // A black-holed address either times out at connect_timeout_ms or is unreachable at once.
+  RemoteRange blackhole{"10.255.255.1:9", kToken, 0, 16};
+  start = Clock::now();
+  Status s = t.Read(blackhole, buf);
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL) << s.ToString();
+  EXPECT_LT(SecondsSince(start), 1.5);
+  EXPECT_NE(s.message().find("10.255.255.1:9"), std::string::npos) << s.ToString();
+  // Malformed endpoints are the caller's mistake.
+  EXPECT_EQ(t.Ping("no-port").code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(t.Ping("127.0.0.1:99999").code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(t.Ping("127.0.0.1:").code(), ErrorCode::INVALID_PARAMS);
+}
+
+// A listener that never accepts and whose accept queue is full drops new SYNs, so connect()
+// hangs: the transport must give up at connect_timeout_ms.
+TEST_F(TcpTransportTest, ConnectTimeoutIsEnforced) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 0), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::vector<int> fillers;
+  bool full = false;
+  for (int i = 0; i < 8 && !full; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fillers.push_back(fd);
+    connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    pollfd pfd{fd, POLLOUT, 0};
+    full = poll(&pfd, 1, 100) == 0;  // this one did not complete: the queue is full
+  }
+  if (full) {
+    TcpTransport::Options options;
+    options.connect_timeout_ms = 300;
+    TcpTransport t(options);
+    const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    const auto start = Clock::now();
+    Status s = t.Ping(endpoint);
+    EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL);
+    EXPECT_NE(s.message().find("connect timed out after 300 ms"), std::string::npos)
+        << s.ToString();
+    EXPECT_GE(SecondsSince(start), 0.25);
+    EXPECT_LT(SecondsSince(start), 1.5);
+  }
+  for (int fd : fillers) close(fd);
+  close(listener);
+  if (!full) GTEST_SKIP() << "could not fill the accept queue on this kernel";
+}
+
+TEST_F(TcpTransportTest, StalledServerTimesOut) {
+  // Accepts, reads nothing, answers nothing.
+  FakeServer silent([](int) {});
+  TcpTransport::Options options;
+  options.io_timeout_ms = 300;
+  TcpTransport t(options);
+  std::vector<std::byte> buf(4096);
+  auto start = Clock::now();
+  Status s = t.Read(RemoteRange{silent.endpoint(), kToken, 0, buf.size()}, buf);
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_NE(s.message().find("timed out"), std::string::npos) << s.ToString();
+  EXPECT_GE(SecondsSince(start), 0.25);
+  EXPECT_LT(SecondsSince(start), 2.0);
+  // A large write blocks in send once the socket buffers fill; it times out too.
+  std::vector<std::byte> big(32 * kMiB);
+  start = Clock::now();
+  EXPECT_EQ(t.Write(RemoteRange{silent.endpoint(), kToken, 0, big.size()}, big).code(),
+            ErrorCode::TRANSFER_FAIL);
+  EXPECT_LT(SecondsSince(start), 3.0);
+}
+
+TEST_F(TcpTransportTest, GarbageResponseIsTransferFail) {
+  FakeServer liar([](int fd) {
+    char req[sizeof(transfer::RequestHeader)];
+    if (recv(fd, req, sizeof(req), MSG_WAITALL) != sizeof(req)) return;
+    transfer::ResponseHeader rh;
+    rh.magic = 0x0BADF00D;
+    send(fd, &rh, sizeof(rh), MSG_NOSIGNAL);
+  });
+  FakeServer short_reader([](int fd) {
+    transfer::RequestHeader req;
+    if (recv(fd, &req, sizeof(req), MSG_WAITALL) != sizeof(req)) return;
+    transfer::ResponseHeader rh;
+    rh.request_id = req.request_id;
+    rh.length = req.length;
+    send(fd, &rh, sizeof(rh), MSG_NOSIGNAL);
+    send(fd, "abc", 3, MSG_NOSIGNAL);  // promises the payload, sends 3 bytes, hangs up
+    shutdown(fd, SHUT_RDWR);
+  });
+  TcpTransport t;
+  std::vector<std::byte> buf(4096);
+  EXPECT_EQ(t.Read(RemoteRange{liar.endpoint(), kToken, 0, buf.size()}, buf).code(),
+            ErrorCode::TRANSFER_FAIL);
+  EXPECT_EQ(t.Ping(liar.endpoint()).code(), ErrorCode::TRANSFER_FAIL);
+  Status s = t.Read(RemoteRange{short_reader.endpoint(), kToken, 0, buf.size()}, buf);
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_NE(s.message().find("after 3 payload bytes"), std::string::npos) << s.ToString();
+  EXPECT_EQ(t.IdleConnections(liar.endpoint()), 0u) << "broken connections must not be pooled";
+}
+
+TEST_F(TcpTransportTest, BufferSizeMismatchIsInvalidParams) {
+  TcpTransport t;
+  std::vector<std::byte> buf(100);
+  EXPECT_EQ(t.Read(Range(0, 101), buf).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(t.Write(Range(0, 99), buf).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(server_->stats().requests, 0u) << "nothing may be sent for a bad call";
+  EXPECT_EQ(t.Read(Range(UINT64_MAX - 10, 100), buf).code(), ErrorCode::INVALID_PARAMS);
+}
+
+TEST_F(TcpTransportTest, ServerRefusalSurfacesItsCode) {
+  TcpTransport t;
+  std::vector<std::byte> small(4096);
+  Status stale = t.Read(Range(0, small.size(), kToken + 1), small);
+  EXPECT_EQ(stale.code(), ErrorCode::SEGMENT_NOT_FOUND) << stale.ToString();
+  EXPECT_EQ(t.Write(Range(kSegSize - 100, small.size()), small).code(),
+            ErrorCode::INVALID_PARAMS);
+  // A striped request refused on every chunk reports the node's code too.
+  std::vector<std::byte> big(16 * kMiB);
+  EXPECT_EQ(t.Write(Range(0, big.size(), kToken + 1), big).code(), ErrorCode::SEGMENT_NOT_FOUND);
+  EXPECT_EQ(t.Read(Range(kSegSize - 8 * kMiB, big.size()), big).code(),
+            ErrorCode::INVALID_PARAMS);
+  EXPECT_GE(t.IdleConnections(endpoint_), 1u) << "a refusal keeps the connection usable";
+  EXPECT_EQ(server_->stats().rejected_frames, 0u);
+  RoundTrip(t, 0, small.size(), 9);
+}
+
+TEST_F(TcpTransportTest, DropEndpointClosesIdleConnections) {
+  TcpTransport t;
+  ASSERT_TRUE(t.Ping(endpoint_).ok());
+  EXPECT_EQ(t.IdleConnections(endpoint_), 1u);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (server_->stats().open_connections != 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  t.DropEndpoint(endpoint_);
+  EXPECT_EQ(t.IdleConnections(endpoint_), 0u);
+  while (server_->stats().open_connections != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(server_->stats().open_connections, 0u);
+  EXPECT_TRUE(t.Ping(endpoint_).ok());  // usable again afterwards
+}
+
+}  // namespace
+}  // namespace granary
