@@ -124,8 +124,8 @@ Status DataServer::Start() {
   addrinfo* res = nullptr;
   const std::string port = std::to_string(options_.port);
   if (int rc = getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-    return Status(ErrorCode::INVALID_PARAMS, "data server cannot resolve host '" +
-                                                 options_.host + "': " + gai_strerror(rc));
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "data server cannot resolve host '" + options_.host + "': " + gai_strerror(rc));
   }
   std::string last_error = "no address";
   int fd = -1;
@@ -146,8 +146,8 @@ Status DataServer::Start() {
   }
   freeaddrinfo(res);
   if (fd < 0) {
-    return Status(ErrorCode::TRANSFER_FAIL, "data server cannot listen on " + options_.host +
-                                                ":" + port + ": " + last_error);
+    return Status(ErrorCode::TRANSFER_FAIL,
+                  "data server cannot listen on " + options_.host + ":" + port + ": " + last_error);
   }
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
@@ -164,8 +164,8 @@ Status DataServer::Start() {
   port_ = bound;
   started_ = true;
   acceptor_ = std::thread(&DataServer::AcceptLoop, this);
-  GLOG_INFO("data server listening on {}:{} (segment {} bytes, max {} connections)",
-            options_.host, bound, size_, options_.max_connections);
+  GLOG_INFO("data server listening on {}:{} (segment {} bytes, max {} connections)", options_.host,
+            bound, size_, options_.max_connections);
   return Status::Ok();
 }
 
@@ -247,9 +247,10 @@ void DataServer::Serve(Conn* conn) {
     }
     if (!WellFormed(h)) {
       rejected_frames_++;
-      GLOG_DEBUG("data server closing a connection after a malformed header (magic {:#x}, "
-                 "version {}, opcode {}, reserved {}, length {})",
-                 h.magic, h.version, static_cast<int>(h.opcode), h.reserved, h.length);
+      GLOG_DEBUG(
+          "data server closing a connection after a malformed header (magic {:#x}, "
+          "version {}, opcode {}, reserved {}, length {})",
+          h.magic, h.version, static_cast<int>(h.opcode), h.reserved, h.length);
       break;
     }
     requests_++;

@@ -25,7 +25,7 @@ struct NodeConfig {
   uint16_t port = 0;
   std::string name;
   std::string log_level = "info";
-  bool prefault = false;
+  bool prefault = true;
   int64_t heartbeat_interval_ms = 1000;
   bool standalone = false;
   uint16_t master_port = 50051;
@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   schema.AddPort("port", &c.port, "data-plane TCP port (0 picks a free one)");
   schema.AddString("name", &c.name, "segment name, unique in the store (default: hostname-pid)");
   schema.AddString("log_level", &c.log_level, "trace, debug, info, warn, error or off");
-  schema.AddBool("prefault", &c.prefault, "touch every page of the segment at start");
+  schema.AddBool("prefault", &c.prefault,
+                 "reserve every page of the segment at start (--prefault=false to skip)");
   schema.AddDurationMs("heartbeat_interval", &c.heartbeat_interval_ms, "how often to ping the master");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
   schema.AddPort("master_port", &c.master_port, "with --standalone: the master's gRPC port");

@@ -80,9 +80,10 @@ Status RemoveStale(const std::string& name, const std::string& path) {
   }
   struct stat st {};
   fstat(fd, &st);
-  GLOG_WARN("removing stale shared-memory segment '{}' ({} bytes) left by a node that did not "
-            "shut down cleanly; recreating it",
-            name, static_cast<uint64_t>(st.st_size));
+  GLOG_WARN(
+      "removing stale shared-memory segment '{}' ({} bytes) left by a node that did not "
+      "shut down cleanly; recreating it",
+      name, static_cast<uint64_t>(st.st_size));
   int rc = shm_unlink(path.c_str());
   int err = errno;
   close(fd);
@@ -95,9 +96,9 @@ Status RemoveStale(const std::string& name, const std::string& path) {
 Result<ShmSpace> ShmSegment::StatSpace(const std::string& dir) {
   struct statvfs vfs {};
   if (statvfs(dir.c_str(), &vfs) != 0) {
-    return Status(ErrorCode::INTERNAL_ERROR,
-                  "statvfs(" + dir + ") failed: " + std::strerror(errno) +
-                      " (is the shared-memory filesystem mounted?)");
+    return Status(ErrorCode::INTERNAL_ERROR, "statvfs(" + dir +
+                                                 ") failed: " + std::strerror(errno) +
+                                                 " (is the shared-memory filesystem mounted?)");
   }
   ShmSpace space;
   space.free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
@@ -119,24 +120,24 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
     return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' must not be of size 0");
   }
   if (size > static_cast<uint64_t>(INT64_MAX)) {
-    return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' size " +
-                                                 std::to_string(size) + " is too large");
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "segment '" + name + "' size " + std::to_string(size) + " is too large");
   }
   const std::string path = "/" + name;
   // Stale first: its pages count as used until it is unlinked.
   if (Status s = RemoveStale(name, path); !s.ok()) return s;
 
-  auto space = options.space_probe ? options.space_probe(options.shm_dir)
-                                   : StatSpace(options.shm_dir);
+  auto space =
+      options.space_probe ? options.space_probe(options.shm_dir) : StatSpace(options.shm_dir);
   if (!space.ok()) return space.status();
   if (space->free_bytes < size) return NoRoom(name, size, options.shm_dir, *space);
 
   int fd = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST) {
-      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
-                    "shared-memory segment '" + name + "' was created by another process "
-                    "while this node was starting");
+      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS, "shared-memory segment '" + name +
+                                                           "' was created by another process "
+                                                           "while this node was starting");
     }
     return SysError("shm_open", name, errno);
   }

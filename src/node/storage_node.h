@@ -30,7 +30,7 @@ struct StorageNodeOptions {
   std::string listen_host = "127.0.0.1";
   std::string advertise_host;        // address clients use; default: listen_host (hostname if 0.0.0.0)
   uint16_t port = 0;                 // data plane; 0 picks a free one
-  bool prefault = false;             // touch every page at start
+  bool prefault = true;  // reserve every page at start: a full /dev/shm fails now, not by SIGBUS
   int64_t heartbeat_interval_ms = 1000;
   int rpc_timeout_ms = 5000;
   int data_idle_timeout_ms = 60'000;

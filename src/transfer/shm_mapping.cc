@@ -23,10 +23,10 @@ Result<std::unique_ptr<ShmMapping>> ShmMapping::Attach(const std::string& name,
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) {
-      return Status(ErrorCode::SEGMENT_NOT_FOUND,
-                    "no shared-memory segment '" + name +
-                        "' on this host (/dev/shm" + path + "): the node is not running here or "
-                        "has restarted");
+      return Status(ErrorCode::SEGMENT_NOT_FOUND, "no shared-memory segment '" + name +
+                                                      "' on this host (/dev/shm" + path +
+                                                      "): the node is not running here or "
+                                                      "has restarted");
     }
     return Status(ErrorCode::TRANSFER_FAIL, "cannot open shared-memory segment '" + name +
                                                 "': " + std::strerror(err) +
@@ -64,8 +64,7 @@ Result<std::unique_ptr<ShmMapping>> ShmMapping::Attach(const std::string& name,
 
 ShmMapping::~ShmMapping() { munmap(data_, size_); }
 
-Result<std::shared_ptr<ShmMapping>> ShmMappingCache::Get(const std::string& name,
-                                                         uint64_t size) {
+Result<std::shared_ptr<ShmMapping>> ShmMappingCache::Get(const std::string& name, uint64_t size) {
   {
     std::lock_guard lock(mu_);
     auto it = mappings_.find(name);

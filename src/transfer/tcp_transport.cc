@@ -33,11 +33,22 @@ std::string ErrnoText(int err) {
   return err == kEof ? "connection closed by the node" : std::strerror(err);
 }
 
+// The node's refusal codes, as protocol.h defines them.
+std::string RefusalText(ErrorCode code) {
+  std::string text(ErrorCodeName(code));
+  if (code == ErrorCode::SEGMENT_NOT_FOUND) text += " (stale segment token: the node restarted)";
+  if (code == ErrorCode::INVALID_PARAMS) text += " (range outside the segment)";
+  return text;
+}
+
 const char* OpName(Opcode op) {
   switch (op) {
-    case Opcode::kRead: return "READ";
-    case Opcode::kWrite: return "WRITE";
-    case Opcode::kPing: return "PING";
+    case Opcode::kRead:
+      return "READ";
+    case Opcode::kWrite:
+      return "WRITE";
+    case Opcode::kPing:
+      return "PING";
   }
   return "?";
 }
@@ -219,8 +230,8 @@ void TcpTransport::Return(Endpoint& ep, const Conn& conn) {
   close(conn.fd);
 }
 
-Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset,
-                         uint64_t length, uint8_t* buf, uint64_t chunk, size_t max_lanes) {
+Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset, uint64_t length,
+                         uint8_t* buf, uint64_t chunk, size_t max_lanes) {
   const bool write = op == Opcode::kWrite;
   const uint64_t chunks = length == 0 ? 1 : (length + chunk - 1) / chunk;
   std::vector<Lane> lanes(static_cast<size_t>(std::min<uint64_t>(max_lanes, chunks)));
@@ -272,8 +283,8 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   // A pooled connection that proves dead before answering (the node restarted) is replaced and
   // the chunk resent on the fresh one; any other failure ends the request.
   auto io_failed = [&](Lane& l, int err, const char* what) {
-    bool stale = l.conn.from_pool && !l.answered &&
-                 (err == kEof || err == ECONNRESET || err == EPIPE);
+    bool stale =
+        l.conn.from_pool && !l.answered && (err == kEof || err == ECONNRESET || err == EPIPE);
     drop(l);
     if (!stale) {
       record(Status(ErrorCode::TRANSFER_FAIL, describe(l) + what + ErrnoText(err)));
@@ -357,15 +368,9 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
           }
           ErrorCode code = ErrorCodeFromInt(l.resp.status);
           record(Status(code, "node " + ep.name + " refused " + OpName(op) + " of [" +
-                                  std::to_string(offset + l.off) + ", +" +
-                                  std::to_string(l.len) + ") with segment token " +
-                                  std::to_string(token) + ": " +
-                                  std::string(ErrorCodeName(code)) +
-                                  (code == ErrorCode::SEGMENT_NOT_FOUND
-                                       ? " (stale segment token: the node restarted)"
-                                   : code == ErrorCode::INVALID_PARAMS
-                                       ? " (range outside the segment)"
-                                       : "")));
+                                  std::to_string(offset + l.off) + ", +" + std::to_string(l.len) +
+                                  ") with segment token " + std::to_string(token) + ": " +
+                                  RefusalText(code)));
           l.phase = Lane::kIdle;  // the node keeps the connection in sync: still usable
           continue;
         }
@@ -420,12 +425,11 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
     if (rc <= 0) {
       // No lane moved for io_timeout_ms: whatever is in flight is abandoned with its connection.
       for (size_t i : polled) {
-        record(Status(ErrorCode::TRANSFER_FAIL,
-                      describe(lanes[i]) + (rc == 0 ? "timed out (no progress for " +
-                                                          std::to_string(options_.io_timeout_ms) +
-                                                          " ms)"
-                                                    : std::string("poll failed: ") +
-                                                          std::strerror(errno))));
+        record(Status(
+            ErrorCode::TRANSFER_FAIL,
+            describe(lanes[i]) + (rc == 0 ? "timed out (no progress for " +
+                                                std::to_string(options_.io_timeout_ms) + " ms)"
+                                          : std::string("poll failed: ") + std::strerror(errno))));
         drop(lanes[i]);
       }
       break;
@@ -454,9 +458,9 @@ Status TcpTransport::Transfer(Opcode op, const RemoteRange& range, uint8_t* buf)
   if (range.length == 0) return Status::Ok();
   const bool stripe =
       range.length > options_.stripe_threshold && options_.connections_per_endpoint > 1;
-  const uint64_t chunk =
-      stripe ? std::clamp<uint64_t>(options_.stripe_chunk, 4096, kMaxRequestBytes)
-             : kMaxRequestBytes;
+  const uint64_t chunk = stripe
+                             ? std::clamp<uint64_t>(options_.stripe_chunk, 4096, kMaxRequestBytes)
+                             : kMaxRequestBytes;
   return Run(**ep, op, range.segment_token, range.offset, range.length, buf, chunk,
              stripe ? options_.connections_per_endpoint : 1);
 }

@@ -13,8 +13,11 @@
 // request resent once: READ and WRITE of a range are idempotent. Ranges longer than
 // stripe_threshold are cut into stripe_chunk requests kept in flight on up to
 // connections_per_endpoint connections at once, all driven by the calling thread with
-// non-blocking sockets and poll(): measured on the 2-core dev box, this beat one helper thread per
-// connection (writes 3.0 vs 2.1 GB/s for 16 MiB, reads equal) and needs no thread hand-offs.
+// non-blocking sockets and poll(). On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this
+// beat helper threads driving one connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at
+// 1.9) and needs no thread hand-offs. There, striping speeds up writes (16 MiB: 3.0 vs 2.3 GB/s)
+// but slows reads a little (2.2 vs 2.4): one stream already keeps both cores busy; striping is
+// meant for nodes with more cores and NIC queues. Re-measure stripe_* on the target hardware.
 // After an error no further chunk is sent; requests already in flight are finished so their
 // connections stay reusable, and the first error is returned.
 //
@@ -43,7 +46,7 @@ struct TcpTransportOptions {
   uint64_t stripe_threshold = 4ull << 20;  // ranges longer than this are striped
   uint64_t stripe_chunk = 512ull << 10;    // bytes per striped request
   int connect_timeout_ms = 3000;
-  int io_timeout_ms = 30000;  // a connection making no progress for this long fails the request
+  int io_timeout_ms = 30000;  // no byte moving on any of a request's connections this long: fail
   int pool_idle_ms = 30000;   // close pooled connections idle longer (node's default is 60 s)
 };
 

@@ -2,6 +2,7 @@
 // frames can be sent. Every test's segment sits between guard bytes that are checked afterwards.
 #include "node/data_server.h"
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -14,8 +15,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "transfer/protocol.h"
 
@@ -316,8 +315,8 @@ TEST_F(DataServerTest, RefusedWritePayloadIsDrained) {
   // Larger than the server's drain scratch, so it takes several chunks.
   ExpectRefused(conn, Header(Opcode::kWrite, 0, 300000, kToken ^ 1), ErrorCode::SEGMENT_NOT_FOUND,
                 300000);
-  ExpectRefused(conn, Header(Opcode::kWrite, kSegSize - 100, 200000),
-                ErrorCode::INVALID_PARAMS, 200000);
+  ExpectRefused(conn, Header(Opcode::kWrite, kSegSize - 100, 200000), ErrorCode::INVALID_PARAMS,
+                200000);
 }
 
 TEST_F(DataServerTest, StalledPeerIsClosedAfterIdleTimeoutWhileOthersAreServed) {
@@ -412,8 +411,7 @@ TEST_F(DataServerTest, StartRefusesTakenPortAndSecondStart) {
   EXPECT_NE(s.message().find(std::to_string(first.port())), std::string::npos) << s.ToString();
   options.port = 0;
   options.max_connections = 0;
-  EXPECT_EQ(DataServer(seg(), kSegSize, kToken, options).Start().code(),
-            ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(DataServer(seg(), kSegSize, kToken, options).Start().code(), ErrorCode::INVALID_PARAMS);
 }
 
 // Model-checked fuzz: frames of random bytes and of mutated valid headers over several
@@ -428,16 +426,28 @@ TEST_F(DataServerTest, FuzzedFramesNeverCorruptOrEscapeTheSegment) {
   // Edge values for offsets and lengths; a third of them are above kMaxRequestBytes.
   auto pick_u64 = [&]() -> uint64_t {
     switch (rng() % 12) {
-      case 0: return 0;
-      case 1: return 1;
-      case 2: case 3: return rng() % 4096;
-      case 4: return kSegSize - rng() % 8;
-      case 5: return kSegSize + rng() % 8;
-      case 6: return transfer::kMaxRequestBytes - rng() % 2;
-      case 7: return transfer::kMaxRequestBytes + 1 + rng() % 2;
-      case 8: return UINT64_MAX - rng() % 16;
-      case 9: case 10: return rng() % kSegSize;
-      default: return rng();
+      case 0:
+        return 0;
+      case 1:
+        return 1;
+      case 2:
+      case 3:
+        return rng() % 4096;
+      case 4:
+        return kSegSize - rng() % 8;
+      case 5:
+        return kSegSize + rng() % 8;
+      case 6:
+        return transfer::kMaxRequestBytes - rng() % 2;
+      case 7:
+        return transfer::kMaxRequestBytes + 1 + rng() % 2;
+      case 8:
+        return UINT64_MAX - rng() % 16;
+      case 9:
+      case 10:
+        return rng() % kSegSize;
+      default:
+        return rng();
     }
   };
   std::vector<std::unique_ptr<RawConn>> conns(4);
@@ -458,11 +468,11 @@ TEST_F(DataServerTest, FuzzedFramesNeverCorruptOrEscapeTheSegment) {
       if (rng() % 20 == 0) h.opcode = static_cast<Opcode>(rng());
       if (rng() % 40 == 0) h.magic ^= 1u << (rng() % 32);
     }
-    const bool well_formed = h.magic == transfer::kRequestMagic &&
-                             h.version == transfer::kProtocolVersion && h.reserved == 0 &&
-                             (h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite ||
-                              h.opcode == Opcode::kPing) &&
-                             h.length <= transfer::kMaxRequestBytes;
+    const bool well_formed =
+        h.magic == transfer::kRequestMagic && h.version == transfer::kProtocolVersion &&
+        h.reserved == 0 &&
+        (h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite || h.opcode == Opcode::kPing) &&
+        h.length <= transfer::kMaxRequestBytes;
     ASSERT_TRUE(conn->SendHeader(h)) << "frame " << frame;
     if (!well_formed) {
       ASSERT_TRUE(conn->ClosedByPeer()) << "frame " << frame;

@@ -2,6 +2,7 @@
 #include "node/shm_segment.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,8 +12,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "transfer/shm_mapping.h"
 
@@ -142,9 +141,9 @@ TEST(ShmSegmentTest, TooSmallShmGivesActionableMessage) {
   auto seg = ShmSegment::Create(name, 1024 * kMiB, options);
   ASSERT_EQ(seg.code(), ErrorCode::INVALID_PARAMS);
   const std::string& msg = seg.status().message();
-  for (const char* part : {"1 GiB", "64 MiB free", "/dev/shm", "docker run --shm-size=1024m",
-                           "emptyDir: {medium: Memory, sizeLimit: 1024Mi}",
-                           "smaller --segment-size", name.c_str()}) {
+  for (const char* part :
+       {"1 GiB", "64 MiB free", "/dev/shm", "docker run --shm-size=1024m",
+        "emptyDir: {medium: Memory, sizeLimit: 1024Mi}", "smaller --segment-size", name.c_str()}) {
     EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' missing from: " << msg;
   }
   EXPECT_FALSE(ShmExists(name)) << "a refused segment must not be left behind";
@@ -173,8 +172,7 @@ TEST(ShmSegmentTest, ShmDirIsUsedForTheRealFreeSpaceCheck) {
   EXPECT_EQ(ShmSegment::StatSpace("/nonexistent-granary-dir").code(), ErrorCode::INTERNAL_ERROR);
   ShmSegment::Options options;
   options.shm_dir = "/nonexistent-granary-dir";
-  EXPECT_EQ(ShmSegment::Create(UniqueName("dir"), kMiB, options).code(),
-            ErrorCode::INTERNAL_ERROR);
+  EXPECT_EQ(ShmSegment::Create(UniqueName("dir"), kMiB, options).code(), ErrorCode::INTERNAL_ERROR);
 }
 
 TEST(ShmSegmentTest, PrefaultReservesEveryPageUpFront) {

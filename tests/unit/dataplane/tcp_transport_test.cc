@@ -2,6 +2,7 @@
 // stall or answer garbage).
 #include "transfer/tcp_transport.h"
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -14,8 +15,6 @@
 #include <future>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "node/data_server.h"
 
@@ -163,7 +162,7 @@ TEST_F(TcpTransportTest, StripedWithUnevenLastChunk) {
   options.stripe_chunk = 64 * kKiB;
   options.connections_per_endpoint = 3;
   TcpTransport t(options);
-  RoundTrip(t, 7, kMiB + 123, 42);        // 17 chunks, the last one short, over 3 lanes
+  RoundTrip(t, 7, kMiB + 123, 42);  // 17 chunks, the last one short, over 3 lanes
   RoundTrip(t, kSegSize - 100 * kKiB, 100 * kKiB, 43);  // 2 chunks, ends at the segment's end
   EXPECT_LE(t.IdleConnections(endpoint_), 3u);
 }
@@ -400,13 +399,11 @@ TEST_F(TcpTransportTest, ServerRefusalSurfacesItsCode) {
   std::vector<std::byte> small(4096);
   Status stale = t.Read(Range(0, small.size(), kToken + 1), small);
   EXPECT_EQ(stale.code(), ErrorCode::SEGMENT_NOT_FOUND) << stale.ToString();
-  EXPECT_EQ(t.Write(Range(kSegSize - 100, small.size()), small).code(),
-            ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(t.Write(Range(kSegSize - 100, small.size()), small).code(), ErrorCode::INVALID_PARAMS);
   // A striped request refused on every chunk reports the node's code too.
   std::vector<std::byte> big(16 * kMiB);
   EXPECT_EQ(t.Write(Range(0, big.size(), kToken + 1), big).code(), ErrorCode::SEGMENT_NOT_FOUND);
-  EXPECT_EQ(t.Read(Range(kSegSize - 8 * kMiB, big.size()), big).code(),
-            ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(t.Read(Range(kSegSize - 8 * kMiB, big.size()), big).code(), ErrorCode::INVALID_PARAMS);
   EXPECT_GE(t.IdleConnections(endpoint_), 1u) << "a refusal keeps the connection usable";
   EXPECT_EQ(server_->stats().rejected_frames, 0u);
   RoundTrip(t, 0, small.size(), 9);
