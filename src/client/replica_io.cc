@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/checksum.h"
+#include "common/copy.h"
 
 namespace granary::client {
 
@@ -48,7 +49,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
       if (checksum) {
         checksum->CopyAndUpdate(base + offset, part.data(), part.size());
       } else {
-        std::memcpy(base + offset, part.data(), part.size());
+        CopyBytes(base + offset, part.data(), part.size());
       }
       offset += part.size();
     }

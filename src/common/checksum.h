@@ -16,6 +16,8 @@
 #include <span>
 #include <vector>
 
+#include "common/copy.h"
+
 namespace granary {
 
 inline uint64_t Checksum(std::span<const std::byte> bytes) {
@@ -44,7 +46,7 @@ class ChecksumStream {
     const auto* s = static_cast<const std::byte*>(src);
     for (size_t done = 0; done < n; done += kChunk) {
       size_t len = n - done < kChunk ? n - done : kChunk;
-      std::memcpy(d + done, s + done, len);
+      CopyBytes(d + done, s + done, len);
       Update(d + done, len);
     }
   }
