@@ -20,7 +20,7 @@ MASTER_PID=$!
 build/bin/granary-node --master "127.0.0.1:$PORT" --segment-size 4GiB --prefault \
   --name "bench-$$" --log-level warn > /dev/null &
 NODE_PID=$!
-trap 'kill $NODE_PID $MASTER_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+trap 'kill $NODE_PID 2>/dev/null || true; wait $NODE_PID 2>/dev/null || true; kill $MASTER_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 for _ in $(seq 1 200); do
   [ -n "$(build/bin/granary --master 127.0.0.1:$PORT nodes 2>/dev/null | sed -n 2p)" ] && break
   sleep 0.1
