@@ -5,17 +5,13 @@
 
 #include "common/config_schema.h"
 #include "common/logging.h"
+#include "common/signals.h"
 #include "master/master_config.h"
 #include "master/master_server.h"
 
 int main(int argc, char** argv) {
   using namespace granary;
-  // Block the stop signals in every thread; one thread waits for them synchronously.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigset_t stop_signals = BlockStopSignals();
 
   master::MasterConfig config;
   ConfigSchema schema("granary-master: metadata and allocation service of a Granary store");

@@ -10,6 +10,7 @@
 
 #include "common/config_schema.h"
 #include "common/logging.h"
+#include "common/signals.h"
 #include "common/units.h"
 #include "master/master_config.h"
 #include "master/master_server.h"
@@ -51,11 +52,7 @@ uint64_t FittingSegmentSize() {
 
 int main(int argc, char** argv) {
   using namespace granary;
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigset_t stop_signals = BlockStopSignals();
 
   NodeConfig c;
   ConfigSchema schema("granary-node: contributes a shared-memory segment to a Granary store");

@@ -4,11 +4,18 @@
 // json_path is set, writes the same figures as JSON. Returns a process exit code.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace granary::bench {
+
+// The p-th percentile (0..100) of sorted samples; 0 for none.
+inline double Percentile(const std::vector<double>& sorted, int p) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, sorted.size() * p / 100)];
+}
 
 struct MasterBenchOptions {
   std::string master = "127.0.0.1:50051";

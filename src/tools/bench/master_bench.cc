@@ -91,10 +91,8 @@ CaseResult RunCase(const MasterBenchOptions& o, const std::string& op, int threa
   std::sort(all.begin(), all.end());
   r.batches = all.size();
   r.keys = r.batches * o.batch;
-  if (!all.empty()) {
-    r.p50_us = all[all.size() / 2];
-    r.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
-  }
+  r.p50_us = Percentile(all, 50);
+  r.p99_us = Percentile(all, 99);
   return r;
 }
 

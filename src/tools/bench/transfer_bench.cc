@@ -73,10 +73,8 @@ Measured Run(int threads, double seconds, uint64_t max_ops, uint64_t bytes_per_o
   std::sort(all.begin(), all.end());
   m.ops = all.size() - m.errors;
   m.bytes = m.ops * bytes_per_op;
-  if (!all.empty()) {
-    m.p50_us = all[all.size() / 2];
-    m.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
-  }
+  m.p50_us = Percentile(all, 50);
+  m.p99_us = Percentile(all, 99);
   return m;
 }
 
