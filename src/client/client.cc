@@ -518,8 +518,10 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
     // Local replicas first: a memcpy beats any socket.
     std::vector<int> order(r.replicas_size());
     for (int j = 0; j < r.replicas_size(); ++j) order[j] = j;
-    std::stable_partition(order.begin(), order.end(),
-                          [&](int j) { return io_.IsLocal(r.replicas(j)); });
+    if (order.size() > 1) {
+      std::stable_partition(order.begin(), order.end(),
+                            [&](int j) { return io_.IsLocal(r.replicas(j)); });
+    }
     Status last(ErrorCode::OBJECT_NOT_FOUND, "no replica");
     for (int j : order) {
       auto got = io_.Read(r.replicas(j), dst[i]);
