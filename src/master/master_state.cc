@@ -59,8 +59,8 @@ Status ValidateKey(std::string_view key) {
   return Status::Ok();
 }
 
-MasterState::MasterState(MasterPolicy policy, const Clock* clock)
-    : policy_(policy), clock_(clock) {
+MasterState::MasterState(MasterPolicy policy, const Clock* clock, uint64_t segment_id_base)
+    : policy_(policy), clock_(clock), segment_id_base_(segment_id_base), segments_(segment_id_base) {
   if (policy_.shard_count == 0) policy_.shard_count = 1;
   shards_.reserve(policy_.shard_count);
   for (uint32_t i = 0; i < policy_.shard_count; ++i) shards_.push_back(std::make_unique<Shard>());

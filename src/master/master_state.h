@@ -74,7 +74,10 @@ struct QueryResult {
 
 class MasterState {
  public:
-  MasterState(MasterPolicy policy, const Clock* clock);
+  // segment_id_base: the first segment id (part of the initial state: a standby replaying this
+  // master's operations must start from the same base).
+  MasterState(MasterPolicy policy, const Clock* clock,
+              uint64_t segment_id_base = SegmentTable::DefaultSegmentIdBase());
   MasterState(const MasterState&) = delete;
   MasterState& operator=(const MasterState&) = delete;
 
@@ -138,6 +141,7 @@ class MasterState {
   SegmentTable& segments() { return segments_; }
   const SegmentTable& segments() const { return segments_; }
   const MasterPolicy& policy() const { return policy_; }
+  uint64_t segment_id_base() const { return segment_id_base_; }
   const Clock* clock() const { return clock_; }
   uint64_t object_count() const { return committed_count_.load(std::memory_order_relaxed); }
   uint64_t pending_count() const { return pending_count_.load(std::memory_order_relaxed); }
@@ -194,6 +198,7 @@ class MasterState {
 
   MasterPolicy policy_;
   const Clock* clock_;
+  uint64_t segment_id_base_;
   SegmentTable segments_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> committed_count_{0};

@@ -5,11 +5,12 @@
 
 namespace granary::master {
 
-SegmentTable::SegmentTable()
-    : next_id_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count())
-               << 16) {}
+uint64_t SegmentTable::DefaultSegmentIdBase() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count())
+         << 16;
+}
 
 Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const SegmentSpec& spec) {
   const std::string& name = spec.name;

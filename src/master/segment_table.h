@@ -65,9 +65,11 @@ struct Extent {
 
 class SegmentTable {
  public:
-  // Ids start from the wall clock in ms << 16 at construction, so a restarted master never
-  // hands out an id a client may still have cached for another segment.
-  SegmentTable();
+  // Ids count up from first_id. The master passes the wall clock in ms << 16 (see
+  // DefaultSegmentIdBase), so a restarted master never hands out an id that a client may still
+  // have cached for another segment; a standby replaying the operations uses the same base.
+  explicit SegmentTable(uint64_t first_id) : next_id_(first_id) {}
+  static uint64_t DefaultSegmentIdBase();
 
   // Mounts a segment. Same name, same client, same size and token: returns the existing id
   // (idempotent remount). Same name otherwise: SEGMENT_ALREADY_EXISTS.

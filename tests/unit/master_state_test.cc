@@ -417,7 +417,7 @@ TEST_F(MasterStateTest, ReplayingTheOperationStreamReproducesTheState) {
   clock_.Advance(Millis(5));
   Get("r", "k1");
 
-  MasterState standby(Policy(), &clock_);
+  MasterState standby(Policy(), &clock_, state_.segment_id_base());
   for (const auto& op : log) standby.Apply(op);
   EXPECT_EQ(standby.object_count(), state_.object_count());
   EXPECT_EQ(standby.segments().used_bytes(), state_.segments().used_bytes());
