@@ -8,16 +8,16 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_CASE=3
 [ "${1:-}" = "--seconds" ] && SECONDS_PER_CASE=$2
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source bench/lib.sh
 PORT=$(free_port); HTTP_PORT=$(free_port)
 STAMP=$(date -u +%Y-%m-%dT%H%M%SZ)
 OUT=bench/results/master-$STAMP
 build/bin/granary-master --host 127.0.0.1 --port "$PORT" --http-port "$HTTP_PORT" --log-level warn &
 MASTER_PID=$!
 trap 'kill $MASTER_PID 2>/dev/null || true; wait $MASTER_PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$HTTP_PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
+wait_for_health "$HTTP_PORT"
 
-echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) =="
+echo "== machine: $(machine_summary) =="
 echo "== limits =="
 build/bin/granary-bench limits --json "$OUT-limits.json" --disk-dir "${GRANARY_BENCH_DISK_DIR:-$PWD/build}"
 echo "== master: 128 segments, batches of 128 keys x 4 KiB, ${SECONDS_PER_CASE}s per case =="

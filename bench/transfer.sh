@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_CASE=2
 [ "${1:-}" = "--seconds" ] && SECONDS_PER_CASE=$2
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source bench/lib.sh
 PORT=$(free_port); HTTP_PORT=$(free_port)
 STAMP=$(date -u +%Y-%m-%dT%H%M%SZ)
 OUT=bench/results/transfer-$STAMP
@@ -21,12 +21,9 @@ build/bin/granary-node --master "127.0.0.1:$PORT" --segment-size 4GiB --prefault
   --name "bench-$$" --log-level warn > /dev/null &
 NODE_PID=$!
 trap 'kill $NODE_PID 2>/dev/null || true; wait $NODE_PID 2>/dev/null || true; kill $MASTER_PID 2>/dev/null || true; wait 2>/dev/null || true' EXIT
-for _ in $(seq 1 200); do
-  [ -n "$(build/bin/granary --master 127.0.0.1:$PORT nodes 2>/dev/null | sed -n 2p)" ] && break
-  sleep 0.1
-done
+wait_for_segment "$PORT"
 
-echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) =="
+echo "== machine: $(machine_summary) =="
 for batch in 1 8; do
   echo "== transfer, $batch object(s) per call, ${SECONDS_PER_CASE}s per case =="
   build/bin/granary-bench transfer --master "127.0.0.1:$PORT" --seconds "$SECONDS_PER_CASE" \

@@ -8,11 +8,6 @@ namespace granary::master {
 namespace {
 constexpr uint64_t kExactScanLimit = 1 << 20;
 
-uint64_t ReplicaBytes(const ObjectMeta& meta) {
-  uint64_t total = 0;
-  for (const auto& e : meta.committed->replicas) total += e.length;
-  return total;
-}
 }  // namespace
 
 EvictResult Evictor::EvictBytes(uint64_t target_bytes) {
@@ -53,7 +48,9 @@ EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned) {
   for (size_t s = 0; s < state_->shard_count(); ++s) {
     state_->ScanShard(s, [&](const std::string&, const ObjectMeta& meta) {
       if (!meta.IsEvictable(now, allow_soft_pinned)) return;
-      if (seen++ % stride == 0) ages.emplace_back(meta.last_access_ms, ReplicaBytes(meta) * stride);
+      if (seen++ % stride == 0) {
+        ages.emplace_back(meta.last_access_ms, OccupiedBytes(meta.committed->replicas) * stride);
+      }
     });
   }
   if (ages.empty()) return {};
@@ -77,9 +74,9 @@ EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned) {
       if (!meta.IsEvictable(now, allow_soft_pinned) || meta.last_access_ms > threshold) return;
       if (meta.last_access_ms < threshold) {
         victims.push_back(key);
-        chosen += ReplicaBytes(meta);
+        chosen += OccupiedBytes(meta.committed->replicas);
       } else {
-        ties.emplace_back(key, ReplicaBytes(meta));
+        ties.emplace_back(key, OccupiedBytes(meta.committed->replicas));
       }
     });
   }

@@ -19,11 +19,7 @@ Status NotFound(const std::string& key) {
   return Status(ErrorCode::OBJECT_NOT_FOUND, "no object '" + key.substr(0, 128) + "'");
 }
 
-uint64_t ExtentBytes(const std::vector<Extent>& extents) {
-  uint64_t total = 0;
-  for (const auto& e : extents) total += e.length;
-  return total;
-}
+
 
 // Compiles a user pattern with RE2: linear-time matching, bounded memory, no crash on bad input.
 Result<std::unique_ptr<RE2>> CompilePattern(const std::string& pattern) {
@@ -551,7 +547,7 @@ EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
       ObjectMeta& meta = it->second;
       if (!meta.IsEvictable(now, op.allow_soft_pinned)) continue;
       result.objects++;
-      result.bytes += ExtentBytes(meta.committed->replicas);
+      result.bytes += OccupiedBytes(meta.committed->replicas);
       DropCommitted(shard, it, now);
     }
   }

@@ -16,6 +16,13 @@
 
 namespace granary::master {
 
+// What extents occupy in their segments: the unit eviction counts in, the same as segment usage.
+inline uint64_t OccupiedBytes(const std::vector<Extent>& extents) {
+  uint64_t total = 0;
+  for (const auto& e : extents) total += OffsetAllocator::AllocationSize(e.length);
+  return total;
+}
+
 struct Version {
   uint64_t size = 0;
   uint64_t checksum = 0;

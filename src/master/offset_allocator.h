@@ -26,6 +26,10 @@ namespace granary::master {
 class OffsetAllocator {
  public:
   static constexpr uint64_t kAlignment = 64;  // every offset and size is a multiple of this
+  // The bytes an allocation of `request` bytes occupies: the request rounded up to kAlignment.
+  static constexpr uint64_t AllocationSize(uint64_t request) {
+    return (request + kAlignment - 1) / kAlignment * kAlignment;
+  }
 
   // capacity_bytes is rounded down to kAlignment; any uint64 is accepted (below 64 gives an
   // allocator where nothing fits).

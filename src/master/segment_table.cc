@@ -108,10 +108,8 @@ void SegmentTable::Free(const Extent& extent) {
   if (it == segments_.end()) return;
   Segment& segment = *it->second;
   std::lock_guard seg_lock(segment.mu);
-  uint64_t before = segment.allocator.GetStats().used_bytes;
   segment.allocator.Free(extent.handle);
-  used_bytes_.fetch_sub(before - segment.allocator.GetStats().used_bytes,
-                        std::memory_order_relaxed);
+  used_bytes_.fetch_sub(OffsetAllocator::AllocationSize(extent.length), std::memory_order_relaxed);
   segment.replica_count.fetch_sub(1, std::memory_order_relaxed);
 }
 

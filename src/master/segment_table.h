@@ -59,7 +59,7 @@ struct SegmentUsage {
 struct Extent {
   uint64_t segment_id = 0;
   uint64_t offset = 0;
-  uint64_t length = 0;
+  uint64_t length = 0;  // the object's size; it occupies OffsetAllocator::AllocationSize(length)
   uint32_t handle = 0;  // allocator handle, to free it
 };
 

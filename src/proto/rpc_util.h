@@ -12,8 +12,12 @@
 
 namespace granary::rpc {
 
-inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+// own_connection: do not share a TCP connection with other channels to the same target (gRPC
+// pools them by default), e.g. one connection per benchmark thread.
+inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                                  bool own_connection = false) {
   grpc::ChannelArguments args;
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
   // Reconnect quickly after a master restart instead of gRPC's default backoff of up to 2 min.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "granary/proto/master.grpc.pb.h"
+#include "proto/rpc_util.h"
 #include "tools/bench/bench.h"
 
 namespace granary::bench {
@@ -33,11 +34,7 @@ using Clock = std::chrono::steady_clock;
 namespace pb = granary::proto;
 
 std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one TCP connection per stub
-  args.SetMaxReceiveMessageSize(256 << 20);
-  return pb::Master::NewStub(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  return pb::Master::NewStub(rpc::MakeChannel(target, /*own_connection=*/true));
 }
 
 std::unique_ptr<grpc::ClientContext> Ctx() {

@@ -1,0 +1,32 @@
+# Shared by the bench/*.sh drivers: sourced, not run.
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Waits (at most 20 s) until the master at 127.0.0.1:$1 lists at least one segment.
+wait_for_segment() {
+  for _ in $(seq 1 200); do
+    [ -n "$(build/bin/granary --master "127.0.0.1:$1" nodes 2>/dev/null | sed -n 2p)" ] && return 0
+    sleep 0.1
+  done
+  echo "no segment mounted at 127.0.0.1:$1 after 20 s" >&2
+  return 1
+}
+
+# Waits (at most 10 s) until HTTP /health answers on 127.0.0.1:$1.
+wait_for_health() {
+  for _ in $(seq 1 100); do
+    curl -fsS "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "no /health answer on 127.0.0.1:$1 after 10 s" >&2
+  return 1
+}
+
+# "2 cores, 24 GiB, <cpu model>"
+machine_summary() {
+  echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
+       "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+}
