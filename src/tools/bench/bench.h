@@ -11,10 +11,10 @@
 
 namespace granary::bench {
 
-// The p-th percentile (0..100) of sorted samples; 0 for none.
-inline double Percentile(const std::vector<double>& sorted, int p) {
+// The p-th percentile (0..100, e.g. 99.9) of sorted samples; 0 for none.
+inline double Percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
-  return sorted[std::min(sorted.size() - 1, sorted.size() * p / 100)];
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(sorted.size() * p / 100))];
 }
 
 struct MasterBenchOptions {
@@ -66,5 +66,35 @@ struct TransferBenchOptions {
   std::string json_path;
 };
 int RunTransferBench(const TransferBenchOptions& options);
+
+// Object put/get of Granary (shm, tcp), Redis and memcached side by side; see kv_bench.cc.
+struct KvBenchOptions {
+  std::string master;     // granary targets skipped when empty
+  std::string redis;      // HOST:PORT; skipped when empty
+  std::string memcached;  // HOST:PORT; skipped when empty
+  std::vector<std::string> targets = {"granary-shm", "granary-tcp", "redis", "memcached"};
+  std::vector<std::string> sizes = {"64KiB", "1MiB", "4MiB", "16MiB"};
+  std::vector<int> clients = {1, 4};
+  double seconds = 2;
+  uint64_t budget = uint64_t{1} << 30;  // bytes put per case at most, so every store holds them
+  std::string limits_json;  // `limits --json` output to read the machine's ceilings from
+  std::string json_path;
+};
+int RunKvBench(const KvBenchOptions& options);
+
+// The master's RSS per object and batch-exist keys/s at millions of objects; see scale_bench.cc.
+struct ScaleBenchOptions {
+  std::string master = "127.0.0.1:50051";
+  int master_pid = 0;
+  std::vector<uint64_t> objects = {1'000'000, 5'000'000};
+  uint64_t value_size = 1024;
+  uint32_t put_batch = 1024;
+  int put_threads = 2;
+  uint32_t exist_batch = 128;
+  std::vector<int> threads = {1, 4};
+  double seconds = 3;
+  std::string json_path;
+};
+int RunScaleBench(const ScaleBenchOptions& options);
 
 }  // namespace granary::bench

@@ -48,6 +48,41 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1024u));
   transfer->add_option("--json", to.json_path, "also write the results as JSON to this file");
 
+  KvBenchOptions ko;
+  auto* kv = app.add_subcommand("kv", "object put/get: Granary shm and TCP next to Redis, memcached");
+  kv->add_option("--master", ko.master, "Granary master HOST:PORT (granary targets)");
+  kv->add_option("--redis", ko.redis, "redis-server HOST:PORT");
+  kv->add_option("--memcached", ko.memcached, "memcached HOST:PORT");
+  kv->add_option("--targets", ko.targets, "targets to run")->capture_default_str()->delimiter(',')
+      ->check(CLI::IsMember({"granary-shm", "granary-tcp", "redis", "memcached"}));
+  kv->add_option("--sizes", ko.sizes, "value sizes")->capture_default_str()->delimiter(',');
+  kv->add_option("--clients", ko.clients, "concurrent clients (threads, one connection each)")
+      ->capture_default_str()->delimiter(',')->check(CLI::Range(1, 64));
+  kv->add_option("--seconds", ko.seconds, "duration of each put and get case")
+      ->capture_default_str()->check(CLI::Range(0.1, 600.0));
+  kv->add_option("--budget", ko.budget, "bytes put per case at most")->capture_default_str();
+  kv->add_option("--limits-json", ko.limits_json, "read memcpy/TCP limits from `limits --json`");
+  kv->add_option("--json", ko.json_path, "also write the results as JSON to this file");
+
+  ScaleBenchOptions sco;
+  auto* scale = app.add_subcommand("scale", "master RSS per object and batch exist at 1M-5M objects");
+  scale->add_option("--master", sco.master, "master address HOST:PORT")->capture_default_str();
+  scale->add_option("--master-pid", sco.master_pid, "the master's pid (RSS from /proc)")->required();
+  scale->add_option("--objects", sco.objects, "object counts to fill up to, ascending")
+      ->capture_default_str()->delimiter(',');
+  scale->add_option("--value-size", sco.value_size, "object size in bytes")->capture_default_str();
+  scale->add_option("--put-batch", sco.put_batch, "keys per put batch")->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  scale->add_option("--put-threads", sco.put_threads, "threads filling the master")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  scale->add_option("--exist-batch", sco.exist_batch, "keys per BatchExist")->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  scale->add_option("--threads", sco.threads, "client thread counts for exist")
+      ->capture_default_str()->delimiter(',');
+  scale->add_option("--seconds", sco.seconds, "duration of each exist case")->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  scale->add_option("--json", sco.json_path, "also write the results as JSON to this file");
+
   LimitsOptions lo;
   auto* limits = app.add_subcommand("limits", "this machine's memcpy, loopback TCP, disk GB/s");
   limits->add_option("--seconds", lo.seconds, "duration of each measurement")
@@ -64,5 +99,7 @@ int main(int argc, char** argv) {
   if (limits->parsed()) return RunLimits(lo);
   if (state->parsed()) return RunStateBench(so);
   if (transfer->parsed()) return RunTransferBench(to);
+  if (kv->parsed()) return RunKvBench(ko);
+  if (scale->parsed()) return RunScaleBench(sco);
   return 2;
 }

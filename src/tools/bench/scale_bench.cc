@@ -1,0 +1,261 @@
+// granary-bench scale: the master's memory per object and its batch-exist speed with millions of
+// objects.
+//
+// Mounts one fake segment (metadata only: no node, no bytes move) large enough that nothing is
+// evicted, then fills the master in steps (--objects, ascending) with BatchPutStart+BatchPutEnd of
+// --value-size objects of 1 replica. After each step it reads the master's VmRSS from
+// /proc/<pid>/status (so the master must run on this host) and reports (RSS - RSS before the
+// first put) / objects, then runs BatchExist of --exist-batch random existing keys for --seconds
+// per client-thread count. Keys look like an engine's: a model name plus a 32-hex-digit hash.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "granary/proto/master.grpc.pb.h"
+#include "proto/rpc_util.h"
+#include "tools/bench/bench.h"
+
+namespace granary::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace pb = granary::proto;
+
+constexpr char kNode[] = "bench-scale-node";
+constexpr char kSegment[] = "bench-scale-seg";
+
+std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) {
+  return pb::Master::NewStub(rpc::MakeChannel(target, /*own_connection=*/true));
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  rpc::SetDeadline(*ctx, 60'000);
+  return ctx;
+}
+
+// Object i's key: 55 bytes, spread over the shards like real hashes (a alone is a bijection of i,
+// so keys never clash).
+std::string KeyOf(uint64_t i) {
+  static const char* kHex = "0123456789abcdef";
+  uint64_t a = i * 0x9E3779B97F4A7C15ull, b = (i ^ 0xC2B2AE3D27D4EB4Full) * 0x165667B19E3779F9ull;
+  std::string key = "bench-scale/llama-3-8b/";
+  for (uint64_t v : {a, b}) {
+    for (int s = 60; s >= 0; s -= 4) key += kHex[(v >> s) & 15];
+  }
+  return key;
+}
+
+// VmRSS of pid in bytes, or -1.
+int64_t RssBytes(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+struct ExistResult {
+  int threads = 0;
+  double keys_per_s = 0, batches_per_s = 0, p50_us = 0, p99_us = 0;
+  uint64_t misses = 0;
+};
+
+ExistResult RunExist(const ScaleBenchOptions& o, uint64_t objects, int threads) {
+  std::atomic<bool> stop{false};
+  std::vector<std::vector<double>> lat(threads);
+  std::vector<uint64_t> misses(threads, 0);
+  std::vector<std::thread> workers;
+  const auto start = Clock::now();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      auto stub = NewStub(o.master);
+      std::mt19937_64 rng(t + 1);
+      while (!stop.load(std::memory_order_relaxed)) {
+        pb::BatchExistRequest req;
+        for (uint32_t k = 0; k < o.exist_batch; ++k) req.add_keys(KeyOf(rng() % objects));
+        pb::BatchExistResponse resp;
+        const auto t0 = Clock::now();
+        grpc::Status s = stub->BatchExist(Ctx().get(), req, &resp);
+        lat[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        if (!s.ok()) {
+          misses[t] += o.exist_batch;
+          continue;
+        }
+        for (int32_t r : resp.results()) misses[t] += r != 1;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  stop = true;
+  for (auto& w : workers) w.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  ExistResult r;
+  r.threads = threads;
+  for (int t = 0; t < threads; ++t) {
+    all.insert(all.end(), lat[t].begin(), lat[t].end());
+    r.misses += misses[t];
+  }
+  std::sort(all.begin(), all.end());
+  r.batches_per_s = all.size() / seconds;
+  r.keys_per_s = r.batches_per_s * o.exist_batch;
+  r.p50_us = Percentile(all, 50);
+  r.p99_us = Percentile(all, 99);
+  return r;
+}
+
+// Puts objects [from, to) with put_threads threads; returns keys/s, or -1 after a failure.
+double Fill(const ScaleBenchOptions& o, uint64_t from, uint64_t to) {
+  std::atomic<uint64_t> next{from};
+  std::atomic<uint64_t> failed{0};
+  std::string first_error;
+  const auto start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < o.put_threads; ++t) {
+    workers.emplace_back([&, t] {
+      auto stub = NewStub(o.master);
+      const std::string client = "bench-scale-writer-" + std::to_string(t);
+      for (;;) {
+        const uint64_t first = next.fetch_add(o.put_batch);
+        if (first >= to || failed.load() > 0) break;
+        const uint64_t last = std::min<uint64_t>(to, first + o.put_batch);
+        pb::BatchPutStartRequest start_req;
+        pb::BatchPutEndRequest end_req;
+        start_req.set_client_id(client);
+        end_req.set_client_id(client);
+        for (uint64_t i = first; i < last; ++i) {
+          std::string key = KeyOf(i);
+          start_req.add_keys(key);
+          start_req.add_sizes(o.value_size);
+          end_req.add_keys(std::move(key));
+          end_req.add_checksums(i);
+        }
+        pb::BatchPutStartResponse sr;
+        pb::BatchStatusResponse er;
+        grpc::Status s = stub->BatchPutStart(Ctx().get(), start_req, &sr);
+        uint64_t bad = s.ok() ? 0 : last - first;
+        for (const auto& r : sr.results()) bad += r.code() != 0;
+        if (s.ok()) s = stub->BatchPutEnd(Ctx().get(), end_req, &er);
+        if (!s.ok() || bad > 0) {
+          if (failed.fetch_add(1) == 0) {
+            first_error = !s.ok() ? s.error_message()
+                                  : std::to_string(bad) + " keys refused, first code " +
+                                        std::to_string(sr.results(0).code());
+          }
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  if (failed > 0) {
+    std::fprintf(stderr, "granary-bench: scale: put failed: %s\n", first_error.c_str());
+    return -1;
+  }
+  return (to - from) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+int RunScaleBench(const ScaleBenchOptions& o) {
+  if (RssBytes(o.master_pid) < 0) {
+    std::fprintf(stderr, "granary-bench: no /proc/%d/status: --master-pid must be the master's pid "
+                 "on this host\n", o.master_pid);
+    return 2;
+  }
+  std::vector<uint64_t> steps = o.objects;
+  std::sort(steps.begin(), steps.end());
+  if (steps.empty() || steps.front() == 0) return 2;
+  auto admin = NewStub(o.master);
+  {  // 2x the bytes of the largest step: far below the eviction watermark
+    pb::MountSegmentRequest req;
+    req.set_client_id(kNode);
+    req.mutable_segment()->set_name(kSegment);
+    req.mutable_segment()->set_size(steps.back() * ((o.value_size + 63) / 64 * 64) * 2 + (1ull << 30));
+    req.mutable_segment()->set_endpoint("127.0.0.1:1");
+    pb::MountSegmentResponse resp;
+    grpc::Status s = admin->MountSegment(Ctx().get(), req, &resp);
+    if (!s.ok() || resp.code() != 0) {
+      std::fprintf(stderr, "granary-bench: mount failed: %s %s\n", s.error_message().c_str(),
+                   resp.message().c_str());
+      return 1;
+    }
+  }
+  std::atomic<bool> done{false};
+  std::thread pinger([&] {  // the fake node must keep pinging or the master declares it dead
+    auto stub = NewStub(o.master);
+    while (!done) {
+      pb::PingRequest req;
+      req.set_client_id(kNode);
+      pb::PingResponse resp;
+      (void)stub->Ping(Ctx().get(), req, &resp);
+      for (int i = 0; i < 10 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
+  const int64_t rss0 = RssBytes(o.master_pid);
+  std::printf("master pid %d, RSS before puts %.1f MiB; objects of %llu bytes, 1 replica, keys of "
+              "%zu bytes; puts in batches of %u on %d threads\n", o.master_pid, rss0 / 1048576.0,
+              static_cast<unsigned long long>(o.value_size), KeyOf(0).size(), o.put_batch,
+              o.put_threads);
+  std::printf("%10s %10s %10s %12s %8s %12s %10s %10s\n", "objects", "RSS MiB", "B/object",
+              "put keys/s", "threads", "exist keys/s", "p50(us)", "p99(us)");
+  nlohmann::json json;
+  json["value_size"] = o.value_size;
+  json["key_bytes"] = KeyOf(0).size();
+  json["exist_batch"] = o.exist_batch;
+  json["rss_before_bytes"] = rss0;
+  json["steps"] = nlohmann::json::array();
+  int rc = 0;
+  uint64_t have = 0;
+  for (uint64_t target : steps) {
+    const double put_rate = Fill(o, have, target);
+    if (put_rate < 0) {
+      rc = 1;
+      break;
+    }
+    have = target;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the allocator settle
+    const int64_t rss = RssBytes(o.master_pid);
+    const double per_object = static_cast<double>(rss - rss0) / have;
+    nlohmann::json step = {{"objects", have}, {"rss_bytes", rss}, {"bytes_per_object", per_object},
+                           {"put_keys_per_s", put_rate}, {"exist", nlohmann::json::array()}};
+    for (int threads : o.threads) {
+      ExistResult e = RunExist(o, have, threads);
+      std::printf("%10llu %10.1f %10.0f %12.0f %8d %12.0f %10.0f %10.0f\n",
+                  static_cast<unsigned long long>(have), rss / 1048576.0, per_object, put_rate,
+                  threads, e.keys_per_s, e.p50_us, e.p99_us);
+      if (e.misses) {
+        std::printf("    %llu keys reported missing\n", static_cast<unsigned long long>(e.misses));
+        rc = 1;
+      }
+      step["exist"].push_back({{"threads", threads}, {"keys_per_s", e.keys_per_s},
+                               {"batches_per_s", e.batches_per_s}, {"p50_us", e.p50_us},
+                               {"p99_us", e.p99_us}, {"misses", e.misses}});
+    }
+    json["steps"].push_back(step);
+  }
+  done = true;
+  pinger.join();
+  {  // dropping the segment drops its objects
+    pb::UnmountSegmentRequest req;
+    req.set_client_id(kNode);
+    req.set_name(kSegment);
+    pb::UnmountSegmentResponse resp;
+    (void)admin->UnmountSegment(Ctx().get(), req, &resp);
+  }
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << json.dump(2) << "\n";
+  return rc;
+}
+
+}  // namespace granary::bench
