@@ -26,7 +26,7 @@ class KvTarget {
 
 // shm=false turns the same-host shared-memory path off: every byte crosses TCP to the node.
 Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm);
-// address is HOST:PORT; values go as binary-safe SET/GET through hiredis.
+// address is HOST:PORT; SET/GET in RESP over one socket, values read straight into the buffer.
 Result<std::unique_ptr<KvTarget>> ConnectRedis(const std::string& address);
 // address is HOST:PORT; the text protocol over one socket, values read straight into the buffer.
 Result<std::unique_ptr<KvTarget>> ConnectMemcached(const std::string& address);
