@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +75,21 @@ struct ObjectStat {
   uint64_t idle_ms = 0;
 };
 
+// Bytes this client moved, by path: for checking which transport a deployment really uses.
+struct ClientStats {
+  uint64_t shm_bytes_written = 0;
+  uint64_t shm_bytes_read = 0;
+  uint64_t tcp_bytes_written = 0;
+  uint64_t tcp_bytes_read = 0;
+};
+
+// Asked once per found object, on the calling thread, in key order, before any byte moves:
+// returns where object `index` (of `size` bytes) goes, as buffers filled in order whose total is
+// exactly `size`, or an error for that key. Lets a caller allocate once the size is known (a
+// Python bytes object, a pinned buffer) instead of copying out of a temporary.
+using BufferProvider =
+    std::function<Result<std::vector<MutableByteSpan>>(size_t index, uint64_t size)>;
+
 struct SegmentStatus {
   std::string name;
   std::string node_id;
@@ -125,6 +141,9 @@ class Client {
   virtual std::vector<Result<uint64_t>> BatchGetIntoParts(
       const std::vector<std::string>& keys,
       const std::vector<std::vector<MutableByteSpan>>& buffers) = 0;
+  // Each object into the buffers `provide` hands out once its size is known.
+  virtual std::vector<Result<uint64_t>> BatchGetWith(const std::vector<std::string>& keys,
+                                                     const BufferProvider& provide) = 0;
   virtual std::vector<Result<bool>> BatchExist(const std::vector<std::string>& keys) = 0;
   virtual std::vector<Result<uint64_t>> BatchGetSize(const std::vector<std::string>& keys) = 0;
   // How many leading keys are stored: "how much of my prompt is cached?" in one call.
@@ -145,6 +164,7 @@ class Client {
   // This client's id with the master, and the embedded node's segment name (empty if none).
   virtual const std::string& client_id() const = 0;
   virtual const std::string& segment_name() const = 0;
+  virtual ClientStats Stats() const = 0;
   // Stops the embedded node (unmounting its segment) and releases pending read locks.
   virtual void Close() = 0;
 };

@@ -134,6 +134,19 @@ class ClientImpl final : public Client {
       return std::vector<MutableByteSpan>{buffers[i].subspan(0, size)};
     });
   }
+  std::vector<Result<uint64_t>> BatchGetWith(const std::vector<std::string>& keys,
+                                             const BufferProvider& provide) override {
+    return GetCore(keys, [&](size_t i, uint64_t size) -> Result<std::vector<MutableByteSpan>> {
+      auto d = provide(i, size);
+      if (d.ok() && TotalSize(*d) != size) {
+        return Status(ErrorCode::INVALID_PARAMS, "provided buffers hold " +
+                                                     std::to_string(TotalSize(*d)) +
+                                                     " bytes, not the object's " +
+                                                     std::to_string(size));
+      }
+      return d;
+    });
+  }
   std::vector<Result<uint64_t>> BatchGetIntoParts(
       const std::vector<std::string>& keys,
       const std::vector<std::vector<MutableByteSpan>>& buffers) override {
@@ -314,6 +327,7 @@ class ClientImpl final : public Client {
   }
   const std::string& client_id() const override { return client_id_; }
   const std::string& segment_name() const override { return segment_name_; }
+  ClientStats Stats() const override { return io_.Stats(); }
   void Close() override {
     releaser_.Flush();
     std::lock_guard lock(close_mu_);

@@ -53,6 +53,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
       }
       offset += part.size();
     }
+    shm_written_.fetch_add(offset, std::memory_order_relaxed);
     return Status::Ok();
   }
   uint64_t offset = replica.offset();
@@ -64,6 +65,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     if (checksum) checksum->Update(part.data(), part.size());
     offset += part.size();
   }
+  tcp_written_.fetch_add(replica.length(), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -80,6 +82,7 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
       checksum.CopyAndUpdate(part.data(), base + offset, part.size());
       offset += part.size();
     }
+    shm_read_.fetch_add(offset, std::memory_order_relaxed);
     return checksum.Digest();
   }
   uint64_t offset = replica.offset();
@@ -91,7 +94,13 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
     checksum.Update(part.data(), part.size());
     offset += part.size();
   }
+  tcp_read_.fetch_add(replica.length(), std::memory_order_relaxed);
   return checksum.Digest();
+}
+
+ClientStats ReplicaIo::Stats() const {
+  return {shm_written_.load(std::memory_order_relaxed), shm_read_.load(std::memory_order_relaxed),
+          tcp_written_.load(std::memory_order_relaxed), tcp_read_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace granary::client

@@ -8,6 +8,7 @@
 // Thread safety: any thread; the mapping cache and the transport are shared and thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -41,6 +42,7 @@ class ReplicaIo {
   Status Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
                ChecksumStream* checksum = nullptr);
   Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst);
+  ClientStats Stats() const;
 
  private:
   // The replica's bytes in this process's address space, or an empty view to use TCP.
@@ -54,6 +56,7 @@ class ReplicaIo {
   // new shm object, and the stale mapping must not be written to.
   std::mutex tokens_mu_;
   std::unordered_map<std::string, uint64_t> mapped_tokens_;
+  std::atomic<uint64_t> shm_written_{0}, shm_read_{0}, tcp_written_{0}, tcp_read_{0};
 };
 
 }  // namespace granary::client

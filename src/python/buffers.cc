@@ -1,0 +1,131 @@
+#include "python/buffers.h"
+
+#include <sys/mman.h>
+
+#include <new>
+#include <string>
+
+namespace py = pybind11;
+
+namespace granary::python {
+
+BufferHold::BufferHold(py::handle object, bool writable) {
+  const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) throw py::error_already_set();
+  held_ = true;
+}
+
+BufferHold::~BufferHold() {
+  if (held_) PyBuffer_Release(&view_);
+}
+
+BufferHold::BufferHold(BufferHold&& other) noexcept : view_(other.view_), held_(other.held_) {
+  other.held_ = false;
+}
+
+OwnedBuffer::OwnedBuffer(uint64_t size)
+    : data_(static_cast<std::byte*>(::operator new[](size == 0 ? 1 : size, std::align_val_t(64)))),
+      size_(size) {}
+
+Status MemoryRegistry::Register(uintptr_t address, uint64_t size) {
+  if (address == 0 || size == 0 || address + size < address) {
+    return Status(ErrorCode::INVALID_PARAMS, "cannot register " + std::to_string(size) +
+                                                 " bytes at address " + std::to_string(address));
+  }
+  std::lock_guard lock(mu_);
+  ranges_[address] = std::max(ranges_[address], size);
+  return Status::Ok();
+}
+
+Status MemoryRegistry::Unregister(uintptr_t address) {
+  std::lock_guard lock(mu_);
+  if (ranges_.erase(address) == 0) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "no buffer registered at address " + std::to_string(address));
+  }
+  return Status::Ok();
+}
+
+Result<std::span<std::byte>> MemoryRegistry::Resolve(uintptr_t address, uint64_t size) const {
+  auto refuse = [&] {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  std::to_string(size) + " bytes at address " + std::to_string(address) +
+                      " are not inside a registered buffer (register_buffer)");
+  };
+  if (address + size < address) return refuse();
+  std::lock_guard lock(mu_);
+  // Registered ranges may nest or overlap: any one that holds the whole range will do.
+  for (auto it = ranges_.upper_bound(address); it != ranges_.begin();) {
+    --it;
+    if (address - it->first <= it->second && size <= it->second - (address - it->first)) {
+      return std::span<std::byte>(reinterpret_cast<std::byte*>(address), size);
+    }
+  }
+  return refuse();
+}
+
+Result<std::unique_ptr<MemPool>> MemPool::Create(uint64_t size) {
+  if (size == 0) return Status(ErrorCode::INVALID_PARAMS, "memory pool size is 0");
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "cannot map a memory pool of " + std::to_string(size) + " bytes");
+  }
+  return std::unique_ptr<MemPool>(new MemPool(static_cast<std::byte*>(p), size));
+}
+
+MemPool::MemPool(std::byte* base, uint64_t size) : base_(base), size_(size) { free_[0] = size; }
+
+MemPool::~MemPool() { munmap(base_, size_); }
+
+uintptr_t MemPool::Allocate(uint64_t size) {
+  constexpr uint64_t kAlign = 64;
+  if (size == 0 || size > size_) return 0;
+  const uint64_t need = (size + kAlign - 1) / kAlign * kAlign;
+  std::lock_guard lock(mu_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < need) continue;
+    const uint64_t offset = it->first;
+    const uint64_t rest = it->second - need;
+    free_.erase(it);
+    if (rest > 0) free_[offset + need] = rest;
+    used_[offset] = need;
+    return base() + offset;
+  }
+  return 0;
+}
+
+Status MemPool::Free(uintptr_t address) {
+  std::lock_guard lock(mu_);
+  auto it = address >= base() ? used_.find(address - base()) : used_.end();
+  if (it == used_.end()) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "address " + std::to_string(address) + " was not allocated from this pool");
+  }
+  uint64_t offset = it->first, length = it->second;
+  used_.erase(it);
+  auto next = free_.lower_bound(offset);
+  if (next != free_.end() && next->first == offset + length) {
+    length += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      prev->second += length;
+      return Status::Ok();
+    }
+  }
+  free_[offset] = length;
+  return Status::Ok();
+}
+
+uint64_t MemPool::free_bytes() const {
+  std::lock_guard lock(mu_);
+  uint64_t total = 0;
+  for (const auto& [offset, length] : free_) total += length;
+  return total;
+}
+
+}  // namespace granary::python

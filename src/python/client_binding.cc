@@ -1,0 +1,570 @@
+#include "python/client_binding.h"
+
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <optional>
+
+#include "granary/client.h"
+#include "python/buffers.h"
+#include "python/errors.h"
+
+namespace py = pybind11;
+
+namespace granary::python {
+namespace {
+
+using Keys = std::vector<std::string>;
+
+ByteSpan Const(std::span<std::byte> s) { return {s.data(), s.size()}; }
+
+int64_t CodeOf(const Status& s) { return static_cast<int64_t>(s.code()); }
+template <typename T>
+int64_t CodeOrValue(const Result<T>& r) {
+  return r.ok() ? static_cast<int64_t>(*r) : CodeOf(r.status());
+}
+
+py::list ToList(const std::vector<Status>& v) {
+  py::list out;
+  for (const auto& s : v) out.append(CodeOf(s));
+  return out;
+}
+template <typename T>
+py::list ToList(const std::vector<Result<T>>& v) {
+  py::list out;
+  for (const auto& r : v) out.append(CodeOrValue(r));
+  return out;
+}
+
+Status Invalid(const std::string& what) { return Status(ErrorCode::INVALID_PARAMS, what); }
+
+// Runs `call` on the keys whose inputs were valid and scatters its results back; the others keep
+// their own error. Lets one bad address fail its key only.
+template <typename R, typename Call>
+std::vector<R> OnValid(const Keys& keys, const std::vector<Status>& input, Call&& call) {
+  std::vector<R> out;
+  out.reserve(keys.size());
+  Keys valid_keys;
+  std::vector<size_t> valid;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out.emplace_back(input[i].ok() ? R(Status(ErrorCode::INTERNAL_ERROR, "")) : R(input[i]));
+    if (input[i].ok()) {
+      valid.push_back(i);
+      valid_keys.push_back(keys[i]);
+    }
+  }
+  if (valid.empty()) return out;
+  std::vector<R> got = call(valid_keys, valid);
+  for (size_t k = 0; k < valid.size(); ++k) out[valid[k]] = std::move(got[k]);
+  return out;
+}
+
+class PyClient {
+ public:
+  explicit PyClient(std::unique_ptr<Client> client) : client_(std::move(client)) {}
+
+  Client& c() {
+    if (closed_.load()) {
+      Raise(Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, "the store is closed"));
+    }
+    return *client_;
+  }
+  MemoryRegistry& registry() { return registry_; }
+
+  void Close() {
+    if (closed_.exchange(true)) return;
+    py::gil_scoped_release release;
+    client_->Close();
+  }
+  bool closed() const { return closed_.load(); }
+
+  // ---- writes ----
+  void Put(const std::string& key, py::handle value, const ReplicateConfig& config, bool upsert) {
+    Client& client = c();
+    BufferHold hold(value, false);
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = upsert ? client.Upsert(key, Const(hold.bytes()), config)
+                 : client.Put(key, Const(hold.bytes()), config);
+    }
+    if (!s.ok()) Raise(s);
+  }
+  void PutParts(const std::string& key, const py::sequence& parts, const ReplicateConfig& config,
+                bool upsert) {
+    py::list results = BatchPutParts({key}, py::make_tuple(parts), config, upsert);
+    if (int64_t code = results[0].cast<int64_t>(); code != 0) Raise(Coded(code, key));
+  }
+  void PutAddr(const std::string& key, uintptr_t address, uint64_t size,
+               const ReplicateConfig& config, bool upsert) {
+    Client& client = c();
+    auto span = Unwrap(registry_.Resolve(address, size));
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = upsert ? client.Upsert(key, Const(span), config) : client.Put(key, Const(span), config);
+    }
+    if (!s.ok()) Raise(s);
+  }
+  py::list BatchPut(const Keys& keys, const py::sequence& values, const ReplicateConfig& config,
+                    bool upsert) {
+    Client& client = c();
+    if (values.size() != keys.size()) Raise(Invalid("keys and values differ in count"));
+    std::vector<BufferHold> holds;
+    std::vector<ByteSpan> spans;
+    for (auto v : values) spans.push_back(Const(holds.emplace_back(v, false).bytes()));
+    std::vector<Status> out;
+    {
+      py::gil_scoped_release release;
+      out = upsert ? client.BatchUpsert(keys, spans, config) : client.BatchPut(keys, spans, config);
+    }
+    return ToList(out);
+  }
+  py::list BatchPutParts(const Keys& keys, const py::sequence& part_lists,
+                         const ReplicateConfig& config, bool upsert) {
+    Client& client = c();
+    if (part_lists.size() != keys.size()) Raise(Invalid("keys and part lists differ in count"));
+    std::vector<BufferHold> holds;
+    std::vector<std::vector<ByteSpan>> parts(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      for (auto p : part_lists[i].cast<py::sequence>()) {
+        parts[i].push_back(Const(holds.emplace_back(p, false).bytes()));
+      }
+    }
+    std::vector<Status> out;
+    {
+      py::gil_scoped_release release;
+      out = PutPartsCore(client, keys, parts, config, upsert);
+    }
+    return ToList(out);
+  }
+  py::list BatchPutAddr(const Keys& keys, const std::vector<uintptr_t>& addresses,
+                        const std::vector<uint64_t>& sizes, const ReplicateConfig& config,
+                        bool upsert) {
+    std::vector<std::vector<uintptr_t>> a;
+    std::vector<std::vector<uint64_t>> s;
+    if (addresses.size() != keys.size() || sizes.size() != keys.size()) {
+      Raise(Invalid("keys, addresses and sizes differ in count"));
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      a.push_back({addresses[i]});
+      s.push_back({sizes[i]});
+    }
+    return BatchPutAddrParts(keys, a, s, config, upsert);
+  }
+  py::list BatchPutAddrParts(const Keys& keys, const std::vector<std::vector<uintptr_t>>& addresses,
+                             const std::vector<std::vector<uint64_t>>& sizes,
+                             const ReplicateConfig& config, bool upsert) {
+    Client& client = c();
+    std::vector<std::vector<ByteSpan>> parts(keys.size());
+    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto span) {
+      parts[i].push_back(Const(span));
+    });
+    std::vector<Status> out;
+    {
+      py::gil_scoped_release release;
+      out = OnValid<Status>(keys, input, [&](const Keys& valid_keys, const std::vector<size_t>& idx) {
+        std::vector<std::vector<ByteSpan>> valid_parts;
+        for (size_t i : idx) valid_parts.push_back(std::move(parts[i]));
+        return PutPartsCore(client, valid_keys, valid_parts, config, upsert);
+      });
+    }
+    return ToList(out);
+  }
+
+  // ---- reads ----
+  py::bytes Get(const std::string& key) {
+    std::vector<py::object> out = GetObjects({key}, /*as_bytes=*/true, true);
+    return py::reinterpret_borrow<py::bytes>(out[0]);
+  }
+  py::object GetBuffer(const std::string& key) { return GetObjects({key}, false, true)[0]; }
+  py::list BatchGet(const Keys& keys, bool as_bytes) {
+    py::list out;
+    for (auto& o : GetObjects(keys, as_bytes, false)) out.append(o);
+    return out;
+  }
+  uint64_t GetInto(const std::string& key, py::handle buffer) {
+    Client& client = c();
+    BufferHold hold(buffer, true);
+    Result<uint64_t> r = Status(ErrorCode::INTERNAL_ERROR, "");
+    {
+      py::gil_scoped_release release;
+      r = client.GetInto(key, hold.bytes());
+    }
+    return Unwrap(std::move(r));
+  }
+  py::list BatchGetInto(const Keys& keys, const py::sequence& buffers) {
+    Client& client = c();
+    if (buffers.size() != keys.size()) Raise(Invalid("keys and buffers differ in count"));
+    std::vector<BufferHold> holds;
+    std::vector<MutableByteSpan> spans;
+    for (auto b : buffers) spans.push_back(holds.emplace_back(b, true).bytes());
+    std::vector<Result<uint64_t>> out;
+    {
+      py::gil_scoped_release release;
+      out = client.BatchGetInto(keys, spans);
+    }
+    return ToList(out);
+  }
+  uint64_t GetIntoAddr(const std::string& key, uintptr_t address, uint64_t size) {
+    Client& client = c();
+    auto span = Unwrap(registry_.Resolve(address, size));
+    Result<uint64_t> r = Status(ErrorCode::INTERNAL_ERROR, "");
+    {
+      py::gil_scoped_release release;
+      r = client.GetInto(key, span);
+    }
+    return Unwrap(std::move(r));
+  }
+  py::list BatchGetIntoAddr(const Keys& keys, const std::vector<uintptr_t>& addresses,
+                            const std::vector<uint64_t>& sizes) {
+    if (addresses.size() != keys.size() || sizes.size() != keys.size()) {
+      Raise(Invalid("keys, addresses and sizes differ in count"));
+    }
+    std::vector<std::vector<uintptr_t>> a;
+    std::vector<std::vector<uint64_t>> s;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      a.push_back({addresses[i]});
+      s.push_back({sizes[i]});
+    }
+    return BatchGetIntoAddrParts(keys, a, s);
+  }
+  py::list BatchGetIntoAddrParts(const Keys& keys,
+                                 const std::vector<std::vector<uintptr_t>>& addresses,
+                                 const std::vector<std::vector<uint64_t>>& sizes) {
+    Client& client = c();
+    std::vector<std::vector<MutableByteSpan>> parts(keys.size());
+    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto span) {
+      parts[i].push_back(span);
+    });
+    std::vector<Result<uint64_t>> out;
+    {
+      py::gil_scoped_release release;
+      out = OnValid<Result<uint64_t>>(keys, input, [&](const Keys& valid_keys,
+                                                       const std::vector<size_t>& idx) {
+        std::vector<std::vector<MutableByteSpan>> valid_parts;
+        for (size_t i : idx) valid_parts.push_back(std::move(parts[i]));
+        return client.BatchGetIntoParts(valid_keys, valid_parts);
+      });
+    }
+    return ToList(out);
+  }
+
+  // ---- queries and removal ----
+  template <typename Call>
+  auto Released(Call&& call) {
+    Client& client = c();
+    py::gil_scoped_release release;
+    return call(client);
+  }
+  bool Exist(const std::string& key) {
+    return Unwrap(Released([&](Client& c) { return c.Exist(key); }));
+  }
+  py::list BatchExist(const Keys& keys) {
+    auto r = Released([&](Client& c) { return c.BatchExist(keys); });
+    py::list out;
+    for (const auto& x : r) out.append(x.ok() ? (*x ? 1 : 0) : CodeOf(x.status()));
+    return out;
+  }
+  uint64_t GetSize(const std::string& key) {
+    return Unwrap(Released([&](Client& c) { return c.GetSize(key); }));
+  }
+  py::list BatchGetSize(const Keys& keys) {
+    return ToList(Released([&](Client& c) { return c.BatchGetSize(keys); }));
+  }
+  uint32_t PrefixMatch(const Keys& keys) {
+    return Unwrap(Released([&](Client& c) { return c.PrefixMatch(keys); }));
+  }
+  void Remove(const std::string& key, bool force) {
+    Status s = Released([&](Client& c) { return c.Remove(key, force); });
+    if (!s.ok()) Raise(s);
+  }
+  py::list BatchRemove(const Keys& keys, bool force) {
+    return ToList(Released([&](Client& c) { return c.BatchRemove(keys, force); }));
+  }
+  uint64_t RemoveByRegex(const std::string& pattern, bool force) {
+    return Unwrap(Released([&](Client& c) { return c.RemoveByRegex(pattern, force); }));
+  }
+  uint64_t RemoveAll(bool force) {
+    return Unwrap(Released([&](Client& c) { return c.RemoveAll(force); }));
+  }
+  py::list QueryByRegex(const std::string& pattern, uint32_t limit) {
+    auto objects = Unwrap(Released([&](Client& c) { return c.QueryByRegex(pattern, limit); }));
+    py::list out;
+    for (const auto& o : objects) out.append(py::make_tuple(o.key, o.size, o.replica_count));
+    return out;
+  }
+  py::dict Stat(const std::string& key) {
+    auto s = Unwrap(Released([&](Client& c) { return c.Stat(key); }));
+    py::list replicas;
+    for (const auto& r : s.replicas) {
+      py::dict d;
+      d["segment"] = r.segment_name;
+      d["endpoint"] = r.endpoint;
+      d["offset"] = r.offset;
+      d["length"] = r.length;
+      replicas.append(d);
+    }
+    py::dict d;
+    d["state"] = s.state;
+    d["size"] = s.size;
+    d["checksum"] = s.checksum;
+    d["replicas"] = replicas;
+    d["read_locks"] = s.read_locks;
+    d["hard_pinned"] = s.hard_pinned;
+    d["soft_pinned"] = s.soft_pinned;
+    d["idle_ms"] = s.idle_ms;
+    return d;
+  }
+  py::list Segments() {
+    auto segments = Unwrap(Released([&](Client& c) { return c.ListSegments(); }));
+    py::list out;
+    for (const auto& s : segments) {
+      py::dict d;
+      d["name"] = s.name;
+      d["node_id"] = s.node_id;
+      d["endpoint"] = s.endpoint;
+      d["size"] = s.size;
+      d["used_bytes"] = s.used_bytes;
+      d["free_bytes"] = s.free_bytes;
+      d["largest_free_block"] = s.largest_free_block;
+      d["objects"] = s.replicas;
+      out.append(d);
+    }
+    return out;
+  }
+  void Health() {
+    Status s = Released([&](Client& c) { return c.Health(); });
+    if (!s.ok()) Raise(s);
+  }
+  py::dict Stats() {
+    ClientStats s = client_->Stats();
+    py::dict d;
+    d["shm_bytes_written"] = s.shm_bytes_written;
+    d["shm_bytes_read"] = s.shm_bytes_read;
+    d["tcp_bytes_written"] = s.tcp_bytes_written;
+    d["tcp_bytes_read"] = s.tcp_bytes_read;
+    return d;
+  }
+  const std::string& client_id() const { return client_->client_id(); }
+  const std::string& segment_name() const { return client_->segment_name(); }
+
+ private:
+  static Status Coded(int64_t code, const std::string& key) {
+    ErrorCode e = ErrorCodeFromInt(static_cast<int32_t>(code));
+    return Status(e, std::string(ErrorCodeName(e)) + " for key '" + key + "'");
+  }
+  static std::vector<Status> PutPartsCore(Client& client, const Keys& keys,
+                                          const std::vector<std::vector<ByteSpan>>& parts,
+                                          const ReplicateConfig& config, bool upsert) {
+    if (!upsert) return client.BatchPutParts(keys, parts, config);
+    // Upsert has no gather form: concatenating would copy, so each object goes on its own.
+    std::vector<Status> out;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (parts[i].size() == 1) {
+        out.push_back(client.BatchUpsert({keys[i]}, parts[i], config)[0]);
+      } else {
+        std::vector<std::byte> joined;
+        for (const auto& p : parts[i]) joined.insert(joined.end(), p.begin(), p.end());
+        out.push_back(client.Upsert(keys[i], joined, config));
+      }
+    }
+    return out;
+  }
+  template <typename Add>
+  std::vector<Status> ResolveParts(const Keys& keys,
+                                   const std::vector<std::vector<uintptr_t>>& addresses,
+                                   const std::vector<std::vector<uint64_t>>& sizes, Add&& add) {
+    if (addresses.size() != keys.size() || sizes.size() != keys.size()) {
+      Raise(Invalid("keys, address lists and size lists differ in count"));
+    }
+    std::vector<Status> input(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (addresses[i].size() != sizes[i].size()) {
+        input[i] = Invalid("key '" + keys[i] + "': addresses and sizes differ in count");
+        continue;
+      }
+      for (size_t j = 0; j < addresses[i].size() && input[i].ok(); ++j) {
+        auto span = registry_.Resolve(addresses[i][j], sizes[i][j]);
+        if (span.ok()) {
+          add(i, *span);
+        } else {
+          input[i] = span.status();
+        }
+      }
+    }
+    return input;
+  }
+  // Bytes or OwnedBuffer objects, allocated once each size is known; a failed key is its code
+  // (raised instead when `raise` and there is one key).
+  std::vector<py::object> GetObjects(const Keys& keys, bool as_bytes, bool raise) {
+    Client& client = c();
+    std::vector<py::object> objects(keys.size());
+    std::vector<Result<uint64_t>> results;
+    {
+      py::gil_scoped_release release;
+      results = client.BatchGetWith(keys, [&](size_t i, uint64_t size)
+                                              -> Result<std::vector<MutableByteSpan>> {
+        std::byte* data = nullptr;
+        if (as_bytes) {
+          py::gil_scoped_acquire acquire;
+          PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+          if (b == nullptr) {
+            PyErr_Clear();
+            return Status(ErrorCode::INTERNAL_ERROR, "no memory for " + std::to_string(size) +
+                                                         " bytes");
+          }
+          objects[i] = py::reinterpret_steal<py::object>(b);
+          data = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(b));
+        } else {
+          // Allocated before the GIL is taken back; owned by its Python object from then on.
+          std::unique_ptr<OwnedBuffer> owned;
+          try {
+            owned = std::make_unique<OwnedBuffer>(size);
+          } catch (const std::bad_alloc&) {
+            return Status(ErrorCode::INTERNAL_ERROR, "no memory for " + std::to_string(size) +
+                                                         " bytes");
+          }
+          data = owned->data();
+          py::gil_scoped_acquire acquire;
+          objects[i] = py::cast(owned.release(), py::return_value_policy::take_ownership);
+        }
+        return std::vector<MutableByteSpan>{MutableByteSpan(data, size)};
+      });
+    }
+    if (raise && keys.size() == 1 && !results[0].ok()) Raise(results[0].status());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!results[i].ok()) objects[i] = py::int_(CodeOf(results[i].status()));
+    }
+    return objects;
+  }
+
+  std::unique_ptr<Client> client_;
+  MemoryRegistry registry_;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace
+
+void RegisterClient(py::module_& m) {
+  py::class_<OwnedBuffer>(m, "Buffer", py::buffer_protocol(),
+                          "Bytes a get_buffer call allocated; supports the buffer protocol.")
+      .def_buffer([](OwnedBuffer& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size())}, {1});
+      })
+      .def("ptr", [](const OwnedBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
+      .def("size", &OwnedBuffer::size)
+      .def("__len__", &OwnedBuffer::size)
+      .def("__bytes__", [](const OwnedBuffer& b) {
+        return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+      });
+
+  py::class_<ReplicateConfig>(m, "ReplicateConfig")
+      .def(py::init([](uint32_t replica_num, bool soft, bool hard, std::vector<std::string> pref,
+                       uint64_t ttl) {
+             return ReplicateConfig{replica_num, soft, hard, std::move(pref), ttl};
+           }),
+           py::arg("replica_num") = 1, py::arg("with_soft_pin") = false,
+           py::arg("with_hard_pin") = false,
+           py::arg("preferred_segments") = std::vector<std::string>{},
+           py::arg("soft_pin_ttl_ms") = 0)
+      .def_readwrite("replica_num", &ReplicateConfig::replica_num)
+      .def_readwrite("with_soft_pin", &ReplicateConfig::with_soft_pin)
+      .def_readwrite("with_hard_pin", &ReplicateConfig::with_hard_pin)
+      .def_readwrite("preferred_segments", &ReplicateConfig::preferred_segments)
+      .def_readwrite("soft_pin_ttl_ms", &ReplicateConfig::soft_pin_ttl_ms);
+
+  py::class_<MemPool>(m, "MemPool")
+      .def(py::init([](uint64_t size) { return Unwrap(MemPool::Create(size)); }), py::arg("size"))
+      .def("alloc", &MemPool::Allocate, py::arg("size"), "an address, or 0 if the pool is full")
+      .def("free", [](MemPool& p, uintptr_t a) {
+        if (Status s = p.Free(a); !s.ok()) Raise(s);
+      })
+      .def_property_readonly("base", &MemPool::base)
+      .def_property_readonly("size", &MemPool::size)
+      .def_property_readonly("free_bytes", &MemPool::free_bytes);
+
+  const ReplicateConfig def;
+  py::class_<PyClient>(m, "Client")
+      .def(py::init([](const std::string& master, uint64_t segment_size,
+                       const std::string& segment_name, const std::string& data_host,
+                       uint16_t data_port, int rpc_timeout_ms, int io_timeout_ms,
+                       size_t connections_per_node, bool use_shared_memory, size_t io_threads) {
+             ClientOptions o;
+             o.master_address = master;
+             o.segment_size = segment_size;
+             o.segment_name = segment_name;
+             o.data_host = data_host;
+             o.data_port = data_port;
+             o.rpc_timeout_ms = rpc_timeout_ms;
+             o.io_timeout_ms = io_timeout_ms;
+             o.connections_per_node = connections_per_node;
+             o.use_shared_memory = use_shared_memory;
+             o.io_threads = io_threads;
+             Result<std::unique_ptr<Client>> c = Status(ErrorCode::INTERNAL_ERROR, "");
+             {
+               py::gil_scoped_release release;
+               c = Client::Connect(o);
+             }
+             return std::make_unique<PyClient>(Unwrap(std::move(c)));
+           }),
+           py::arg("master"), py::arg("segment_size") = 0, py::arg("segment_name") = "",
+           py::arg("data_host") = "127.0.0.1", py::arg("data_port") = 0,
+           py::arg("rpc_timeout_ms") = 10'000, py::arg("io_timeout_ms") = 30'000,
+           py::arg("connections_per_node") = 4, py::arg("use_shared_memory") = true,
+           py::arg("io_threads") = 4)
+      .def("close", &PyClient::Close)
+      .def_property_readonly("closed", &PyClient::closed)
+      .def_property_readonly("client_id", &PyClient::client_id)
+      .def_property_readonly("segment_name", &PyClient::segment_name)
+      .def("register_buffer", [](PyClient& c, uintptr_t a, uint64_t n) {
+        if (Status s = c.registry().Register(a, n); !s.ok()) Raise(s);
+      })
+      .def("unregister_buffer", [](PyClient& c, uintptr_t a) {
+        if (Status s = c.registry().Unregister(a); !s.ok()) Raise(s);
+      })
+      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"), py::arg("config") = def,
+           py::arg("upsert") = false)
+      .def("put_parts", &PyClient::PutParts, py::arg("key"), py::arg("parts"),
+           py::arg("config") = def, py::arg("upsert") = false)
+      .def("put_addr", &PyClient::PutAddr, py::arg("key"), py::arg("address"), py::arg("size"),
+           py::arg("config") = def, py::arg("upsert") = false)
+      .def("batch_put", &PyClient::BatchPut, py::arg("keys"), py::arg("values"),
+           py::arg("config") = def, py::arg("upsert") = false)
+      .def("batch_put_parts", &PyClient::BatchPutParts, py::arg("keys"), py::arg("part_lists"),
+           py::arg("config") = def, py::arg("upsert") = false)
+      .def("batch_put_addr", &PyClient::BatchPutAddr, py::arg("keys"), py::arg("addresses"),
+           py::arg("sizes"), py::arg("config") = def, py::arg("upsert") = false)
+      .def("batch_put_addr_parts", &PyClient::BatchPutAddrParts, py::arg("keys"),
+           py::arg("address_lists"), py::arg("size_lists"), py::arg("config") = def,
+           py::arg("upsert") = false)
+      .def("get", &PyClient::Get, py::arg("key"))
+      .def("get_buffer", &PyClient::GetBuffer, py::arg("key"))
+      .def("batch_get", &PyClient::BatchGet, py::arg("keys"), py::arg("as_bytes") = true)
+      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buffer"))
+      .def("batch_get_into", &PyClient::BatchGetInto, py::arg("keys"), py::arg("buffers"))
+      .def("get_into_addr", &PyClient::GetIntoAddr, py::arg("key"), py::arg("address"),
+           py::arg("size"))
+      .def("batch_get_into_addr", &PyClient::BatchGetIntoAddr, py::arg("keys"),
+           py::arg("addresses"), py::arg("sizes"))
+      .def("batch_get_into_addr_parts", &PyClient::BatchGetIntoAddrParts, py::arg("keys"),
+           py::arg("address_lists"), py::arg("size_lists"))
+      .def("exist", &PyClient::Exist, py::arg("key"))
+      .def("batch_exist", &PyClient::BatchExist, py::arg("keys"))
+      .def("get_size", &PyClient::GetSize, py::arg("key"))
+      .def("batch_get_size", &PyClient::BatchGetSize, py::arg("keys"))
+      .def("prefix_match", &PyClient::PrefixMatch, py::arg("keys"))
+      .def("remove", &PyClient::Remove, py::arg("key"), py::arg("force") = false)
+      .def("batch_remove", &PyClient::BatchRemove, py::arg("keys"), py::arg("force") = false)
+      .def("remove_by_regex", &PyClient::RemoveByRegex, py::arg("pattern"),
+           py::arg("force") = false)
+      .def("remove_all", &PyClient::RemoveAll, py::arg("force") = false)
+      .def("query_by_regex", &PyClient::QueryByRegex, py::arg("pattern"), py::arg("limit") = 0)
+      .def("stat", &PyClient::Stat, py::arg("key"))
+      .def("segments", &PyClient::Segments)
+      .def("health", &PyClient::Health)
+      .def("stats", &PyClient::Stats);
+}
+
+}  // namespace granary::python
