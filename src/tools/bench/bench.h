@@ -67,6 +67,22 @@ struct TransferBenchOptions {
 };
 int RunTransferBench(const TransferBenchOptions& options);
 
+// Replays a conversation trace against a running store: prefix hit rate, bytes, wall time; see
+// trace_bench.cc.
+struct TraceBenchOptions {
+  std::string master = "127.0.0.1:50051";
+  std::string trace_path = "../shared/workloads/conversation_trace.jsonl";
+  uint64_t bytes_per_token = 128;  // 512-token blocks of 64 KiB
+  uint64_t limit = 0;              // requests replayed; 0: all
+  std::string lookup = "exist";    // exist (BatchExist) or prefix (PrefixMatch)
+  std::string path = "shm";        // shm or tcp
+  std::string key_prefix = "trace";
+  bool verify = true;
+  std::string label;               // copied into the JSON (e.g. the capacity and policy)
+  std::string json_path;
+};
+int RunTraceBench(const TraceBenchOptions& options);
+
 // Object put/get of Granary (shm, tcp), Redis and memcached side by side; see kv_bench.cc.
 struct KvBenchOptions {
   std::string master;     // granary targets skipped when empty

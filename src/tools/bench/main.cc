@@ -94,11 +94,30 @@ int main(int argc, char** argv) {
       ->capture_default_str()->delimiter(',');
   limits->add_option("--json", lo.json_path, "also write the results as JSON to this file");
 
+  TraceBenchOptions tro;
+  auto* trace = app.add_subcommand("trace", "replay a conversation trace: prefix hit rate");
+  trace->add_option("--master", tro.master, "master address HOST:PORT")->capture_default_str();
+  trace->add_option("--trace", tro.trace_path, "trace file (JSON lines)")->capture_default_str();
+  trace->add_option("--bytes-per-token", tro.bytes_per_token, "block size = 512 x this")
+      ->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  trace->add_option("--limit", tro.limit, "replay only the first N requests (0: all)")
+      ->capture_default_str();
+  trace->add_option("--lookup", tro.lookup, "exist (BatchExist) or prefix (PrefixMatch)")
+      ->capture_default_str()->check(CLI::IsMember({"exist", "prefix"}));
+  trace->add_option("--path", tro.path, "shm or tcp")->capture_default_str()
+      ->check(CLI::IsMember({"shm", "tcp"}));
+  trace->add_option("--key-prefix", tro.key_prefix, "object keys are PREFIX/<hash id>")
+      ->capture_default_str();
+  trace->add_option("--verify", tro.verify, "check every fetched byte")->capture_default_str();
+  trace->add_option("--label", tro.label, "free text copied into the JSON");
+  trace->add_option("--json", tro.json_path, "also write the results as JSON to this file");
+
   CLI11_PARSE(app, argc, argv);
   if (master->parsed()) return RunMasterBench(mo);
   if (limits->parsed()) return RunLimits(lo);
   if (state->parsed()) return RunStateBench(so);
   if (transfer->parsed()) return RunTransferBench(to);
+  if (trace->parsed()) return RunTraceBench(tro);
   if (kv->parsed()) return RunKvBench(ko);
   if (scale->parsed()) return RunScaleBench(sco);
   return 2;
