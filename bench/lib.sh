@@ -8,7 +8,7 @@ free_port() {
 # Waits (at most 20 s) until the master at 127.0.0.1:$1 lists at least one segment.
 wait_for_segment() {
   for _ in $(seq 1 200); do
-    [ -n "$(build/bin/granary --master "127.0.0.1:$1" nodes 2>/dev/null | sed -n 2p)" ] && return 0
+    [ -n "$("${BIN:-build/bin}"/granary --master "127.0.0.1:$1" nodes 2>/dev/null | sed -n 2p)" ] && return 0
     sleep 0.1
   done
   echo "no segment mounted at 127.0.0.1:$1 after 20 s" >&2
@@ -29,4 +29,15 @@ wait_for_health() {
 machine_summary() {
   echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
        "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+}
+
+# Waits (at most 10 s) until something accepts TCP connections on 127.0.0.1:$1.
+wait_for_port() {
+  for _ in $(seq 1 100); do
+    python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' \
+      "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listening on 127.0.0.1:$1 after 10 s" >&2
+  return 1
 }

@@ -1,0 +1,278 @@
+#!/usr/bin/python3
+"""Turns one merged bench/run.sh result into the markdown tables and plots of docs/benchmarks.md.
+
+  bench/report.py bench/results/STAMP.json                 # print the tables
+  bench/report.py bench/results/STAMP.json --plots PREFIX  # also PREFIX-*.png (gnuplot)
+  bench/report.py bench/results/STAMP.json --doc docs/benchmarks.md --plots docs/img/bench
+      # rewrite the generated blocks of the doc in place, and its plots
+
+In the doc, each suite's tables live between `<!-- report:NAME -->` and `<!-- /report:NAME -->`
+(NAME: run, limits, kv-put, kv-get, master, state, scale, trace); text outside the markers is
+left alone, so the analysis survives a regeneration. Standard library only.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TARGETS = ["granary-shm", "granary-tcp", "redis", "memcached"]
+
+
+def num(x, digits=0):
+    if x is None:
+        return "–"
+    return f"{x:,.{digits}f}"
+
+
+def size_text(n):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def missing(suite):
+    if not isinstance(suite, dict):
+        return None  # master and state results are plain lists
+    if "skipped" in suite:
+        return f"_Not run: {suite['skipped']}_"
+    if suite.get("missing"):
+        return "_No results: the suite failed or did not run (see `failures` in the JSON)._"
+    return None
+
+
+def run_block(doc, path):
+    m = doc["machine"]
+    quick = " with `--quick` (shorter cases, smaller counts)" if doc.get("quick") else ""
+    lines = [
+        f"Run {doc['started_utc']} to {doc['finished_utc']}{quick}, commit "
+        f"`{doc['git']['commit'][:12]}`{' (with local changes)' if doc['git'].get('dirty') else ''}.",
+        f"Machine: {m['summary']}; kernel {m['kernel']}; load average before the run {m['load_before']}.",
+        f"Raw: `{path}` (every suite, the machine, and each command run).",
+    ]
+    if doc.get("failures"):
+        lines.append("Failures in this run: " + "; ".join(f"`{f}`" for f in doc["failures"]))
+    return "\n".join(lines)
+
+
+def limits_block(s):
+    names = [
+        ("memcpy_64KiB", "memcpy, 1 thread, 64 KiB blocks"),
+        ("memcpy_4096KiB", "memcpy, 1 thread, 4 MiB blocks"),
+        ("tcp_1_streams", "loopback TCP, 1 stream"),
+        ("tcp_2_streams", "loopback TCP, 2 streams"),
+        ("tcp_4_streams", "loopback TCP, 4 streams"),
+        ("disk_write_odirect", "disk write, O_DIRECT, 1 MiB blocks"),
+        ("disk_read_odirect", "disk read, O_DIRECT, 1 MiB blocks"),
+    ]
+    return table(["limit", "GB/s"], [(label, num(s[k], 2)) for k, label in names if k in s])
+
+
+def kv_index(s):
+    return {(r["target"], r["size"], r["op"], r["clients"]): r for r in s["results"]}
+
+
+def kv_block(s, op):
+    idx = kv_index(s)
+    sizes = sorted({r["size"] for r in s["results"]})
+    clients = sorted({r["clients"] for r in s["results"]})
+    rows = []
+    for size in sizes:
+        for c in clients:
+            base = {t: idx.get((t, size, op, c)) for t in ("redis", "memcached")}
+            for t in TARGETS:
+                r = idx.get((t, size, op, c))
+                if r is None:
+                    continue
+                vs = []
+                for other in ("redis", "memcached"):
+                    b = base[other]
+                    vs.append(f"{r['gbps'] / b['gbps']:.2f}x" if b and b["gbps"] > 0 and t.startswith("granary") else "")
+                limit = r["limit"].replace("memcpy_4096KiB", "memcpy").replace("tcp_", "tcp ").replace("_streams", "")
+                rows.append((size_text(size), c, t, num(r["objects_per_s"]), num(r["gbps"], 2),
+                             f"{100 * r['fraction_of_limit']:.0f}% ({limit})", num(r["p50_us"]),
+                             num(r["p99_us"]), num(r["p999_us"]), vs[0], vs[1],
+                             r["errors"] or ""))
+    return table(["size", "clients", "target", "objects/s", "GB/s", "of limit", "p50 µs", "p99 µs",
+                  "p999 µs", "x Redis", "x memcached", "errors"], rows)
+
+
+def master_block(s):
+    rows = [(r["op"], r["threads"], num(r["batches_per_s"]), num(r["keys_per_s"]) if r["op"] != "ping" else "–",
+             num(r["p50_us"]), num(r["p99_us"]), r["errors"] or "") for r in s]
+    return table(["op", "clients", "batches/s", "keys/s", "p50 µs/batch", "p99 µs/batch", "errors"], rows)
+
+
+def state_block(s):
+    return table(["op", "threads", "keys/s"], [(r["op"], r["threads"], num(r["keys_per_s"])) for r in s])
+
+
+def scale_block(s):
+    rows = []
+    for step in s["steps"]:
+        for i, e in enumerate(step["exist"]):
+            first = i == 0
+            rows.append((num(step["objects"]) if first else "",
+                         num(step["rss_bytes"] / 1048576, 0) if first else "",
+                         num(step["bytes_per_object"]) if first else "",
+                         num(step["put_keys_per_s"]) if first else "",
+                         e["threads"], num(e["keys_per_s"]), num(e["p50_us"]), num(e["p99_us"])))
+    head = (f"Objects of {s['value_size']} B, 1 replica, keys of {s['key_bytes']} B; "
+            f"master RSS before the first put: {s['rss_before_bytes'] / 1048576:.0f} MiB; "
+            f"exist batches of {s['exist_batch']} random stored keys.\n\n")
+    return head + table(["objects", "master RSS MiB", "bytes/object", "put keys/s", "exist clients",
+                         "exist keys/s", "p50 µs/batch", "p99 µs/batch"], rows)
+
+
+def trace_block(s):
+    # The trace suite's JSON is its own (trace_bench.cc); show each run's scalar fields as a row.
+    runs = s.get("runs", [])
+    rows = []
+    for run in runs:
+        row = {"capacity tokens": num(run["capacity_tokens"])}
+        result = run.get("result", {})
+        if isinstance(result, dict):
+            for k, v in result.items():
+                if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+                    row[k] = num(v, 3) if isinstance(v, float) else v
+        rows.append(row)
+    if not rows:
+        return "```json\n" + json.dumps(s, indent=1)[:4000] + "\n```"
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return table(keys, [[r.get(k, "") for k in keys] for r in rows])
+
+
+def blocks(doc, path):
+    su = doc["suites"]
+    out = {"run": run_block(doc, path)}
+    for name, fn in (("limits", limits_block), ("master", master_block), ("state", state_block),
+                     ("scale", scale_block), ("trace", trace_block)):
+        out[name] = missing(su.get(name, {"missing": True})) or fn(su[name])
+    kv = su.get("kv", {"missing": True})
+    for op in ("put", "get"):
+        out["kv-" + op] = missing(kv) or kv_block(kv, op)
+    return out
+
+
+# ---- plots (gnuplot) ----
+
+def gnuplot(script, data_files):
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in data_files.items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+        subprocess.run(["gnuplot"], input=script, text=True, cwd=tmp, check=True)
+
+
+def plot_kv(s, prefix):
+    idx = kv_index(s)
+    sizes = sorted({r["size"] for r in s["results"]})
+    clients = sorted({r["clients"] for r in s["results"]})
+    data = {}
+    for op in ("put", "get"):
+        for c in clients:
+            for t in TARGETS:
+                rows = [idx.get((t, z, op, c)) for z in sizes]
+                data[f"{op}-{c}-{t}.dat"] = "".join(
+                    f"{z / 1024:.0f} {r['gbps']} {r['p50_us']} {r['p99_us']} {r['p999_us']}\n"
+                    for z, r in zip(sizes, rows) if r)
+    tics = ", ".join(f'"{size_text(z)}" {z / 1024:.0f}' for z in sizes)
+    head = ('set terminal pngcairo size 1200,500 font ",10"\nset logscale x 2\nset grid\n'
+            f'set xtics ({tics})\nset xlabel "value size"\nset key top left\n')
+    for op in ("put", "get"):
+        script = head + f'set output "{os.path.abspath(prefix)}-kv-{op}.png"\nset multiplot layout 1,{len(clients)}\n'
+        script += 'set ylabel "GB/s"\n'
+        for c in clients:
+            script += f'set title "{op}, {c} client(s): throughput by value size"\n'
+            script += "plot " + ", ".join(
+                f'"{op}-{c}-{t}.dat" using 1:2 with linespoints lw 2 title "{t}"' for t in TARGETS
+                if data[f"{op}-{c}-{t}.dat"]) + "\n"
+        script += "unset multiplot\n"
+        gnuplot(script, data)
+    # Latency: p50 (solid), p99 (dashed), p999 (dotted) per target, one client, put and get.
+    c = clients[0]
+    script = head + f'set output "{os.path.abspath(prefix)}-kv-latency.png"\nset multiplot layout 1,2\n'
+    script += 'set logscale y\nset ylabel "µs per call"\nset key top left font ",8"\n'
+    for op in ("put", "get"):
+        script += f'set title "{op}, {c} client: latency p50 (solid), p99 (dashed), p999 (dotted)"\n'
+        parts = []
+        for i, t in enumerate(TARGETS, start=1):
+            f = f"{op}-{c}-{t}.dat"
+            if not data[f]:
+                continue
+            parts.append(f'"{f}" using 1:3 with linespoints lc {i} dt 1 lw 2 title "{t} p50"')
+            parts.append(f'"{f}" using 1:4 with linespoints lc {i} dt 2 title "{t} p99"')
+            parts.append(f'"{f}" using 1:5 with lines lc {i} dt 3 notitle')
+        script += "plot " + ", ".join(parts) + "\n"
+    script += "unset multiplot\n"
+    gnuplot(script, data)
+    return [f"{prefix}-kv-put.png", f"{prefix}-kv-get.png", f"{prefix}-kv-latency.png"]
+
+
+def plot_master(s, prefix):
+    ops = ["put", "get", "exist"]
+    data = {f"{op}.dat": "".join(f"{r['threads']} {r['keys_per_s']} {r['p99_us']}\n"
+                                  for r in s if r["op"] == op) for op in ops}
+    script = ('set terminal pngcairo size 1200,450 font ",10"\nset grid\nset xtics 1\n'
+              f'set output "{os.path.abspath(prefix)}-master.png"\nset multiplot layout 1,2\n'
+              'set xlabel "clients"\nset key top left\n'
+              'set title "metadata: keys/s, batches of 128 keys"\nset ylabel "keys/s"\nset yrange [0:*]\n'
+              "plot " + ", ".join(f'"{op}.dat" using 1:2 with linespoints lw 2 title "{op}"' for op in ops) + "\n"
+              'set title "metadata: p99 per batch"\nset ylabel "µs"\n'
+              "plot " + ", ".join(f'"{op}.dat" using 1:3 with linespoints lw 2 title "{op}"' for op in ops) + "\n"
+              "unset multiplot\n")
+    gnuplot(script, data)
+    return [f"{prefix}-master.png"]
+
+
+def replace_blocks(doc_path, generated):
+    with open(doc_path) as f:
+        text = f.read()
+    found = []
+    for name, body in generated.items():
+        pattern = re.compile(rf"(<!-- report:{re.escape(name)} -->\n).*?(\n<!-- /report:{re.escape(name)} -->)", re.S)
+        if pattern.search(text):
+            text = pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+            found.append(name)
+    with open(doc_path, "w") as f:
+        f.write(text)
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("result", help="merged JSON written by bench/run.sh")
+    parser.add_argument("--plots", metavar="PREFIX", help="write PREFIX-kv-*.png and PREFIX-master.png")
+    parser.add_argument("--doc", help="rewrite the report:NAME blocks of this markdown file")
+    args = parser.parse_args()
+    with open(args.result) as f:
+        doc = json.load(f)
+    generated = blocks(doc, args.result)
+    if args.plots:
+        os.makedirs(os.path.dirname(args.plots) or ".", exist_ok=True)
+        su = doc["suites"]
+        written = []
+        if not missing(su.get("kv", {"missing": True})):
+            written += plot_kv(su["kv"], args.plots)
+        if not missing(su.get("master", {"missing": True})):
+            written += plot_master(su["master"], args.plots)
+        print("plots: " + ", ".join(written), file=sys.stderr)
+    if args.doc:
+        found = replace_blocks(args.doc, generated)
+        print(f"{args.doc}: rewrote blocks {', '.join(found) or '(none found)'}", file=sys.stderr)
+    else:
+        for name, body in generated.items():
+            print(f"### {name}\n\n{body}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# All benchmark suites in one command. Starts everything it needs on 127.0.0.1 (free ports): a
+# granary-master and granary-node, redis-server (no persistence), memcached, and fresh masters for
+# the metadata and scale suites; runs the suites with bounded durations; stops everything (also on
+# failure or Ctrl-C); writes bench/results/<UTC stamp>.json (all suites, the machine, the commands)
+# and PNG plots next to it, then prints the markdown tables of docs/benchmarks.md.
+#
+#   bench/run.sh [--quick]        # --quick: shorter cases, smaller counts, under 5 minutes
+#   GRANARY_BIN=build-bench/bin bench/run.sh --quick     # binaries from another build dir
+#
+# Suites: 1 limits (memcpy, loopback TCP, O_DIRECT disk), 2 kv (objects: Granary shm and TCP,
+# Redis, memcached), 3 master (metadata batches) + state, 4 trace (when `granary-bench trace`
+# exists), 5 scale (master RSS per object, batch exist at millions of objects).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${GRANARY_BIN:-build/bin}
+QUICK=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+source bench/lib.sh
+for tool in "$BIN/granary-bench" "$BIN/granary-master" "$BIN/granary-node" "$BIN/granary"; do
+  [ -x "$tool" ] || { echo "missing $tool: build first (scripts/build.sh)" >&2; exit 1; }
+done
+
+if [ "$QUICK" = 1 ]; then
+  LIMIT_SECONDS=0.5; DISK_BYTES=$((256 << 20))
+  KV_SECONDS=0.5; KV_BUDGET=$((256 << 20)); SEGMENT=2GiB; MEMCACHED_MB=1024
+  MASTER_SECONDS=1; MASTER_THREADS=1,2,4; STATE_SECONDS=0.5
+  SCALE_OBJECTS=200000,1000000; SCALE_SECONDS=1
+  TRACE_TIMEOUT=60; TRACE_LIMIT=2000
+else
+  LIMIT_SECONDS=1; DISK_BYTES=$((1 << 30))
+  KV_SECONDS=2; KV_BUDGET=$((1 << 30)); SEGMENT=4GiB; MEMCACHED_MB=2048
+  MASTER_SECONDS=3; MASTER_THREADS=1,2,3,4; STATE_SECONDS=2
+  SCALE_OBJECTS=1000000,5000000; SCALE_SECONDS=3
+  TRACE_TIMEOUT=300; TRACE_LIMIT=0
+fi
+
+TRACE_BYTES_PER_TOKEN=${TRACE_BYTES_PER_TOKEN:-128}
+STAMP=$(date -u +%Y-%m-%dT%H%M%SZ)
+mkdir -p bench/results
+WORK=$(mktemp -d /tmp/granary-bench-run.XXXXXX)
+SHM_NAME="granary-bench-run-$$"
+PIDS=()
+
+# Stops every process this script started: TERM, up to 5 s, then KILL; drops the node's shm.
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -f "/dev/shm/granary-$SHM_NAME"  # the node's segment, if it was killed
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Stops one started process (TERM, then KILL after 5 s) and forgets it.
+stop() {
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  forget "$1"
+}
+
+forget() {
+  local keep=()
+  for pid in "${PIDS[@]}"; do [ "$pid" != "$1" ] && keep+=("$pid"); done
+  PIDS=("${keep[@]}")
+}
+
+# Records a command for the JSON and runs it in the foreground, bounded by $1 seconds. A failing
+# suite is noted (and makes the run exit non-zero at the end) but does not stop the others.
+FAILED=()
+run_bounded() {
+  local limit=$1; shift
+  echo "$*" >> "$WORK/commands.txt"
+  echo "\$ $*"
+  local rc=0
+  # In the background and waited for: a signal to this script runs its trap at once (bash defers
+  # traps while a foreground child runs); cleanup then stops the child through its timeout.
+  timeout -k 5 "$limit" "$@" &
+  local child=$!
+  PIDS+=("$child")
+  wait "$child" || rc=$?
+  forget "$child"
+  if [ "$rc" != 0 ]; then
+    echo "!! exit $rc: $*" | tee -a "$WORK/failures.txt"
+    FAILED+=("$2")
+  fi
+  return 0
+}
+
+# Starts a master on free ports; sets MASTER_PID, MASTER_PORT.
+start_master() {
+  MASTER_PORT=$(free_port); local http; http=$(free_port)
+  echo "$BIN/granary-master --host 127.0.0.1 --port $MASTER_PORT --http-port $http --log-level warn" \
+    >> "$WORK/commands.txt"
+  "$BIN/granary-master" --host 127.0.0.1 --port "$MASTER_PORT" --http-port "$http" \
+    --log-level warn > "$WORK/master-$MASTER_PORT.log" 2>&1 &
+  MASTER_PID=$!; PIDS+=("$MASTER_PID")
+  wait_for_health "$http"
+}
+
+echo "== machine: $(machine_summary); load average $(cut -d' ' -f1-3 /proc/loadavg) =="
+date -u +%Y-%m-%dT%H:%M:%SZ > "$WORK/started"
+cut -d' ' -f1-3 /proc/loadavg > "$WORK/load_before"
+[ "$QUICK" = 1 ] && echo "== --quick: shorter cases and smaller counts than the full run =="
+
+echo "== suite 1: limits of this machine =="
+run_bounded 120 "$BIN/granary-bench" limits --seconds "$LIMIT_SECONDS" --disk-bytes "$DISK_BYTES" \
+  --disk-dir "${GRANARY_BENCH_DISK_DIR:-$PWD/build}" --tcp-streams 1,2,4 --json "$WORK/limits.json"
+
+echo "== suite 2: objects: Granary (shm, tcp), Redis, memcached =="
+start_master
+STORE_PID=$MASTER_PID; STORE_PORT=$MASTER_PORT
+echo "$BIN/granary-node --master 127.0.0.1:$STORE_PORT --segment-size $SEGMENT --prefault --name $SHM_NAME" \
+  >> "$WORK/commands.txt"
+"$BIN/granary-node" --master "127.0.0.1:$STORE_PORT" --segment-size "$SEGMENT" --prefault \
+  --name "$SHM_NAME" --log-level warn > "$WORK/node.log" 2>&1 &
+NODE_PID=$!; PIDS+=("$NODE_PID")
+REDIS_PORT=$(free_port)
+REDIS_CMD=(redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no
+           --proto-max-bulk-len 64mb --protected-mode no --daemonize no --logfile "")
+echo "${REDIS_CMD[*]}" >> "$WORK/commands.txt"
+"${REDIS_CMD[@]}" > "$WORK/redis.log" 2>&1 &
+REDIS_PID=$!; PIDS+=("$REDIS_PID")
+MEMCACHED_PORT=$(free_port)
+MEMCACHED_CMD=(memcached -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 -I 32m -m "$MEMCACHED_MB" -t 2 -u root)
+echo "${MEMCACHED_CMD[*]}" >> "$WORK/commands.txt"
+"${MEMCACHED_CMD[@]}" > "$WORK/memcached.log" 2>&1 &
+MEMCACHED_PID=$!; PIDS+=("$MEMCACHED_PID")
+wait_for_segment "$STORE_PORT"
+wait_for_port "$REDIS_PORT"
+wait_for_port "$MEMCACHED_PORT"
+run_bounded 900 "$BIN/granary-bench" kv --master "127.0.0.1:$STORE_PORT" \
+  --redis "127.0.0.1:$REDIS_PORT" --memcached "127.0.0.1:$MEMCACHED_PORT" \
+  --sizes 64KiB,1MiB,4MiB,16MiB --clients 1,4 --seconds "$KV_SECONDS" --budget "$KV_BUDGET" \
+  --limits-json "$WORK/limits.json" --json "$WORK/kv.json"
+stop "$REDIS_PID"; stop "$MEMCACHED_PID"
+
+echo "== suite 4: trace replay =="
+stop "$NODE_PID"; stop "$STORE_PID"
+# One fresh store per capacity (in tokens): a node whose segment holds exactly that many tokens at
+# $TRACE_BYTES_PER_TOKEN bytes each (128: 64 KiB blocks of 512 tokens, as Mooncake was replayed).
+if "$BIN/granary-bench" trace --help > "$WORK/trace-help.txt" 2>&1; then
+  for tokens in 1000000 3000000; do
+    start_master
+    echo "$BIN/granary-node --master 127.0.0.1:$MASTER_PORT --segment-size $((tokens * TRACE_BYTES_PER_TOKEN)) --name $SHM_NAME" \
+      >> "$WORK/commands.txt"
+    "$BIN/granary-node" --master "127.0.0.1:$MASTER_PORT" --segment-size "$((tokens * TRACE_BYTES_PER_TOKEN))" \
+      --name "$SHM_NAME" --log-level warn > "$WORK/node-trace-$tokens.log" 2>&1 &
+    TRACE_NODE_PID=$!; PIDS+=("$TRACE_NODE_PID")
+    wait_for_segment "$MASTER_PORT"
+    TRACE_ARGS=(--master "127.0.0.1:$MASTER_PORT" --bytes-per-token "$TRACE_BYTES_PER_TOKEN"
+                --label "capacity $tokens tokens" --json "$WORK/trace-$tokens.json")
+    [ "$TRACE_LIMIT" != 0 ] && TRACE_ARGS+=(--limit "$TRACE_LIMIT")
+    run_bounded "$TRACE_TIMEOUT" "$BIN/granary-bench" trace "${TRACE_ARGS[@]}"
+    stop "$TRACE_NODE_PID"; stop "$MASTER_PID"
+  done
+else
+  echo "skipped: this granary-bench has no 'trace' subcommand yet" | tee "$WORK/trace-skipped"
+fi
+
+echo "== suite 3: metadata: batches of 128 keys x 4 KiB against a fresh master =="
+start_master
+run_bounded 300 "$BIN/granary-bench" master --master "127.0.0.1:$MASTER_PORT" --segments 128 \
+  --batch 128 --value-size 4096 --threads "$MASTER_THREADS" --seconds "$MASTER_SECONDS" \
+  --json "$WORK/master.json"
+stop "$MASTER_PID"
+run_bounded 120 "$BIN/granary-bench" state --segments 128 --batch 128 --threads 1,2 \
+  --seconds "$STATE_SECONDS" --json "$WORK/state.json"
+
+echo "== suite 5: master scale: RSS per object, batch exist at $SCALE_OBJECTS objects =="
+start_master
+run_bounded 600 "$BIN/granary-bench" scale --master "127.0.0.1:$MASTER_PORT" \
+  --master-pid "$MASTER_PID" --objects "$SCALE_OBJECTS" --value-size 1024 --threads 1,4 \
+  --seconds "$SCALE_SECONDS" --json "$WORK/scale.json"
+stop "$MASTER_PID"
+
+OUT="bench/results/$STAMP.json"
+python3 bench/merge.py --work "$WORK" --quick "$QUICK" --machine "$(machine_summary)" \
+  --bin "$BIN" --out "$OUT"
+python3 bench/report.py "$OUT" --plots "bench/results/$STAMP"
+echo "== results: $OUT, plots bench/results/$STAMP-*.png =="
+if [ "${#FAILED[@]}" != 0 ]; then
+  echo "!! failed suites: ${FAILED[*]} (see above; their figures may be missing)" >&2
+  exit 1
+fi
