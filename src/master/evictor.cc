@@ -1,6 +1,10 @@
 #include "master/evictor.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
+#include <deque>
+#include <unordered_map>
 #include <vector>
 
 namespace granary::master {
@@ -39,6 +43,9 @@ EvictResult Evictor::EvictForAllocation(uint64_t needed) {
 
 EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned) {
   if (target_bytes == 0) return {};
+  if (state_->policy().eviction_policy == EvictionPolicy::kS3Fifo) {
+    return S3FifoPass(target_bytes, allow_soft_pinned);
+  }
   const int64_t now = state_->clock()->NowMs();
   const uint64_t stride = state_->object_count() / kExactScanLimit + 1;
 
@@ -86,6 +93,101 @@ EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned) {
     chosen += bytes;
   }
   return state_->Evict(EvictOp{std::move(victims), allow_soft_pinned});
+}
+
+EvictResult Evictor::S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned) {
+  const int64_t now = state_->clock()->NowMs();
+  struct Entry {
+    int64_t stamp;
+    uint64_t hash;
+    uint64_t bytes;
+    uint8_t reads;
+  };
+  // Pass 1: both queues' evictable objects, and every stored object's bytes per queue (the
+  // probation queue's share counts what it holds, evictable or not).
+  std::vector<Entry> small, main;
+  uint64_t small_bytes = 0, total_bytes = 0;
+  for (size_t s = 0; s < state_->shard_count(); ++s) {
+    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+      if (!meta.committed) return;
+      const uint64_t bytes = OccupiedBytes(meta.committed->replicas);
+      total_bytes += bytes;
+      if (!meta.in_main) small_bytes += bytes;
+      if (!meta.IsEvictable(now, allow_soft_pinned)) return;
+      (meta.in_main ? main : small)
+          .push_back({meta.queue_stamp, XXH3_64bits(key.data(), key.size()), bytes, meta.reads});
+    });
+  }
+  auto by_stamp = [](const Entry& a, const Entry& b) {
+    return a.stamp != b.stamp ? a.stamp < b.stamp : a.hash < b.hash;
+  };
+  std::sort(small.begin(), small.end(), by_stamp);
+  std::sort(main.begin(), main.end(), by_stamp);
+
+  // S3-FIFO over the snapshot. Each pop evicts, or promotes (once per object), or spends one of
+  // at most kMaxQueueReads reads, so the loop ends.
+  std::deque<Entry> main_queue(main.begin(), main.end());
+  std::unordered_map<uint64_t, uint32_t> requeue;  // hash -> times passed over
+  std::vector<uint64_t> requeue_order;
+  std::unordered_map<uint64_t, bool> victims;  // hash -> chosen
+  uint64_t chosen = 0;
+  size_t next_small = 0;
+  const double small_share = state_->policy().eviction_small_ratio;
+  auto pass_over = [&](const Entry& e) {
+    if (requeue[e.hash]++ == 0) requeue_order.push_back(e.hash);
+  };
+  while (chosen < target_bytes) {
+    const bool from_small =
+        next_small < small.size() &&
+        (main_queue.empty() || static_cast<double>(small_bytes) > small_share * total_bytes);
+    if (from_small) {
+      Entry e = small[next_small++];
+      small_bytes -= e.bytes;
+      if (e.reads > 0) {  // read while on probation: promoted, starting with no reads
+        pass_over(e);
+        e.reads = 0;
+        main_queue.push_back(e);
+        continue;
+      }
+      victims[e.hash] = true;
+      chosen += e.bytes;
+      total_bytes -= e.bytes;
+    } else if (!main_queue.empty()) {
+      Entry e = main_queue.front();
+      main_queue.pop_front();
+      if (e.reads > 0) {
+        pass_over(e);
+        e.reads--;
+        main_queue.push_back(e);
+        continue;
+      }
+      victims[e.hash] = true;
+      chosen += e.bytes;
+      total_bytes -= e.bytes;
+    } else {
+      break;
+    }
+  }
+  if (victims.empty() && requeue.empty()) return {};
+
+  // Pass 2: the keys of the chosen hashes.
+  EvictOp op;
+  op.allow_soft_pinned = allow_soft_pinned;
+  std::unordered_map<uint64_t, std::string> requeue_keys;
+  for (size_t s = 0; s < state_->shard_count(); ++s) {
+    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+      if (!meta.committed) return;
+      const uint64_t hash = XXH3_64bits(key.data(), key.size());
+      if (victims.contains(hash)) op.keys.push_back(key);
+      if (requeue.contains(hash)) requeue_keys.emplace(hash, key);
+    });
+  }
+  for (uint64_t hash : requeue_order) {
+    auto found = requeue_keys.find(hash);
+    if (found == requeue_keys.end()) continue;
+    for (uint32_t i = 0; i < requeue[hash]; ++i) op.requeue.push_back(found->second);
+  }
+  return state_->Evict(std::move(op));
 }
 
 }  // namespace granary::master

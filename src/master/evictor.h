@@ -1,15 +1,20 @@
-// master/evictor.h - decides which objects to evict, least recently accessed first.
+// master/evictor.h - decides which objects to evict, by the master's eviction policy.
 //
-// Promise: EvictBytes(n) frees at least n bytes if that many evictable bytes exist, taking the
-// objects with the oldest last access first; it never takes an object that is read-locked, being
-// written or hard-pinned, and takes soft-pinned objects only after every unpinned one (and only
-// when the policy allows it). The victims are applied as an EvictOp, so the state machine
-// re-checks each one under its shard lock.
+// Promise: EvictBytes(n) frees at least n bytes if that many evictable bytes exist; it never takes
+// an object that is read-locked, being written or hard-pinned, and takes soft-pinned objects only
+// after every unpinned one (and only when the policy allows it). The victims are applied as an
+// EvictOp, so the state machine re-checks each one under its shard lock.
 //
-// How: pass 1 gathers (last access, bytes) of the evictable objects (every one up to a million,
-// a uniform stride sample beyond) and finds the access time T below which the oldest `n` bytes
-// lie; pass 2 collects the keys older than T, then those at exactly T until the bytes suffice.
-// Two scans instead of a global LRU list keep the read path free of list updates under a lock.
+// lru: the oldest last access first. Pass 1 gathers (last access, bytes) of the evictable objects
+// (every one up to a million, a uniform stride sample beyond) and finds the access time T below
+// which the oldest `n` bytes lie; pass 2 collects the keys older than T, then ties until the bytes
+// suffice.
+// s3fifo: pass 1 gathers (queue, queue stamp, reads, bytes, key hash) of every evictable object
+// and runs S3-FIFO over them: take from the probation queue while it holds more than
+// eviction_small_ratio of the stored bytes (read objects move to main, unread ones are evicted),
+// else from the main queue (read objects go round again with one read fewer, unread are evicted).
+// Pass 2 turns the chosen hashes back into keys. The moves go into the same EvictOp.
+// Either way scans replace a global list, so the read path only bumps fields under its shard lock.
 // Thread safety: any thread; calls are serialised by an internal mutex.
 #pragma once
 
@@ -36,6 +41,7 @@ class Evictor {
 
  private:
   EvictResult EvictPass(uint64_t target_bytes, bool allow_soft_pinned);
+  EvictResult S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned);
 
   MasterState* state_;
   std::mutex mu_;

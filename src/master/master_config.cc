@@ -24,6 +24,12 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                    "fraction of the capacity one eviction run frees", 0.0, 1.0);
   schema.AddBool("allow_evict_soft_pinned", &p.allow_evict_soft_pinned,
                  "evict soft-pinned objects once nothing else is left");
+  schema.AddString("eviction_policy", &c->eviction_policy,
+                   "s3fifo (probation queue, main queue, ghost) or lru (least recently read first)");
+  schema.AddDouble("eviction_small_ratio", &p.eviction_small_ratio,
+                   "s3fifo: share of the stored bytes the probation queue keeps", 0.0, 1.0);
+  schema.AddDouble("eviction_ghost_ratio", &p.eviction_ghost_ratio,
+                   "s3fifo: evicted keys remembered, as a multiple of the objects held", 0.0, 64.0);
   schema.AddUint("shard_count", &c->shard_count, "metadata shards, each with its own lock", 1024,
                  1 << 20);
 }
@@ -39,6 +45,10 @@ Status ValidateMasterConfig(const MasterConfig& c) {
                          {p.put_release_timeout_ms, "put_release_timeout"},
                          {p.soft_pin_ttl_ms, "soft_pin_ttl"}}) {
     if (Status s = positive(v, name); !s.ok()) return s;
+  }
+  if (c.eviction_policy != "lru" && c.eviction_policy != "s3fifo") {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "eviction_policy '" + c.eviction_policy + "' is neither lru nor s3fifo");
   }
   if (p.put_release_timeout_ms < p.put_discard_timeout_ms) {
     return Status(ErrorCode::INVALID_PARAMS,

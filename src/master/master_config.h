@@ -20,11 +20,13 @@ struct MasterConfig {
   std::string log_level = "info";
   uint64_t rpc_threads = 0;        // 0: gRPC's default
   uint64_t shard_count = 1024;
-  MasterPolicy policy;             // policy.shard_count is taken from shard_count
+  std::string eviction_policy = "s3fifo";  // s3fifo or lru; see EvictionPolicy
+  MasterPolicy policy;             // policy.shard_count and eviction_policy are taken from above
 
   MasterPolicy EffectivePolicy() const {
     MasterPolicy p = policy;
     p.shard_count = static_cast<uint32_t>(shard_count);
+    p.eviction_policy = eviction_policy == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kS3Fifo;
     return p;
   }
 };

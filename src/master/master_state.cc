@@ -331,6 +331,11 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
         FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
         meta.committed.reset();
         committed_count_--;
+      } else {  // a new object enters its queue (an upsert keeps its place)
+        meta.in_main = policy_.eviction_policy == EvictionPolicy::kS3Fifo &&
+                       GhostTake(op.keys[i]);
+        meta.reads = 0;
+        meta.queue_stamp = QueueStamp(now, i);
       }
       PendingWrite pending = std::move(*meta.pending);
       ClearPending(shard, it);
@@ -419,6 +424,7 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
         holder->expiry_ms = now + policy_.lease_ttl_ms;
       }
       meta.last_access_ms = now;
+      if (meta.reads < kMaxQueueReads) meta.reads++;
       if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = now + meta.soft_pin_ttl_ms;
       out.size = meta.committed->size;
       out.checksum = meta.committed->checksum;
@@ -538,6 +544,25 @@ RemoveCountResult MasterState::ApplyRemoveByRegex(const RemoveByRegexOp& op, int
 
 EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
   EvictResult result;
+  const bool s3fifo = policy_.eviction_policy == EvictionPolicy::kS3Fifo;
+  // GroupByShard keeps the op's order within a shard, so repeated requeues apply in order.
+  for (const auto& [shard_index, indices] : GroupByShard(op.requeue)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.requeue[i]);
+      if (it == shard.objects.end() || !it->second.committed) continue;
+      ObjectMeta& meta = it->second;
+      if (meta.reads == 0) continue;
+      if (meta.in_main) {
+        meta.reads--;
+      } else {
+        meta.in_main = true;
+        meta.reads = 0;
+      }
+      meta.queue_stamp = QueueStamp(now, i);
+    }
+  }
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -546,12 +571,50 @@ EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
       if (it == shard.objects.end()) continue;
       ObjectMeta& meta = it->second;
       if (!meta.IsEvictable(now, op.allow_soft_pinned)) continue;
+      // Read since the evictor chose it: under s3fifo that earns it another pass.
+      if (s3fifo && meta.reads > 0) continue;
+      if (s3fifo && !meta.in_main) GhostAdd(op.keys[i]);
       result.objects++;
       result.bytes += OccupiedBytes(meta.committed->replicas);
       DropCommitted(shard, it, now);
     }
   }
   return result;
+}
+
+void MasterState::GhostAdd(const std::string& key) {
+  const uint64_t hash = XXH3_64bits(key.data(), key.size());
+  GhostStripe& g = ghost_[hash >> 60];  // the shard takes the low bits
+  std::lock_guard lock(g.mu);
+  const uint64_t entry = g.next++;
+  g.fifo.emplace_back(hash, entry);
+  g.live[hash] = entry;
+  // The ghost covers eviction_ghost_ratio x the objects held, spread over the stripes.
+  const uint64_t held = committed_count_.load(std::memory_order_relaxed);
+  const uint64_t limit = static_cast<uint64_t>(policy_.eviction_ghost_ratio *
+                                               static_cast<double>(held) / kGhostStripes) + 1;
+  while (g.fifo.size() > limit) {
+    auto [old_hash, old_entry] = g.fifo.front();
+    g.fifo.pop_front();
+    auto found = g.live.find(old_hash);
+    if (found != g.live.end() && found->second == old_entry) g.live.erase(found);
+  }
+}
+
+bool MasterState::GhostTake(const std::string& key) {
+  const uint64_t hash = XXH3_64bits(key.data(), key.size());
+  GhostStripe& g = ghost_[hash >> 60];
+  std::lock_guard lock(g.mu);
+  return g.live.erase(hash) > 0;
+}
+
+size_t MasterState::ghost_count() const {
+  size_t total = 0;
+  for (const auto& g : ghost_) {
+    std::lock_guard lock(g.mu);
+    total += g.live.size();
+  }
+  return total;
 }
 
 SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {

@@ -5,12 +5,15 @@
 // live in shards (each with its own mutex, taken once per batch call), segments in a SegmentTable.
 // Queries take the same shard locks and never change anything (an existence check is not a read:
 // it takes no lock and does not refresh recency).
-// Lock order: shard -> segment table -> segment; clients_mu_ and deferred_mu_ are leaves.
+// Lock order: shard -> segment table -> segment; clients_mu_, deferred_mu_ and the ghost stripes'
+// mutexes are leaves.
 // Ownership: MasterState owns everything below it; results are copies.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -28,6 +31,11 @@
 
 namespace granary::master {
 
+// lru: least recently read first. s3fifo: new objects enter a small probation FIFO; read ones move
+// to the main FIFO, unread ones leave (their keys kept in a ghost list, so a re-put goes straight
+// to main); the main FIFO gives each read object another pass (S3-FIFO, Yang et al., SOSP'23).
+enum class EvictionPolicy { kLru, kS3Fifo };
+
 // Timeouts and policies; defaults are Mooncake Store's (shared/MOONCAKE-API.md).
 struct MasterPolicy {
   int64_t lease_ttl_ms = 10'000;
@@ -38,6 +46,11 @@ struct MasterPolicy {
   double eviction_high_watermark = 0.90;
   double eviction_ratio = 0.05;
   bool allow_evict_soft_pinned = true;
+  // s3fifo by default: it doubles lru's prefix hit rate on a conversation trace at 1M tokens
+  // (docs/trace-replay.md).
+  EvictionPolicy eviction_policy = EvictionPolicy::kS3Fifo;
+  double eviction_small_ratio = 0.10;  // s3fifo: probation queue's share of the stored bytes
+  double eviction_ghost_ratio = 4.0;   // s3fifo: keys remembered after eviction, x objects held
   uint32_t shard_count = 1024;
 };
 
@@ -147,6 +160,7 @@ class MasterState {
   uint64_t pending_count() const { return pending_count_.load(std::memory_order_relaxed); }
   size_t client_count() const;
   size_t deferred_free_count() const;
+  size_t ghost_count() const;  // s3fifo: evicted keys remembered
 
  private:
   struct Shard {
@@ -154,6 +168,16 @@ class MasterState {
     std::unordered_map<std::string, ObjectMeta> objects;
     // Keys with a pending write; views into `objects`' keys, so erase from here first.
     std::unordered_set<std::string_view> pending_keys;
+  };
+  // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
+  // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata
+  // shard lost a sixth of the hit rate), enough that puts rarely wait. Reads never touch it.
+  static constexpr size_t kGhostStripes = 16;
+  struct GhostStripe {
+    mutable std::mutex mu;
+    std::deque<std::pair<uint64_t, uint64_t>> fifo;  // (key hash, entry number)
+    std::unordered_map<uint64_t, uint64_t> live;     // key hash -> its newest entry number
+    uint64_t next = 0;
   };
   using ObjectIter = std::unordered_map<std::string, ObjectMeta>::iterator;
   struct DeferredFree {
@@ -194,6 +218,10 @@ class MasterState {
   void ClearPending(Shard& shard, ObjectIter it);
   void EraseIfEmpty(Shard& shard, ObjectIter it);
   void FreeExtents(const std::vector<Extent>& extents);
+  // s3fifo ghost: remember a key evicted unread; Take answers whether it was remembered (and
+  // forgets it).
+  void GhostAdd(const std::string& key);
+  bool GhostTake(const std::string& key);
   void FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms, int64_t now);
 
   MasterPolicy policy_;
@@ -209,6 +237,8 @@ class MasterState {
 
   mutable std::mutex deferred_mu_;
   std::vector<DeferredFree> deferred_;
+
+  std::array<GhostStripe, kGhostStripes> ghost_;
 
   std::function<void(const Operation&, const OpResult&)> observer_;
 };

@@ -23,6 +23,14 @@ inline uint64_t OccupiedBytes(const std::vector<Extent>& extents) {
   return total;
 }
 
+// S3-FIFO's frequency cap: an object survives at most this many passes of the main queue unread.
+inline constexpr uint8_t kMaxQueueReads = 3;
+
+// A deterministic FIFO position from an operation's time and a key's index in it.
+inline int64_t QueueStamp(int64_t now_ms, size_t index) {
+  return (now_ms << 16) | static_cast<int64_t>(std::min<size_t>(index, 0xFFFF));
+}
+
 struct Version {
   uint64_t size = 0;
   uint64_t checksum = 0;
@@ -57,6 +65,11 @@ struct ObjectMeta {
   int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this
   int64_t soft_pin_ttl_ms = 0;    // renewed by each read
   int64_t last_access_ms = 0;
+  // For the s3fifo eviction policy (kept under both, so switching policy needs no migration).
+  // queue_stamp orders each queue first in, first out: QueueStamp(time it entered, index in its op).
+  int64_t queue_stamp = 0;
+  uint8_t reads = 0;     // reads since it entered its queue, capped at kMaxQueueReads
+  bool in_main = false;  // false: the probation queue new objects enter
 
   bool IsReadLocked(int64_t now_ms) const {
     for (const auto& lock : readers) {

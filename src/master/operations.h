@@ -77,6 +77,10 @@ struct RemoveAllOp {
 struct EvictOp {
   std::vector<std::string> keys;
   bool allow_soft_pinned = false;
+  // s3fifo: objects the evictor passed over, applied before the victims, in order. One in the
+  // probation queue that was read moves to the main queue; one in the main queue with reads left
+  // goes to its tail with one read fewer. A key may appear more than once.
+  std::vector<std::string> requeue;
 };
 // Applies the timeouts: zombie puts, deferred frees, expired read locks.
 struct SweepOp {};

@@ -640,7 +640,8 @@ TEST_F(MasterApiTest, NoAvailableHandleOnlyForTheKeysThatDoNotFit) {
 }
 
 TEST_F(MasterApiTest, WatermarkEvictionTakesTheLeastRecentlyReadFirst) {
-  ASSERT_TRUE(StartMaster());  // default watermark 0.90, ratio 0.05
+  // default watermark 0.90, ratio 0.05; the order asserted is lru's
+  ASSERT_TRUE(StartMaster({"--eviction-policy", "lru"}));
   MasterClient node = Client("node-a");
   ASSERT_EQ(node.Mount("seg-a", 1 * MiB).code(), code::kOk);  // 16 slots of 64 KiB
   MasterClient w = Client("client-w");
@@ -701,7 +702,7 @@ TEST_F(MasterApiTest, WatermarkEvictionTakesTheLeastRecentlyReadFirst) {
 
 TEST_F(MasterApiTest, FullStoreEvictsTheLeastRecentlyUsedOnPutStart) {
   // Watermark 1.0: no background eviction while there is room, so the put itself must evict.
-  ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1.0"}));
+  ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1.0", "--eviction-policy", "lru"}));
   MasterClient node = Client("node-a");
   ASSERT_EQ(node.Mount("seg-a", 4 * 64 * KiB + 4 * KiB).code(), code::kOk);
   MasterClient w = Client("client-w");
@@ -722,7 +723,7 @@ TEST_F(MasterApiTest, FullStoreEvictsTheLeastRecentlyUsedOnPutStart) {
 }
 
 TEST_F(MasterApiTest, SoftPinnedObjectsAreEvictedLastUntilTheirTtlRunsOut) {
-  ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1.0"}));
+  ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1.0", "--eviction-policy", "lru"}));
   MasterClient node = Client("node-a");
   ASSERT_EQ(node.Mount("seg-a", 4 * 64 * KiB + 4 * KiB).code(), code::kOk);
   MasterClient w = Client("client-w");

@@ -1,6 +1,8 @@
-// Eviction order (least recently accessed first) and its exemptions: read-locked, in flight,
-// hard-pinned never; soft-pinned only when nothing else is left.
+// Eviction order (lru: least recently accessed first; s3fifo: probation, main queue, ghost) and its
+// exemptions under both: read-locked, in flight, hard-pinned never; soft-pinned only when nothing
+// else is left.
 #include "master/evictor.h"
+#include "master/master_config.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +13,12 @@ constexpr uint64_t kMiB = 1 << 20;
 
 class EvictorTest : public ::testing::Test {
  protected:
-  explicit EvictorTest(MasterPolicy policy = {}) : state_(policy, &clock_), evictor_(&state_) {
+  static MasterPolicy Lru() {
+    MasterPolicy p;
+    p.eviction_policy = EvictionPolicy::kLru;
+    return p;
+  }
+  explicit EvictorTest(MasterPolicy policy = Lru()) : state_(policy, &clock_), evictor_(&state_) {
     EXPECT_TRUE(state_.Mount({"node", {"seg", 100 * kMiB, ""}}).status.ok());
   }
 
@@ -115,7 +122,7 @@ TEST_F(EvictorTest, SoftPinExpiresWithItsTtl) {
 class EvictorNoSoftTest : public EvictorTest {
  protected:
   static MasterPolicy NoSoft() {
-    MasterPolicy p;
+    MasterPolicy p = Lru();
     p.allow_evict_soft_pinned = false;
     return p;
   }
@@ -158,6 +165,139 @@ TEST_F(EvictorTest, ReplicasCountTowardsFreedBytes) {
   EvictResult r = evictor_.EvictBytes(2 * kMiB);
   EXPECT_EQ(r.objects, 1u);
   EXPECT_EQ(r.bytes, 2 * kMiB);
+}
+
+class S3FifoTest : public EvictorTest {
+ protected:
+  static MasterPolicy S3Fifo() {
+    MasterPolicy p;
+    p.eviction_policy = EvictionPolicy::kS3Fifo;
+    return p;
+  }
+  S3FifoTest() : EvictorTest(S3Fifo()) {}
+};
+
+TEST_F(EvictorTest, LruEvictsAnObjectReadBeforeANewerOneHitWonder) {
+  Put("hot", kMiB);
+  Touch("hot");
+  Put("cold", kMiB);
+  evictor_.EvictBytes(kMiB);
+  EXPECT_FALSE(Exists("hot")) << "lru: its last read is older than the other's put";
+  EXPECT_TRUE(Exists("cold"));
+}
+
+TEST_F(S3FifoTest, OneHitWonderGoesBeforeAnObjectReadOnProbation) {
+  Put("hot", kMiB);
+  Touch("hot");
+  Put("cold", kMiB);
+  EvictResult r = evictor_.EvictBytes(kMiB);
+  EXPECT_EQ(r.objects, 1u);
+  EXPECT_TRUE(Exists("hot")) << "read while on probation: promoted to the main queue";
+  EXPECT_FALSE(Exists("cold")) << "never read";
+}
+
+TEST_F(S3FifoTest, ProbationIsFirstInFirstOut) {
+  for (int i = 0; i < 10; ++i) Put("k" + std::to_string(i), kMiB);
+  EXPECT_EQ(evictor_.EvictBytes(3 * kMiB).objects, 3u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(Exists("k" + std::to_string(i)), i >= 3) << i;
+}
+
+TEST_F(S3FifoTest, GhostSendsAReputKeyStraightToMain) {
+  Put("again", kMiB);
+  Put("filler", kMiB);
+  evictor_.EvictBytes(kMiB);
+  ASSERT_FALSE(Exists("again"));
+  EXPECT_EQ(state_.ghost_count(), 1u);
+  Put("again", kMiB);  // remembered: enters the main queue
+  EXPECT_EQ(state_.ghost_count(), 0u);
+  for (int i = 0; i < 5; ++i) Put("new" + std::to_string(i), kMiB);
+  evictor_.EvictBytes(2 * kMiB);
+  EXPECT_TRUE(Exists("again")) << "in main, while probation holds more than its share";
+  EXPECT_FALSE(Exists("filler"));
+  EXPECT_FALSE(Exists("new0"));
+  EXPECT_TRUE(Exists("new1"));
+}
+
+TEST_F(S3FifoTest, MainQueueGivesAReadObjectAnotherPass) {
+  Put("m1", kMiB);
+  Put("m2", kMiB);
+  Put("x", kMiB);
+  Touch("m1");
+  Touch("m2");
+  evictor_.EvictBytes(kMiB);  // m1, m2 promoted; x evicted
+  ASSERT_FALSE(Exists("x"));
+  Touch("m1");  // m1 is older in main, but read again
+  evictor_.EvictBytes(kMiB);
+  EXPECT_TRUE(Exists("m1"));
+  EXPECT_FALSE(Exists("m2"));
+  evictor_.EvictBytes(kMiB);  // m1 spent its read on the last pass
+  EXPECT_FALSE(Exists("m1"));
+}
+
+TEST_F(S3FifoTest, KeepsThePromisesOfLru) {
+  Put("locked", kMiB);
+  PlacementConfig hard;
+  hard.with_hard_pin = true;
+  Put("pinned", kMiB, hard);
+  PlacementConfig soft;
+  soft.with_soft_pin = true;
+  Put("soft", kMiB, soft);
+  ASSERT_TRUE(state_.PutStart({"w", {"inflight"}, {kMiB}, {}, false})[0].status.ok());
+  Put("plain", kMiB);
+  ASSERT_TRUE(state_.GetReplicaList({"reader", {"locked"}})[0].status.ok());
+
+  EvictResult r = evictor_.EvictBytes(kMiB);
+  EXPECT_EQ(r.objects, 1u);
+  EXPECT_FALSE(Exists("plain"));
+  EXPECT_TRUE(Exists("soft")) << "soft-pinned go last";
+  evictor_.EvictBytes(100 * kMiB);
+  EXPECT_FALSE(Exists("soft"));
+  EXPECT_TRUE(Exists("locked"));
+  EXPECT_TRUE(Exists("pinned"));
+  EXPECT_TRUE(state_.PutEnd({"w", {"inflight"}, {0}})[0].ok()) << "the put in flight survived";
+}
+
+TEST_F(S3FifoTest, ReadBetweenChoiceAndApplyEarnsAnotherPass) {
+  Put("a", kMiB);
+  Touch("a");
+  EvictResult r = state_.Evict(EvictOp{{"a"}, false, {}});
+  EXPECT_EQ(r.objects, 0u) << "the evictor saw it unread; a read since wins it a pass";
+  EXPECT_TRUE(Exists("a"));
+}
+
+TEST_F(S3FifoTest, ReplayingTheOperationsGivesTheSameQueues) {
+  std::vector<Operation> log;
+  state_.SetObserver([&](const Operation& op, const OpResult&) { log.push_back(op); });
+  for (int i = 0; i < 60; ++i) {
+    Put("k" + std::to_string(i), kMiB);
+    if (i % 3 == 0 && Exists("k" + std::to_string(i / 2))) Touch("k" + std::to_string(i / 2));
+    if (i % 10 == 9) evictor_.EvictBytes(4 * kMiB);
+  }
+  ManualClock standby_clock;
+  MasterState standby(S3Fifo(), &standby_clock, state_.segment_id_base());
+  ASSERT_TRUE(standby.Mount({"node", {"seg", 100 * kMiB, ""}}).status.ok());  // as the fixture did
+  for (const auto& op : log) standby.Apply(op);
+  EXPECT_EQ(standby.object_count(), state_.object_count());
+  EXPECT_EQ(standby.ghost_count(), state_.ghost_count());
+  // Same queues: the next eviction chooses the same objects on both.
+  standby_clock.Advance(Millis(clock_.NowMs() - standby_clock.NowMs()));
+  Evictor standby_evictor(&standby);
+  evictor_.EvictBytes(10 * kMiB);
+  standby_evictor.EvictBytes(10 * kMiB);
+  for (int i = 0; i < 60; ++i) {
+    std::string key = "k" + std::to_string(i);
+    EXPECT_EQ(standby.BatchExist({key})[0], state_.BatchExist({key})[0]) << key;
+  }
+}
+
+TEST(EvictionPolicyConfig, S3FifoByDefaultLruOnRequestNothingElse) {
+  MasterConfig config;
+  EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kS3Fifo);
+  config.eviction_policy = "lru";
+  EXPECT_TRUE(ValidateMasterConfig(config).ok());
+  EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kLru);
+  config.eviction_policy = "arc";
+  EXPECT_EQ(ValidateMasterConfig(config).code(), ErrorCode::INVALID_PARAMS);
 }
 
 }  // namespace
