@@ -1,5 +1,7 @@
 #include "node/storage_node.h"
 
+#include <atomic>
+
 #include <unistd.h>
 
 #include "common/host.h"
@@ -15,7 +17,11 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
     return Status(ErrorCode::INVALID_PARAMS, "segment size must be positive");
   }
   if (options.segment_name.empty()) {
-    options.segment_name = Hostname() + "-" + std::to_string(getpid());
+    // hostname-pid, then hostname-pid-2, -3...: one process may embed several nodes (clients).
+    static std::atomic<uint32_t> nodes_in_process{0};
+    const uint32_t n = ++nodes_in_process;
+    options.segment_name = Hostname() + "-" + std::to_string(getpid()) +
+                           (n == 1 ? "" : "-" + std::to_string(n));
   }
   if (options.advertise_host.empty()) {
     options.advertise_host =

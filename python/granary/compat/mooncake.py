@@ -11,10 +11,13 @@ codes are Mooncake's numbers. Every call releases the GIL.
 """
 
 import enum
+import logging
 import socket
 
 from .. import _granary
-from ..errors import Error
+from ..errors import Error, error_for
+
+_log = logging.getLogger("granary.compat.mooncake")
 
 _OK = 0
 _INTERNAL_ERROR = -1
@@ -59,7 +62,7 @@ class ReplicateConfig:
         preferred = ([self.preferred_segment] if self.preferred_segment else []) + [
             s for s in self.preferred_segments if s != self.preferred_segment]
         if int(self.replica_num) < 1:
-            raise Error(_INVALID_PARAMS, f"replica_num must be >= 1, not {self.replica_num}")
+            raise error_for(_INVALID_PARAMS, f"replica_num must be >= 1, not {self.replica_num}")
         return _granary.ReplicateConfig(
             replica_num=int(self.replica_num), with_soft_pin=bool(soft),
             with_hard_pin=bool(self.with_hard_pin), preferred_segments=preferred,
@@ -75,9 +78,15 @@ def _size(value, name):
     if isinstance(value, str):
         return _granary.parse_size(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Error(_INVALID_PARAMS, f"{name} must be a byte count or a size string, "
-                                     f"not {value!r}")
+        raise error_for(_INVALID_PARAMS, f"{name} must be a byte count or a size string, "
+                                         f"not {value!r}")
     return value
+
+
+def _refuse(code, message):
+    """setup's failures: an int as Mooncake returns, and the reason in the log."""
+    _log.error("%s", message)
+    return code
 
 
 def _code(fn):
@@ -131,20 +140,23 @@ class MooncakeDistributedStore:
                                                                        _DEFAULT_MASTER))
             use_shm = bool(cfg.pop("use_shared_memory", True))
             if cfg:
-                raise Error(_INVALID_PARAMS, f"unknown setup keys: {sorted(cfg)}")
+                return _refuse(_INVALID_PARAMS, f"unknown setup keys: {sorted(cfg)}")
         if self._client is not None:
-            return _UNAVAILABLE  # already set up
+            return _refuse(_UNAVAILABLE, "setup: this store is already set up")
         if str(protocol).lower() != "tcp":
-            return _INVALID_PARAMS  # Granary moves bytes over TCP or same-host shared memory
+            return _refuse(_INVALID_PARAMS, f"setup: protocol {protocol!r} is not supported; "
+                           "Granary moves bytes over TCP or same-host shared memory (\"tcp\")")
         try:
             segment = _size(global_segment_size, "global_segment_size")
             buffer = _size(local_buffer_size, "local_buffer_size")
         except Error as e:
-            return e.code
+            return _refuse(e.code, f"setup: {e}")
         host, port = self._split_host(local_hostname)
-        code = self._connect(master_server_addr, segment, buffer, host, port, use_shm)
+        # "host:port" names the segment, as in Mooncake (preferred_segment targets it).
+        name = str(local_hostname) if port and segment > 0 else ""
+        code = self._connect(master_server_addr, segment, buffer, host, port, use_shm, name)
         if code == _OK:
-            self._hostname = local_hostname or host
+            self._hostname = self._client.segment_name or str(local_hostname or host)
         return code
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
@@ -152,23 +164,23 @@ class MooncakeDistributedStore:
         listens at server_address) without contributing memory; alloc_from_mem_pool hands out
         buffers from a pool of mem_pool_size bytes that the zero-copy calls accept."""
         if self._client is not None:
-            return _UNAVAILABLE
+            return _refuse(_UNAVAILABLE, "setup_dummy: this store is already set up")
         try:
             pool = _size(mem_pool_size, "mem_pool_size")
             _size(local_buffer_size, "local_buffer_size")
         except Error as e:
-            return e.code
-        code = self._connect(server_address, 0, pool, "127.0.0.1", 0, True)
+            return _refuse(e.code, f"setup_dummy: {e}")
+        code = self._connect(server_address, 0, pool, "127.0.0.1", 0, True, "")
         if code == _OK:
             self._hostname = socket.gethostname()
         return code
 
-    def _connect(self, master, segment, pool_size, host, port, use_shm):
+    def _connect(self, master, segment, pool_size, host, port, use_shm, segment_name):
         try:
-            client = _granary.Client(master, segment_size=segment, data_host=host,
-                                     data_port=port, use_shared_memory=use_shm)
+            client = _granary.Client(master, segment_size=segment, segment_name=segment_name,
+                                     data_host=host, data_port=port, use_shared_memory=use_shm)
         except Error as e:
-            return e.code
+            return _refuse(e.code, f"cannot connect to the master at {master}: {e}")
         try:
             client.health()
             if pool_size > 0:
@@ -177,7 +189,7 @@ class MooncakeDistributedStore:
         except Error as e:
             client.close()
             self._pool = None
-            return e.code
+            return _refuse(e.code, f"master at {master}: {e}")
         self._client = client
         self._closed = False
         return _OK
@@ -194,7 +206,7 @@ class MooncakeDistributedStore:
 
     def _c(self):
         if self._client is None:
-            raise Error(_UNAVAILABLE, "the store is not set up (call setup first)")
+            raise error_for(_UNAVAILABLE, "the store is not set up (call setup first)")
         return self._client
 
     def close(self):
@@ -216,6 +228,7 @@ class MooncakeDistributedStore:
             return 2
 
     def get_hostname(self):
+        """The embedded segment's name (what preferred_segment names), else local_hostname."""
         return self._hostname
 
     # ---- memory for the zero-copy calls ----
