@@ -264,9 +264,8 @@ class Store:
 
     def remove_many(self, keys, force=False):
         keys = list(keys)
-        codes = self._client.batch_remove(keys, force)
-        return [r is not None for r in _check_reads(keys, [0 if c == 0 else c for c in codes],
-                                                    lambda c: c != 0)]
+        codes = self._client.batch_remove(keys, force)  # 0 removed, -704 absent, else an error
+        return [r is not None for r in _check_reads(keys, codes, lambda c: c != 0)]
 
     def remove_regex(self, pattern, force=False):
         """Removes every object whose key matches the RE2 `pattern`; returns how many."""
