@@ -200,6 +200,7 @@ TEST_F(TcpTransportTest, ServerStoppedMidUseFailsWithoutHanging) {
   options.io_timeout_ms = 5000;
   TcpTransport t(options);
   std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
   auto worker = std::async(std::launch::async, [&] {
     std::vector<std::byte> buf(16 * kMiB);
     int ok = 0;
@@ -207,10 +208,14 @@ TEST_F(TcpTransportTest, ServerStoppedMidUseFailsWithoutHanging) {
       Status s = t.Read(Range(0, buf.size()), buf);
       if (!s.ok()) return std::make_pair(ok, s);
       ++ok;
+      ++reads;
     }
     return std::make_pair(ok, Status::Ok());
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Stop only once reads are flowing (a loaded machine under ASan may need more than 100 ms).
+  for (int i = 0; i < 1000 && reads.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   const auto stopped_at = Clock::now();
   server_->Stop();
   ASSERT_EQ(worker.wait_for(std::chrono::seconds(10)), std::future_status::ready);
