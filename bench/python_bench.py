@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Python client overhead: put and get throughput and latency through granary.Store (native) and
+granary.compat.mooncake (zero-copy calls on registered memory), against a running store.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_bench.py --master 127.0.0.1:50051 \
+        [--seconds 1] [--sizes 4KiB,64KiB,1MiB,4MiB] [--json out.json]
+
+Each case runs for --seconds: put of a fresh key (removed again in batches, so the store does not
+fill), then get_into a preallocated NumPy array. Prints one row per (api, op, size).
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import granary
+from granary.compat.mooncake import MooncakeDistributedStore
+
+
+def percentile(sorted_values, p):
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, len(sorted_values) * p // 100)]
+
+
+def run_case(seconds, op):
+    """Calls op(i) until `seconds` pass; returns (count, wall seconds, sorted latencies in us)."""
+    latencies = []
+    start = time.perf_counter()
+    deadline = start + seconds
+    i = 0
+    while True:
+        t0 = time.perf_counter()
+        if t0 >= deadline or i >= 1_000_000:
+            break
+        op(i)
+        latencies.append((time.perf_counter() - t0) * 1e6)
+        i += 1
+    return i, time.perf_counter() - start, sorted(latencies)
+
+
+def row(api, op, size, batch, count, wall, lat):
+    return {"api": api, "op": op, "size": size, "batch": batch, "ops": count,
+            "ops_per_s": count / wall, "gb_per_s": count * batch * size / wall / 1e9,
+            "p50_us": percentile(lat, 50), "p99_us": percentile(lat, 99)}
+
+
+def bench_native(store, size, seconds, batch):
+    value = np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8)
+    out = [np.empty(size, dtype=np.uint8) for _ in range(batch)]
+    prefix = f"pybench/native/{size}/{batch}"
+    rows = []
+
+    def put(i):
+        if batch == 1:
+            store.put(f"{prefix}/{i}", value)
+        else:
+            store.put_many([f"{prefix}/{i}/{j}" for j in range(batch)], [value] * batch)
+
+    count, wall, lat = run_case(seconds, put)
+    rows.append(row("native", "put", size, batch, count, wall, lat))
+    keys = [f"{prefix}/0"] if batch == 1 else [f"{prefix}/0/{j}" for j in range(batch)]
+
+    def get(i):
+        if batch == 1:
+            assert store.get_into(keys[0], out[0]) == size
+        else:
+            assert store.get_into_many(keys, out) == [size] * batch
+
+    count, wall, lat = run_case(seconds, get)
+    rows.append(row("native", "get_into", size, batch, count, wall, lat))
+    assert np.array_equal(out[0], value)
+    store.remove_regex("^" + prefix + "/", force=True)
+    return rows
+
+
+def bench_compat(store, size, seconds):
+    src = np.random.default_rng(size + 1).integers(0, 255, size, dtype=np.uint8)
+    dst = np.empty(size, dtype=np.uint8)
+    for a in (src, dst):
+        assert store.register_buffer(a.ctypes.data, a.nbytes) == 0
+    prefix = f"pybench/compat/{size}"
+    count, wall, lat = run_case(
+        seconds, lambda i: store.put_from(f"{prefix}/{i}", src.ctypes.data, size))
+    rows = [row("compat", "put_from", size, 1, count, wall, lat)]
+    count, wall, lat = run_case(
+        seconds, lambda i: store.get_into(f"{prefix}/0", dst.ctypes.data, size))
+    rows.append(row("compat", "get_into", size, 1, count, wall, lat))
+    assert np.array_equal(src, dst)
+    store.remove_by_regex("^" + prefix + "/", force=True)
+    for a in (src, dst):
+        store.unregister_buffer(a.ctypes.data)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--master", default="127.0.0.1:50051")
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,4MiB")
+    parser.add_argument("--batch", type=int, default=8, help="objects per batched call")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    sizes = [granary.parse_size(s) for s in args.sizes.split(",")]
+    rows = []
+    with granary.Store(args.master) as store:
+        for size in sizes:
+            rows += bench_native(store, size, args.seconds, 1)
+            rows += bench_native(store, size, args.seconds, args.batch)
+    compat = MooncakeDistributedStore()
+    assert compat.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", args.master) == 0
+    for size in sizes:
+        rows += bench_compat(compat, size, args.seconds)
+    compat.close()
+    print(f"{'api':8} {'op':9} {'size':>8} {'batch':>5} {'ops/s':>9} {'GB/s':>7} "
+          f"{'p50 us':>8} {'p99 us':>8}")
+    for r in rows:
+        print(f"{r['api']:8} {r['op']:9} {r['size']:>8} {r['batch']:>5} {r['ops_per_s']:>9.0f} "
+              f"{r['gb_per_s']:>7.2f} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"suite": "python", "seconds": args.seconds, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
