@@ -722,6 +722,24 @@ TEST_F(MasterApiTest, FullStoreEvictsTheLeastRecentlyUsedOnPutStart) {
   EXPECT_EQ(w.ExistOne("o5"), 1);
 }
 
+TEST_F(MasterApiTest, DefaultPolicyEvictsAnUnreadNewcomerBeforeAnOlderObjectThatWasRead) {
+  // The default policy (s3fifo) through the real binary: o1 is the oldest and the least recently
+  // used (lru would take it), but it was read; o2..o4 were never read, so o2 goes first.
+  ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1.0"}));
+  MasterClient node = Client("node-a");
+  ASSERT_EQ(node.Mount("seg-a", 4 * 64 * KiB + 4 * KiB).code(), code::kOk);
+  MasterClient w = Client("client-w");
+  ASSERT_EQ(w.Put("o1", 64 * KiB), code::kOk);
+  SleepMs(2);
+  ASSERT_EQ(w.Touch("o1"), code::kOk);
+  for (const char* k : {"o2", "o3", "o4"}) {
+    SleepMs(2);
+    ASSERT_EQ(w.Put(k, 64 * KiB), code::kOk) << k;
+  }
+  ASSERT_EQ(w.Put("o5", 64 * KiB), code::kOk) << "a full store must evict and take the write";
+  EXPECT_EQ(w.Exist({"o1", "o2", "o3", "o4", "o5"}), (std::vector<int32_t>{1, 0, 1, 1, 1}));
+}
+
 TEST_F(MasterApiTest, SoftPinnedObjectsAreEvictedLastUntilTheirTtlRunsOut) {
   ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1.0", "--eviction-policy", "lru"}));
   MasterClient node = Client("node-a");
