@@ -239,9 +239,9 @@ def replace_blocks(doc_path, generated):
         text = f.read()
     found = []
     for name, body in generated.items():
-        pattern = re.compile(rf"(<!-- report:{re.escape(name)} -->\n).*?(\n<!-- /report:{re.escape(name)} -->)", re.S)
+        pattern = re.compile(rf"(<!-- report:{re.escape(name)} -->\n)(?:.*?\n)?(<!-- /report:{re.escape(name)} -->)", re.S)
         if pattern.search(text):
-            text = pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+            text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
             found.append(name)
     with open(doc_path, "w") as f:
         f.write(text)
