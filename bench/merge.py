@@ -4,7 +4,7 @@
 Usage: bench/merge.py --work DIR --quick 0|1 --machine TEXT --bin DIR --out FILE
 
 DIR holds what run.sh left there: limits.json, kv.json, master.json, state.json, scale.json,
-trace-<tokens>.json (or trace-skipped), commands.txt, failures.txt, started, load_before. A suite whose
+python.json (or python-skipped), trace-<policy>-<tokens>.json (or trace-skipped), commands.txt, failures.txt, started, load_before. A suite whose
 file is missing is recorded as {"missing": true} so a failed suite shows in the report.
 Standard library only (Debian's /usr/bin/python3).
 """
@@ -16,7 +16,7 @@ import platform
 import re
 import subprocess
 
-SUITES = ["limits", "kv", "master", "state", "trace", "scale"]  # trace: see below
+SUITES = ["limits", "kv", "python", "master", "state", "trace", "scale"]  # trace: see below
 
 
 def read_text(path):
@@ -61,15 +61,19 @@ def main():
     # Suite 4 runs once per capacity: trace-<tokens>.json each.
     runs = []
     for name in sorted(os.listdir(args.work)):
-        m = re.fullmatch(r"trace-(\d+)\.json", name)
+        m = re.fullmatch(r"trace-(?:(\w+)-)?(\d+)\.json", name)
         if m:
+            run = {"policy": m.group(1) or "default", "capacity_tokens": int(m.group(2))}
             try:
                 with open(os.path.join(args.work, name)) as f:
-                    runs.append({"capacity_tokens": int(m.group(1)), "result": json.load(f)})
+                    run["result"] = json.load(f)
             except (OSError, ValueError):
-                runs.append({"capacity_tokens": int(m.group(1)), "missing": True})
+                run["missing"] = True
+            runs.append(run)
     if runs:
-        suites["trace"] = {"runs": sorted(runs, key=lambda r: r["capacity_tokens"])}
+        suites["trace"] = {"runs": sorted(runs, key=lambda r: (r["capacity_tokens"], r["policy"]))}
+    if read_text(os.path.join(args.work, "python-skipped")):
+        suites["python"] = {"skipped": read_text(os.path.join(args.work, "python-skipped"))}
     skipped = read_text(os.path.join(args.work, "trace-skipped"))
     if skipped:
         suites["trace"] = {"skipped": skipped}

@@ -7,7 +7,7 @@
       # rewrite the generated blocks of the doc in place, and its plots
 
 In the doc, each suite's tables live between `<!-- report:NAME -->` and `<!-- /report:NAME -->`
-(NAME: run, limits, kv-put, kv-get, master, state, scale, trace); text outside the markers is
+(NAME: run, limits, kv-put, kv-get, python, master, state, scale, trace); text outside the markers is
 left alone, so the analysis survives a regeneration. Standard library only.
 """
 import argparse
@@ -133,29 +133,45 @@ def scale_block(s):
                          "exist keys/s", "p50 µs/batch", "p99 µs/batch"], rows)
 
 
+# Prefix hit rates of ../shared/workloads/README.md, by capacity in tokens.
+TRACE_REFERENCE = {1_000_000: {"LRU": 0.054, "S3-FIFO": 0.079, "Belady": 0.258, "infinite": 0.374},
+                   3_000_000: {"LRU": 0.138, "S3-FIFO": 0.159, "Belady": 0.360, "infinite": 0.374,
+                               "Mooncake Store": 0.116}}
+
+
 def trace_block(s):
-    # The trace suite's JSON is its own (trace_bench.cc); show each run's scalar fields as a row.
-    runs = s.get("runs", [])
+    runs = [r for r in s.get("runs", []) if isinstance(r.get("result"), dict)]
+    if not runs:
+        return "```json\n" + json.dumps(s, indent=1)[:4000] + "\n```"
     rows = []
     for run in runs:
-        row = {"capacity tokens": num(run["capacity_tokens"])}
-        result = run.get("result", {})
-        if isinstance(result, dict):
-            for k, v in result.items():
-                if isinstance(v, (int, float, str)) and not isinstance(v, bool):
-                    row[k] = num(v, 3) if isinstance(v, float) else v
-        rows.append(row)
-    if not rows:
-        return "```json\n" + json.dumps(s, indent=1)[:4000] + "\n```"
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    return table(keys, [[r.get(k, "") for k in keys] for r in rows])
+        r, cap = run["result"], run["capacity_tokens"]
+        ref = TRACE_REFERENCE.get(cap, {})
+        refs = ", ".join(f"{k} {v:.3f}" for k, v in ref.items())
+        rows.append((num(cap), run.get("policy", "default"), f"**{r['hit_rate']:.3f}**", refs,
+                     f"{r['requests']:,}", num(r["get_bytes"] / 1e9, 2), num(r["put_bytes"] / 1e9, 2),
+                     num(r["seconds"], 1), num(r["requests_per_s"]), r.get("vanished_blocks", 0)))
+    first = runs[0]["result"]
+    head = (f"Blocks of 512 tokens x {first['bytes_per_token']} B = {size_text(first['block_bytes'])}; "
+            f"lookup `{first['lookup']}`, data path `{first['path']}`; the node's segment holds "
+            "capacity / 512 blocks.\n\n")
+    return head + table(["capacity tokens", "policy", "hit rate", "reference (workloads README)",
+                         "requests", "got GB", "put GB", "wall s", "requests/s",
+                         "vanished between check and get"], rows)
+
+
+def python_block(s):
+    rows = [(r["api"], r["op"], size_text(r["size"]), r["batch"], num(r["ops_per_s"]),
+             num(r["gb_per_s"], 2), num(r["p50_us"]), num(r["p99_us"])) for r in s["rows"]]
+    return table(["API", "call", "size", "objects per call", "calls/s", "GB/s", "p50 µs",
+                  "p99 µs"], rows)
 
 
 def blocks(doc, path):
     su = doc["suites"]
     out = {"run": run_block(doc, path)}
     for name, fn in (("limits", limits_block), ("master", master_block), ("state", state_block),
-                     ("scale", scale_block), ("trace", trace_block)):
+                     ("scale", scale_block), ("trace", trace_block), ("python", python_block)):
         out[name] = missing(su.get(name, {"missing": True})) or fn(su[name])
     kv = su.get("kv", {"missing": True})
     for op in ("put", "get"):

@@ -9,7 +9,7 @@
 #   GRANARY_BIN=build-bench/bin bench/run.sh --quick     # binaries from another build dir
 #
 # Suites: 1 limits (memcpy, loopback TCP, O_DIRECT disk), 2 kv (objects: Granary shm and TCP,
-# Redis, memcached), 3 master (metadata batches) + state, 4 trace (when `granary-bench trace`
+# Redis, memcached; 2b the Python client), 3 master (metadata batches) + state, 4 trace (when `granary-bench trace`
 # exists), 5 scale (master RSS per object, batch exist at millions of objects).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,13 +32,13 @@ if [ "$QUICK" = 1 ]; then
   KV_SECONDS=0.5; KV_BUDGET=$((256 << 20)); SEGMENT=2GiB; MEMCACHED_MB=2048
   MASTER_SECONDS=1; MASTER_THREADS=1,2,4; STATE_SECONDS=0.5
   SCALE_OBJECTS=200000,1000000; SCALE_SECONDS=1
-  TRACE_TIMEOUT=60; TRACE_LIMIT=2000
+  TRACE_TIMEOUT=60; TRACE_LIMIT=2000; PY_SECONDS=0.3
 else
   LIMIT_SECONDS=1; DISK_BYTES=$((1 << 30))
   KV_SECONDS=2; KV_BUDGET=$((1 << 30)); SEGMENT=4GiB; MEMCACHED_MB=4096
   MASTER_SECONDS=3; MASTER_THREADS=1,2,3,4; STATE_SECONDS=2
   SCALE_OBJECTS=1000000,5000000; SCALE_SECONDS=3
-  TRACE_TIMEOUT=300; TRACE_LIMIT=0
+  TRACE_TIMEOUT=300; TRACE_LIMIT=0; PY_SECONDS=1
 fi
 
 TRACE_BYTES_PER_TOKEN=${TRACE_BYTES_PER_TOKEN:-128}
@@ -105,13 +105,13 @@ run_bounded() {
   return 0
 }
 
-# Starts a master on free ports; sets MASTER_PID, MASTER_PORT.
+# Starts a master on free ports, with any extra flags given; sets MASTER_PID, MASTER_PORT.
 start_master() {
   MASTER_PORT=$(free_port); local http; http=$(free_port)
-  echo "$BIN/granary-master --host 127.0.0.1 --port $MASTER_PORT --http-port $http --log-level warn" \
+  echo "$BIN/granary-master --host 127.0.0.1 --port $MASTER_PORT --http-port $http --log-level warn $*" \
     >> "$WORK/commands.txt"
   "$BIN/granary-master" --host 127.0.0.1 --port "$MASTER_PORT" --http-port "$http" \
-    --log-level warn > "$WORK/master-$MASTER_PORT.log" 2>&1 &
+    --log-level warn "$@" > "$WORK/master-$MASTER_PORT.log" 2>&1 &
   MASTER_PID=$!; PIDS+=("$MASTER_PID")
   wait_for_health "$http"
 }
@@ -155,13 +155,26 @@ run_bounded 900 "$BIN/granary-bench" kv --master "127.0.0.1:$STORE_PORT" \
   --limits-json "$WORK/limits.json" --json "$WORK/kv.json"
 stop "$REDIS_PID"; stop "$MEMCACHED_PID"
 
+echo "== suite 2b: the Python client (granary.Store and the Mooncake layer) on the same store =="
+PY_DIR="$(dirname "$BIN")/python"
+if [ -f "$PY_DIR/granary/__init__.py" ]; then
+  echo "PYTHONPATH=$PY_DIR /usr/bin/python3 bench/python_bench.py --master 127.0.0.1:$STORE_PORT --seconds $PY_SECONDS" \
+    >> "$WORK/commands.txt"
+  run_bounded 300 env PYTHONPATH="$PY_DIR" /usr/bin/python3 bench/python_bench.py \
+    --master "127.0.0.1:$STORE_PORT" --seconds "$PY_SECONDS" --json "$WORK/python.json"
+else
+  echo "skipped: no Python package in $PY_DIR" | tee "$WORK/python-skipped"
+fi
+
 echo "== suite 4: trace replay =="
 stop "$NODE_PID"; stop "$STORE_PID"
 # One fresh store per capacity (in tokens): a node whose segment holds exactly that many tokens at
 # $TRACE_BYTES_PER_TOKEN bytes each (128: 64 KiB blocks of 512 tokens, as Mooncake was replayed).
+# Each capacity with the default policy (s3fifo) and with lru, for comparison in the same run.
 if "$BIN/granary-bench" trace --help > "$WORK/trace-help.txt" 2>&1; then
+  for policy in s3fifo lru; do
   for tokens in 1000000 3000000; do
-    start_master
+    start_master --eviction-policy "$policy"
     echo "$BIN/granary-node --master 127.0.0.1:$MASTER_PORT --segment-size $((tokens * TRACE_BYTES_PER_TOKEN)) --name $SHM_NAME" \
       >> "$WORK/commands.txt"
     "$BIN/granary-node" --master "127.0.0.1:$MASTER_PORT" --segment-size "$((tokens * TRACE_BYTES_PER_TOKEN))" \
@@ -169,10 +182,11 @@ if "$BIN/granary-bench" trace --help > "$WORK/trace-help.txt" 2>&1; then
     TRACE_NODE_PID=$!; PIDS+=("$TRACE_NODE_PID")
     wait_for_segment "$MASTER_PORT"
     TRACE_ARGS=(--master "127.0.0.1:$MASTER_PORT" --bytes-per-token "$TRACE_BYTES_PER_TOKEN"
-                --label "capacity $tokens tokens" --json "$WORK/trace-$tokens.json")
+                --label "$policy, capacity $tokens tokens" --json "$WORK/trace-$policy-$tokens.json")
     [ "$TRACE_LIMIT" != 0 ] && TRACE_ARGS+=(--limit "$TRACE_LIMIT")
     run_bounded "$TRACE_TIMEOUT" "$BIN/granary-bench" trace "${TRACE_ARGS[@]}"
     stop "$TRACE_NODE_PID"; stop "$MASTER_PID"
+  done
   done
 else
   echo "skipped: this granary-bench has no 'trace' subcommand yet" | tee "$WORK/trace-skipped"
