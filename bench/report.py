@@ -203,7 +203,8 @@ def plot_kv(s, prefix):
                     for z, r in zip(sizes, rows) if r)
     tics = ", ".join(f'"{size_text(z)}" {z / 1024:.0f}' for z in sizes)
     head = ('set terminal pngcairo size 1200,500 font ",10"\nset logscale x 2\nset grid\n'
-            f'set xtics ({tics})\nset xlabel "value size"\nset key top left\n')
+            f'set xtics ({tics})\nset xlabel "value size"\nset key top left\n'
+            'set offsets graph 0.03, graph 0.06, 0, 0\n')  # room for the end tics' labels
     for op in ("put", "get"):
         script = head + f'set output "{os.path.abspath(prefix)}-kv-{op}.png"\nset multiplot layout 1,{len(clients)}\n'
         script += 'set ylabel "GB/s"\n'
