@@ -41,6 +41,27 @@ echo "== granary ls ==";                 $G ls
 echo "== granary get missing (a miss exits 1) =="
 if $G get missing; then echo "unexpected hit" >&2; exit 1; else echo "exit code $?"; fi
 echo "== HTTP /status =="; curl -fsS "http://127.0.0.1:$HTTP_PORT/status"
+echo
+echo "== Python: granary.Store and the Mooncake-compatible layer (PYTHONPATH=build/python) =="
+PYTHONPATH=build/python /usr/bin/python3 - "127.0.0.1:$PORT" <<'PY'
+import sys
+import numpy as np
+import granary
+from granary.compat.mooncake import MooncakeDistributedStore
+
+with granary.Store(sys.argv[1]) as store:
+    print("get greeting ->", store.get("greeting"))
+    kv = np.arange(1 << 20, dtype=np.float32)
+    store.put("py/kv", kv)
+    out = np.empty_like(kv)
+    print("numpy get_into ->", store.get_into("py/kv", out), "bytes, equal:", np.array_equal(kv, out))
+    print("get missing ->", store.get("missing"))
+mc = MooncakeDistributedStore()
+assert mc.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", sys.argv[1]) == 0
+print("mooncake is_exist(py/kv) ->", mc.is_exist("py/kv"), "; get_size ->", mc.get_size("py/kv"),
+      "; health_check ->", mc.health_check())
+mc.close()
+PY
 
 if [ "$CHECK_ONLY" = 1 ]; then
   echo "== run.sh --check: OK =="
