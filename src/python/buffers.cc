@@ -19,10 +19,6 @@ BufferHold::~BufferHold() {
   if (held_) PyBuffer_Release(&view_);
 }
 
-BufferHold::BufferHold(BufferHold&& other) noexcept : view_(other.view_), held_(other.held_) {
-  other.held_ = false;
-}
-
 OwnedBuffer::OwnedBuffer(uint64_t size)
     : data_(static_cast<std::byte*>(::operator new[](size == 0 ? 1 : size, std::align_val_t(64)))),
       size_(size) {}

@@ -30,10 +30,9 @@ class BufferHold {
  public:
   BufferHold(pybind11::handle object, bool writable);
   ~BufferHold();
-  BufferHold(BufferHold&& other) noexcept;
+  // Not movable: a Py_buffer may point into itself (CPython sets shape = &len), so it stays put.
   BufferHold(const BufferHold&) = delete;
   BufferHold& operator=(const BufferHold&) = delete;
-  BufferHold& operator=(BufferHold&&) = delete;
 
   std::span<std::byte> bytes() const {
     return {static_cast<std::byte*>(view_.buf), static_cast<size_t>(view_.len)};

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <deque>
 #include <optional>
 
 #include "granary/client.h"
@@ -110,7 +111,7 @@ class PyClient {
                     bool upsert) {
     Client& client = c();
     if (values.size() != keys.size()) Raise(Invalid("keys and values differ in count"));
-    std::vector<BufferHold> holds;
+    std::deque<BufferHold> holds;  // a deque never relocates a pinned Py_buffer
     std::vector<ByteSpan> spans;
     for (auto v : values) spans.push_back(Const(holds.emplace_back(v, false).bytes()));
     std::vector<Status> out;
@@ -124,7 +125,7 @@ class PyClient {
                          const ReplicateConfig& config, bool upsert) {
     Client& client = c();
     if (part_lists.size() != keys.size()) Raise(Invalid("keys and part lists differ in count"));
-    std::vector<BufferHold> holds;
+    std::deque<BufferHold> holds;  // a deque never relocates a pinned Py_buffer
     std::vector<std::vector<ByteSpan>> parts(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       for (auto p : part_lists[i].cast<py::sequence>()) {
@@ -196,7 +197,7 @@ class PyClient {
   py::list BatchGetInto(const Keys& keys, const py::sequence& buffers) {
     Client& client = c();
     if (buffers.size() != keys.size()) Raise(Invalid("keys and buffers differ in count"));
-    std::vector<BufferHold> holds;
+    std::deque<BufferHold> holds;  // a deque never relocates a pinned Py_buffer
     std::vector<MutableByteSpan> spans;
     for (auto b : buffers) spans.push_back(holds.emplace_back(b, true).bytes());
     std::vector<Result<uint64_t>> out;
