@@ -23,8 +23,9 @@ class CMakeExtension(Extension):
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build_dir = os.environ.get("GRANARY_BUILD_DIR", os.path.join(HERE, "build"))
-        configure = ["cmake", "-S", HERE, "-B", build_dir, "-G", "Ninja",
-                     "-DCMAKE_BUILD_TYPE=RelWithDebInfo"]
+        configure = ["cmake", "-S", HERE, "-B", build_dir, "-G", "Ninja"]
+        if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+            configure.append("-DCMAKE_BUILD_TYPE=RelWithDebInfo")  # an existing tree keeps its own
         # A venv of Debian's python3 is the interpreter CMake picks anyway; say so only for
         # another one, so the shared build tree is not reconfigured for nothing.
         python = os.path.realpath(sys.executable)

@@ -68,6 +68,8 @@ def limits_block(s):
     names = [
         ("memcpy_64KiB", "memcpy, 1 thread, 64 KiB blocks"),
         ("memcpy_4096KiB", "memcpy, 1 thread, 4 MiB blocks"),
+        *[(k, f"memcpy, {k.split('_')[2]} threads, 4 MiB blocks") for k in sorted(s)
+          if re.fullmatch(r"memcpy_4096KiB_\d+_threads", k)],
         ("tcp_1_streams", "loopback TCP, 1 stream"),
         ("tcp_2_streams", "loopback TCP, 2 streams"),
         ("tcp_4_streams", "loopback TCP, 4 streams"),
@@ -97,7 +99,8 @@ def kv_block(s, op):
                 for other in ("redis", "memcached"):
                     b = base[other]
                     vs.append(f"{r['gbps'] / b['gbps']:.2f}x" if b and b["gbps"] > 0 and t.startswith("granary") else "")
-                limit = r["limit"].replace("memcpy_4096KiB", "memcpy").replace("tcp_", "tcp ").replace("_streams", "")
+                limit = re.sub(r"memcpy_4096KiB_(\d+)_threads", r"memcpy \1 threads", r["limit"])
+                limit = limit.replace("memcpy_4096KiB", "memcpy").replace("tcp_", "tcp ").replace("_streams", "")
                 rows.append((size_text(size), c, t, num(r["objects_per_s"]), num(r["gbps"], 2),
                              f"{100 * r['fraction_of_limit']:.0f}% ({limit})", num(r["p50_us"]),
                              num(r["p99_us"]), num(r["p999_us"]), vs[0], vs[1],

@@ -1,6 +1,7 @@
 """granary.store - `Store`, the native Python API of a Granary client.
 
-Conventions: a miss is `None` (or `KeyError` from `store[key]`), never `b""`; every other failure
+Conventions: a miss (no such object, or one still being written) is `None` (or `KeyError` from
+`store[key]` when there is no such object), never `b""`; every other failure
 raises a `granary.Error` subclass carrying the code. Batch calls return one entry per key, in
 order; if any key failed for a reason other than a miss they raise `granary.BatchError`, whose
 `.results` still holds every key's outcome. Values may be any object with the buffer protocol
@@ -10,9 +11,10 @@ Every call releases the GIL; batch calls move their objects in parallel.
 """
 
 from . import _granary
-from .errors import BatchError, Error, NotFound, error_for
+from .errors import BatchError, Error, NotFound, NotReady, error_for
 
-_NOT_FOUND = -704
+# A miss: no such object, or one still being written by someone else (not readable yet).
+_MISSES = (-704, -703)
 
 
 def _size(value):
@@ -42,7 +44,7 @@ def _check_reads(keys, values, is_error):
     for key, v in zip(keys, values):
         if not is_error(v):
             out.append(v)
-        elif v == _NOT_FOUND:
+        elif v in _MISSES:
             out.append(None)
         else:
             out.append(error_for(v, f"key {key!r}"))
@@ -155,17 +157,17 @@ class Store:
 
     # ---- reads ----
     def get(self, key, default=None):
-        """The object's bytes, or `default` on a miss."""
+        """The object's bytes, or `default` on a miss (absent, or still being written)."""
         try:
             return self._client.get(key)
-        except NotFound:
+        except (NotFound, NotReady):
             return default
 
     def get_buffer(self, key):
         """The object in a fresh `granary.Buffer` (buffer protocol, .ptr(), .size()), or None."""
         try:
             return self._client.get_buffer(key)
-        except NotFound:
+        except (NotFound, NotReady):
             return None
 
     def get_into(self, key, buffer):
@@ -173,13 +175,13 @@ class Store:
         a miss; BufferTooSmall (nothing copied) if it does not fit."""
         try:
             return self._client.get_into(key, buffer)
-        except NotFound:
+        except (NotFound, NotReady):
             return None
 
     def get_into_addr(self, key, address, size):
         try:
             return self._client.get_into_addr(key, address, size)
-        except NotFound:
+        except (NotFound, NotReady):
             return None
 
     def get_many(self, keys):

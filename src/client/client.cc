@@ -99,6 +99,12 @@ class ClientImpl final : public Client {
                                   const ReplicateConfig& config) override {
     return PutCore(keys, AsParts(values, keys.size()), config, true);
   }
+  std::vector<Status> BatchUpsertParts(const std::vector<std::string>& keys,
+                                       const std::vector<std::vector<ByteSpan>>& parts,
+                                       const ReplicateConfig& config) override {
+    if (parts.size() != keys.size()) return Fill(keys.size(), Mismatch("parts"));
+    return PutCore(keys, parts, config, true);
+  }
 
   // ---- reads ----
 
@@ -517,7 +523,14 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
       continue;
     }
     locked.push_back(keys[i]);  // locked: must be released whatever happens next
-    auto d = destination(i, r.size());
+    Result<std::vector<MutableByteSpan>> d = Status(ErrorCode::INTERNAL_ERROR, "");
+    try {  // a caller's BufferProvider may throw: that key fails, the locks are still released
+      d = destination(i, r.size());
+    } catch (const std::exception& e) {
+      d = Status(ErrorCode::INTERNAL_ERROR, std::string("buffer provider failed: ") + e.what());
+    } catch (...) {
+      d = Status(ErrorCode::INTERNAL_ERROR, "buffer provider failed");
+    }
     if (!d.ok()) {
       results[i] = d.status();
       continue;

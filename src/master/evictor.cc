@@ -18,6 +18,17 @@ EvictResult Evictor::EvictBytes(uint64_t target_bytes) {
   std::lock_guard lock(mu_);
   runs_++;
   EvictResult total = EvictPass(target_bytes, /*allow_soft_pinned=*/false);
+  // s3fifo's victims can be saved by a read between choice and apply, and its passes move read
+  // objects along: go round again (bounded: each object holds at most kMaxQueueReads credits)
+  // before anything soft-pinned is touched.
+  for (int round = 0; round < kMaxQueueReads + 1 && total.bytes < target_bytes &&
+                      state_->policy().eviction_policy == EvictionPolicy::kS3Fifo;
+       ++round) {
+    EvictResult more = EvictPass(target_bytes - total.bytes, /*allow_soft_pinned=*/false);
+    if (more.bytes == 0 && more.objects == 0) break;
+    total.objects += more.objects;
+    total.bytes += more.bytes;
+  }
   if (total.bytes < target_bytes && state_->policy().allow_evict_soft_pinned) {
     EvictResult more = EvictPass(target_bytes - total.bytes, /*allow_soft_pinned=*/true);
     total.objects += more.objects;
@@ -103,17 +114,19 @@ EvictResult Evictor::S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned) {
     uint64_t bytes;
     uint8_t reads;
   };
-  // Pass 1: both queues' evictable objects, and every stored object's bytes per queue (the
-  // probation queue's share counts what it holds, evictable or not).
+  // Pass 1: both queues' evictable objects, and their bytes per queue.
   std::vector<Entry> small, main;
   uint64_t small_bytes = 0, total_bytes = 0;
   for (size_t s = 0; s < state_->shard_count(); ++s) {
     state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
-      if (!meta.committed) return;
+      // Only what could go counts toward the queues' shares: pinned or locked bytes never leave
+      // probation, and counting them would make every pass drain it first.
+      if (!meta.IsEvictable(now, allow_soft_pinned)) return;
+      // The soft pass runs after the unpinned ones: it takes soft-pinned objects only.
+      if (allow_soft_pinned && !meta.IsSoftPinned(now)) return;
       const uint64_t bytes = OccupiedBytes(meta.committed->replicas);
       total_bytes += bytes;
       if (!meta.in_main) small_bytes += bytes;
-      if (!meta.IsEvictable(now, allow_soft_pinned)) return;
       (meta.in_main ? main : small)
           .push_back({meta.queue_stamp, XXH3_64bits(key.data(), key.size()), bytes, meta.reads});
     });

@@ -63,6 +63,11 @@ std::vector<R> OnValid(const Keys& keys, const std::vector<Status>& input, Call&
 class PyClient {
  public:
   explicit PyClient(std::unique_ptr<Client> client) : client_(std::move(client)) {}
+  // Dropped without close(): closing talks to the master, so other Python threads keep running.
+  ~PyClient() {
+    py::gil_scoped_release release;
+    client_.reset();
+  }
 
   Client& c() {
     if (closed_.load()) {
@@ -358,19 +363,8 @@ class PyClient {
   static std::vector<Status> PutPartsCore(Client& client, const Keys& keys,
                                           const std::vector<std::vector<ByteSpan>>& parts,
                                           const ReplicateConfig& config, bool upsert) {
-    if (!upsert) return client.BatchPutParts(keys, parts, config);
-    // Upsert has no gather form: concatenating would copy, so each object goes on its own.
-    std::vector<Status> out;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (parts[i].size() == 1) {
-        out.push_back(client.BatchUpsert({keys[i]}, parts[i], config)[0]);
-      } else {
-        std::vector<std::byte> joined;
-        for (const auto& p : parts[i]) joined.insert(joined.end(), p.begin(), p.end());
-        out.push_back(client.Upsert(keys[i], joined, config));
-      }
-    }
-    return out;
+    return upsert ? client.BatchUpsertParts(keys, parts, config)
+                  : client.BatchPutParts(keys, parts, config);
   }
   template <typename Add>
   std::vector<Status> ResolveParts(const Keys& keys,
@@ -428,7 +422,8 @@ class PyClient {
           }
           data = owned->data();
           py::gil_scoped_acquire acquire;
-          objects[i] = py::cast(owned.release(), py::return_value_policy::take_ownership);
+          objects[i] = py::cast(owned.get(), py::return_value_policy::take_ownership);
+          owned.release();  // the Python object owns it now (if the cast threw, `owned` still does)
         }
         return std::vector<MutableByteSpan>{MutableByteSpan(data, size)};
       });

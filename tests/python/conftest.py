@@ -38,7 +38,8 @@ def wait_for_line(proc, prefix, timeout=20.0):
             continue
         chunk = os.read(proc.stdout.fileno(), 65536)
         buffered += chunk
-        for line in buffered.decode(errors="replace").splitlines():
+        # Whole lines only: a chunk may end in the middle of the one we want.
+        for line in buffered.decode(errors="replace").split("\n")[:-1]:
             if line.startswith(prefix):
                 return line
     raise TimeoutError(f"no '{prefix}' from {proc.args[0]} within {timeout}s")

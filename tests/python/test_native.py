@@ -1,7 +1,10 @@
 """granary.Store, the native Python API, against a real store: misses are None or KeyError,
 errors are typed, values come from and go into any buffer-protocol object without copies."""
 
+import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -170,7 +173,7 @@ def test_regex_query_and_removal(store):
         store.remove_regex("(")
 
 
-def test_calls_release_the_gil(store):
+def test_concurrent_calls_keep_every_value_intact(store):
     """Eight threads doing 4 MiB puts and gets at once finish with every value intact."""
     value = {i: np.full(4 << 20, i, dtype=np.uint8) for i in range(8)}
     errors = []
@@ -178,7 +181,7 @@ def test_calls_release_the_gil(store):
     def work(i):
         try:
             for round_ in range(3):
-                key = f"n/gil/{i}/{round_}"
+                key = f"n/threads/{i}/{round_}"
                 store.put(key, value[i])
                 out = np.empty(4 << 20, dtype=np.uint8)
                 assert store.get_into(key, out) == out.nbytes and (out == i).all()
@@ -192,6 +195,48 @@ def test_calls_release_the_gil(store):
     for t in threads:
         t.join(60)
     assert not errors and not any(t.is_alive() for t in threads)
+
+
+def test_a_blocked_call_releases_the_gil(master):
+    """While a call waits on a frozen master, another Python thread keeps running; so does
+    dropping an open store (its embedded segment unmounts) without close()."""
+    s = granary.Store(master.address, segment_size="8MiB", rpc_timeout_ms=1500)
+
+    def ticks_during(blocking):
+        ticks, stop = [], threading.Event()
+
+        def ticker():
+            while not stop.is_set() and len(ticks) < 10_000:
+                ticks.append(time.monotonic())
+                time.sleep(0.005)
+
+        os.kill(master.proc.pid, signal.SIGSTOP)
+        try:
+            t = threading.Thread(target=ticker)
+            t.start()
+            started = time.monotonic()
+            blocking()
+            took = time.monotonic() - started
+            stop.set()
+            t.join(5)
+        finally:
+            os.kill(master.proc.pid, signal.SIGCONT)
+        # With the GIL held the ticker gets no turn until the call returns; released, one per 5 ms.
+        return took, len([x for x in ticks if started + 0.05 < x < started + took - 0.05])
+
+    def exist_on_frozen_master():
+        with pytest.raises(granary.Unavailable):
+            s.exist("n/frozen")
+
+    took, ticks = ticks_during(exist_on_frozen_master)
+    assert took >= 1.0 and ticks > 50, (took, ticks)
+
+    def drop():
+        nonlocal s
+        del s  # no close(): the destructor unmounts the segment, waiting on the frozen master
+
+    took, ticks = ticks_during(drop)
+    assert took < 0.2 or ticks > (took - 0.2) * 50, (took, ticks)
 
 
 def test_stats_count_the_same_host_path(store):

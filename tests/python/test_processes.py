@@ -3,6 +3,7 @@ and a setup_dummy reader attached to the standalone node, which must use shared 
 reader checks every byte."""
 
 import granary
+from conftest import wait_for_line
 
 COMMON = r"""
 import sys
@@ -62,8 +63,7 @@ def finish(proc, timeout=60):
 
 def test_writer_tcp_reader_and_shared_memory_reader(standalone, run_python):
     writer = run_python(WRITER, standalone.master)
-    line = writer.stdout.readline().decode()
-    assert line.startswith("ready"), writer.stderr.read().decode()
+    line = wait_for_line(writer, "ready", timeout=30)
     writer_segment = line.split()[1]
     with granary.Store(standalone.master) as s:
         for i in range(5):

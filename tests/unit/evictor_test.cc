@@ -257,6 +257,22 @@ TEST_F(S3FifoTest, KeepsThePromisesOfLru) {
   EXPECT_TRUE(state_.PutEnd({"w", {"inflight"}, {0}})[0].ok()) << "the put in flight survived";
 }
 
+TEST_F(S3FifoTest, PinnedBytesDoNotCountTowardsTheProbationShare) {
+  // Hard-pinned objects never leave probation; were their bytes counted, probation would always
+  // look over its 10% share and every newcomer would be evicted before any stale main object.
+  PlacementConfig hard;
+  hard.with_hard_pin = true;
+  for (int i = 0; i < 6; ++i) Put("pinned" + std::to_string(i), kMiB, hard);
+  for (int i = 0; i < 10; ++i) Put("m" + std::to_string(i), kMiB);
+  ASSERT_EQ(evictor_.EvictBytes(10 * kMiB).objects, 10u);  // m0..m9 go, remembered by the ghost
+  for (int i = 0; i < 10; ++i) Put("m" + std::to_string(i), kMiB);  // back: straight to main
+  Put("fresh", kMiB);  // probation: 1 of 11 evictable MiB, under its share
+  ASSERT_EQ(evictor_.EvictBytes(kMiB).objects, 1u);
+  EXPECT_TRUE(Exists("fresh"));
+  EXPECT_FALSE(Exists("m0")) << "the oldest unread object of the main queue goes";
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(Exists("pinned" + std::to_string(i)));
+}
+
 TEST_F(S3FifoTest, ReadBetweenChoiceAndApplyEarnsAnotherPass) {
   Put("a", kMiB);
   Touch("a");

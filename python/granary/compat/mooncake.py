@@ -241,7 +241,7 @@ class MooncakeDistributedStore:
     def alloc_from_mem_pool(self, size):
         """An address of `size` bytes from this client's pool (already registered), 0 if the
         pool is exhausted or there is none."""
-        if self._pool is None or size <= 0:
+        if self._pool is None or not isinstance(size, int) or size <= 0 or size > self._pool.size:
             return 0
         return self._pool.alloc(size)
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace granary::bench {
@@ -50,8 +51,17 @@ struct LimitsOptions {
 };
 // The machine's own ceilings: memcpy, loopback TCP, sequential disk with O_DIRECT.
 int RunLimits(const LimitsOptions& options);
-// Single-thread memcpy of `chunk`-byte blocks over buffers larger than the caches.
-double MemcpyGBps(size_t chunk, double seconds);
+// memcpy of `chunk`-byte blocks over buffers larger than the caches, on `threads` threads.
+double MemcpyGBps(size_t chunk, double seconds, int threads = 1);
+// How many threads can copy at once for `clients` clients: min(clients, cores).
+inline int MemcpyThreadsFor(int clients) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, std::min(clients, cores));
+}
+// The limits' JSON name of 4 MiB-block memcpy on `threads` threads.
+inline std::string MemcpyLimitName(int threads) {
+  return threads == 1 ? "memcpy_4096KiB" : "memcpy_4096KiB_" + std::to_string(threads) + "_threads";
+}
 // `streams` loopback TCP connections sending 1 MiB writes; -1 if sockets fail.
 double LoopbackTcpGBps(int streams, double seconds);
 

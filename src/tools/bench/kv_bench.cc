@@ -96,7 +96,11 @@ class Limits {
       if (value.is_number()) known_[name] = value.get<double>();
     }
   }
-  double Memcpy() { return Get("memcpy_4096KiB", [] { return MemcpyGBps(4 << 20, 1.0); }); }
+  // 4 MiB-block memcpy on as many threads as `clients` can use at once (min(clients, cores)).
+  double Memcpy(int clients = 1) {
+    const int threads = MemcpyThreadsFor(clients);
+    return Get(MemcpyLimitName(threads), [threads] { return MemcpyGBps(4 << 20, 1.0, threads); });
+  }
   double Tcp(int streams) {
     return Get("tcp_" + std::to_string(streams) + "_streams",
                [streams] { return LoopbackTcpGBps(streams, 1.0); });
@@ -201,8 +205,10 @@ int RunKvBench(const KvBenchOptions& o) {
           std::fprintf(stderr, "granary-bench: %s: clear: %s\n", target.c_str(), s.ToString().c_str());
         }
         const bool shm = target == "granary-shm";
-        const double limit = shm ? memcpy_gbps : limits.Tcp(clients);
-        const std::string limit_name = shm ? "memcpy_4096KiB" : "tcp_" + std::to_string(clients) + "_streams";
+        // Same-host clients copy in parallel: their ceiling is memcpy on as many cores.
+        const double limit = shm ? limits.Memcpy(clients) : limits.Tcp(clients);
+        const std::string limit_name = shm ? MemcpyLimitName(MemcpyThreadsFor(clients))
+                                           : "tcp_" + std::to_string(clients) + "_streams";
         for (auto [op, m] : {std::pair{"put", put}, {"get", get}}) {
           const double ops = m.calls / m.seconds;
           const double gbps = ops * size / 1e9;
