@@ -11,8 +11,10 @@
 // suffice.
 // s3fifo: pass 1 gathers (queue, queue stamp, reads, bytes, key hash) of every evictable object
 // and runs S3-FIFO over them: take from the probation queue while it holds more than
-// eviction_small_ratio of the stored bytes (read objects move to main, unread ones are evicted),
-// else from the main queue (read objects go round again with one read fewer, unread are evicted).
+// eviction_small_ratio of the evictable bytes (read objects move to main, unread ones are
+// evicted), else from the main queue (read objects go round again with one read fewer, unread are
+// evicted). Soft-pinned objects are considered only by the soft pass, which runs after the
+// unpinned passes (repeated while they free something) fall short.
 // Pass 2 turns the chosen hashes back into keys. The moves go into the same EvictOp.
 // Either way scans replace a global list, so the read path only bumps fields under its shard lock.
 // Thread safety: any thread; calls are serialised by an internal mutex.

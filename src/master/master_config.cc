@@ -27,7 +27,7 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
   schema.AddString("eviction_policy", &c->eviction_policy,
                    "s3fifo (probation queue, main queue, ghost) or lru (least recently read first)");
   schema.AddDouble("eviction_small_ratio", &p.eviction_small_ratio,
-                   "s3fifo: share of the stored bytes the probation queue keeps", 0.0, 1.0);
+                   "s3fifo: share of the evictable bytes the probation queue keeps", 0.0, 1.0);
   schema.AddDouble("eviction_ghost_ratio", &p.eviction_ghost_ratio,
                    "s3fifo: evicted keys remembered, as a multiple of the objects held", 0.0, 64.0);
   schema.AddUint("shard_count", &c->shard_count, "metadata shards, each with its own lock", 1024,

@@ -49,7 +49,7 @@ struct MasterPolicy {
   // s3fifo by default: it doubles lru's prefix hit rate on a conversation trace at 1M tokens
   // (docs/trace-replay.md).
   EvictionPolicy eviction_policy = EvictionPolicy::kS3Fifo;
-  double eviction_small_ratio = 0.10;  // s3fifo: probation queue's share of the stored bytes
+  double eviction_small_ratio = 0.10;  // s3fifo: probation queue's share of the evictable bytes
   double eviction_ghost_ratio = 4.0;   // s3fifo: keys remembered after eviction, x objects held
   uint32_t shard_count = 1024;
 };
