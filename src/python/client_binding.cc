@@ -147,15 +147,7 @@ class PyClient {
   py::list BatchPutAddr(const Keys& keys, const std::vector<uintptr_t>& addresses,
                         const std::vector<uint64_t>& sizes, const ReplicateConfig& config,
                         bool upsert) {
-    std::vector<std::vector<uintptr_t>> a;
-    std::vector<std::vector<uint64_t>> s;
-    if (addresses.size() != keys.size() || sizes.size() != keys.size()) {
-      Raise(Invalid("keys, addresses and sizes differ in count"));
-    }
-    for (size_t i = 0; i < keys.size(); ++i) {
-      a.push_back({addresses[i]});
-      s.push_back({sizes[i]});
-    }
+    auto [a, s] = OnePartEach(keys, addresses, sizes);
     return BatchPutAddrParts(keys, a, s, config, upsert);
   }
   py::list BatchPutAddrParts(const Keys& keys, const std::vector<std::vector<uintptr_t>>& addresses,
@@ -224,15 +216,7 @@ class PyClient {
   }
   py::list BatchGetIntoAddr(const Keys& keys, const std::vector<uintptr_t>& addresses,
                             const std::vector<uint64_t>& sizes) {
-    if (addresses.size() != keys.size() || sizes.size() != keys.size()) {
-      Raise(Invalid("keys, addresses and sizes differ in count"));
-    }
-    std::vector<std::vector<uintptr_t>> a;
-    std::vector<std::vector<uint64_t>> s;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      a.push_back({addresses[i]});
-      s.push_back({sizes[i]});
-    }
+    auto [a, s] = OnePartEach(keys, addresses, sizes);
     return BatchGetIntoAddrParts(keys, a, s);
   }
   py::list BatchGetIntoAddrParts(const Keys& keys,
@@ -365,6 +349,20 @@ class PyClient {
                                           const ReplicateConfig& config, bool upsert) {
     return upsert ? client.BatchUpsertParts(keys, parts, config)
                   : client.BatchPutParts(keys, parts, config);
+  }
+  // One (address, size) per key, as the single-range case of the *_parts calls.
+  static std::pair<std::vector<std::vector<uintptr_t>>, std::vector<std::vector<uint64_t>>>
+  OnePartEach(const Keys& keys, const std::vector<uintptr_t>& addresses,
+              const std::vector<uint64_t>& sizes) {
+    if (addresses.size() != keys.size() || sizes.size() != keys.size()) {
+      Raise(Invalid("keys, addresses and sizes differ in count"));
+    }
+    std::pair<std::vector<std::vector<uintptr_t>>, std::vector<std::vector<uint64_t>>> out;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      out.first.push_back({addresses[i]});
+      out.second.push_back({sizes[i]});
+    }
+    return out;
   }
   template <typename Add>
   std::vector<Status> ResolveParts(const Keys& keys,

@@ -26,6 +26,8 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "proto/rpc_util.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/fake_segments.h"
+#include "tools/bench/master_rpc.h"
 
 namespace granary::bench {
 namespace {
@@ -33,15 +35,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace pb = granary::proto;
 
-std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) {
-  return pb::Master::NewStub(rpc::MakeChannel(target, /*own_connection=*/true));
-}
-
-std::unique_ptr<grpc::ClientContext> Ctx() {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  return ctx;
-}
+std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) { return MasterStub(target); }
+std::unique_ptr<grpc::ClientContext> Ctx() { return RpcContext(30'000); }
 
 struct CaseResult {
   std::string op;
@@ -97,37 +92,17 @@ CaseResult RunCase(const MasterBenchOptions& o, const std::string& op, int threa
 
 int RunMasterBench(const MasterBenchOptions& o) {
   auto admin = NewStub(o.master);
-  // Fake nodes: they only exist in the master's metadata, and must keep pinging to stay alive.
-  std::vector<std::string> nodes;
+  // Fake nodes: they only exist in the master's metadata, and keep pinging to stay alive.
+  std::vector<FakeSegments::Spec> specs;
   for (uint32_t i = 0; i < o.segments; ++i) {
-    std::string node = "bench-node-" + std::to_string(i);
-    pb::MountSegmentRequest req;
-    req.set_client_id(node);
-    req.mutable_segment()->set_name("bench-seg-" + std::to_string(i));
-    req.mutable_segment()->set_size(o.segment_size);
-    req.mutable_segment()->set_endpoint("127.0.0.1:1");
-    pb::MountSegmentResponse resp;
-    grpc::Status s = admin->MountSegment(Ctx().get(), req, &resp);
-    if (!s.ok() || resp.code() != 0) {
-      std::fprintf(stderr, "granary-bench: mount failed: %s %s\n", s.error_message().c_str(),
-                   resp.message().c_str());
-      return 1;
-    }
-    nodes.push_back(node);
+    specs.push_back({"bench-node-" + std::to_string(i), "bench-seg-" + std::to_string(i),
+                     o.segment_size});
   }
-  std::atomic<bool> done{false};
-  std::thread pinger([&] {
-    auto stub = NewStub(o.master);
-    while (!done) {
-      for (const auto& node : nodes) {
-        pb::PingRequest req;
-        req.set_client_id(node);
-        pb::PingResponse resp;
-        (void)stub->Ping(Ctx().get(), req, &resp);
-      }
-      for (int i = 0; i < 10 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
+  auto segments = FakeSegments::Mount(o.master, std::move(specs));
+  if (!segments.ok()) {
+    std::fprintf(stderr, "granary-bench: %s\n", segments.status().message().c_str());
+    return 1;
+  }
 
   const std::string run_tag = std::to_string(Clock::now().time_since_epoch().count());
   auto key_of = [&](int t, uint64_t i, uint32_t k) {
@@ -217,8 +192,6 @@ int RunMasterBench(const MasterBenchOptions& o) {
       return errors;
     }));
   }
-  done = true;
-  pinger.join();
   {  // one scan removes what this run made; unmounting 128 segments one by one would scan 128 times
     pb::RegexRequest req;
     req.set_pattern("^bench/" + run_tag + "/");
@@ -226,13 +199,7 @@ int RunMasterBench(const MasterBenchOptions& o) {
     pb::RemoveCountResponse resp;
     (void)admin->RemoveByRegex(Ctx().get(), req, &resp);
   }
-  for (uint32_t i = 0; i < o.segments; ++i) {
-    pb::UnmountSegmentRequest req;
-    req.set_client_id(nodes[i]);
-    req.set_name("bench-seg-" + std::to_string(i));
-    pb::UnmountSegmentResponse resp;
-    (void)admin->UnmountSegment(Ctx().get(), req, &resp);
-  }
+  segments->reset();  // stops the pings, unmounts
 
   std::printf("%-6s %7s %12s %12s %10s %10s %8s\n", "op", "threads", "batches/s", "keys/s",
               "p50(us)", "p99(us)", "errors");

@@ -23,6 +23,8 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "proto/rpc_util.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/fake_segments.h"
+#include "tools/bench/master_rpc.h"
 
 namespace granary::bench {
 namespace {
@@ -33,15 +35,8 @@ namespace pb = granary::proto;
 constexpr char kNode[] = "bench-scale-node";
 constexpr char kSegment[] = "bench-scale-seg";
 
-std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) {
-  return pb::Master::NewStub(rpc::MakeChannel(target, /*own_connection=*/true));
-}
-
-std::unique_ptr<grpc::ClientContext> Ctx() {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  rpc::SetDeadline(*ctx, 60'000);
-  return ctx;
-}
+std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) { return MasterStub(target); }
+std::unique_ptr<grpc::ClientContext> Ctx() { return RpcContext(60'000); }
 
 // Object i's key: 55 bytes, spread over the shards like real hashes (a alone is a bijection of i,
 // so keys never clash).
@@ -176,32 +171,14 @@ int RunScaleBench(const ScaleBenchOptions& o) {
   std::vector<uint64_t> steps = o.objects;
   std::sort(steps.begin(), steps.end());
   if (steps.empty() || steps.front() == 0) return 2;
-  auto admin = NewStub(o.master);
-  {  // 2x the bytes of the largest step: far below the eviction watermark
-    pb::MountSegmentRequest req;
-    req.set_client_id(kNode);
-    req.mutable_segment()->set_name(kSegment);
-    req.mutable_segment()->set_size(steps.back() * ((o.value_size + 63) / 64 * 64) * 2 + (1ull << 30));
-    req.mutable_segment()->set_endpoint("127.0.0.1:1");
-    pb::MountSegmentResponse resp;
-    grpc::Status s = admin->MountSegment(Ctx().get(), req, &resp);
-    if (!s.ok() || resp.code() != 0) {
-      std::fprintf(stderr, "granary-bench: mount failed: %s %s\n", s.error_message().c_str(),
-                   resp.message().c_str());
-      return 1;
-    }
+  // 2x the bytes of the largest step: far below the eviction watermark.
+  auto segment = FakeSegments::Mount(
+      o.master, {{kNode, kSegment,
+                  steps.back() * ((o.value_size + 63) / 64 * 64) * 2 + (1ull << 30)}});
+  if (!segment.ok()) {
+    std::fprintf(stderr, "granary-bench: %s\n", segment.status().message().c_str());
+    return 1;
   }
-  std::atomic<bool> done{false};
-  std::thread pinger([&] {  // the fake node must keep pinging or the master declares it dead
-    auto stub = NewStub(o.master);
-    while (!done) {
-      pb::PingRequest req;
-      req.set_client_id(kNode);
-      pb::PingResponse resp;
-      (void)stub->Ping(Ctx().get(), req, &resp);
-      for (int i = 0; i < 10 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
 
   const int64_t rss0 = RssBytes(o.master_pid);
   std::printf("master pid %d, RSS before puts %.1f MiB; objects of %llu bytes, 1 replica, keys of "
@@ -245,15 +222,7 @@ int RunScaleBench(const ScaleBenchOptions& o) {
     }
     json["steps"].push_back(step);
   }
-  done = true;
-  pinger.join();
-  {  // dropping the segment drops its objects
-    pb::UnmountSegmentRequest req;
-    req.set_client_id(kNode);
-    req.set_name(kSegment);
-    pb::UnmountSegmentResponse resp;
-    (void)admin->UnmountSegment(Ctx().get(), req, &resp);
-  }
+  segment->reset();  // stops the pings; unmounting drops its objects
   if (!o.json_path.empty()) std::ofstream(o.json_path) << json.dump(2) << "\n";
   return rc;
 }

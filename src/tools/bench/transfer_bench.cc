@@ -20,63 +20,13 @@
 #include "common/units.h"
 #include "granary/client.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/timed_run.h"
 
 namespace granary::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Measured {
-  uint64_t ops = 0;
-  uint64_t bytes = 0;
-  double seconds = 0;
-  double p50_us = 0;
-  double p99_us = 0;
-  uint64_t errors = 0;
-  std::string first_error;
-};
-
-// Runs op(thread, i) on `threads` threads until `seconds` pass or `max_ops` calls complete; each
-// call moves `bytes_per_op` bytes.
-template <typename Op>
-Measured Run(int threads, double seconds, uint64_t max_ops, uint64_t bytes_per_op, Op op) {
-  std::atomic<uint64_t> issued{0};
-  std::vector<std::vector<double>> lat(threads);
-  std::vector<uint64_t> errors(threads, 0);
-  std::vector<std::string> first_error(threads);
-  auto start = Clock::now();
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      for (;;) {
-        if (std::chrono::duration<double>(Clock::now() - start).count() >= seconds) break;
-        uint64_t i = issued.fetch_add(1);
-        if (i >= max_ops) break;
-        auto t0 = Clock::now();
-        Status s = op(t, i);
-        lat[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-        if (!s.ok()) {
-          if (errors[t]++ == 0) first_error[t] = s.ToString();
-        }
-      }
-    });
-  }
-  for (auto& w : workers) w.join();
-  Measured m;
-  m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<double> all;
-  for (int t = 0; t < threads; ++t) {
-    all.insert(all.end(), lat[t].begin(), lat[t].end());
-    m.errors += errors[t];
-    if (m.first_error.empty()) m.first_error = first_error[t];
-  }
-  std::sort(all.begin(), all.end());
-  m.ops = all.size() - m.errors;
-  m.bytes = m.ops * bytes_per_op;
-  m.p50_us = Percentile(all, 50);
-  m.p99_us = Percentile(all, 99);
-  return m;
-}
 
 }  // namespace
 
@@ -145,7 +95,7 @@ int RunTransferBench(const TransferBenchOptions& o) {
       const uint64_t max_calls = std::max<uint64_t>(budget / size / b, 1);
       auto key = [&](uint64_t n) { return prefix + std::to_string(n); };
 
-      Measured put = Run(o.threads, o.seconds, max_calls, size * b, [&](int, uint64_t i) {
+      Measured put = RunTimed(o.threads, o.seconds, max_calls, [&](int, uint64_t i) {
         if (b == 1) return client.Put(key(i), value);
         std::vector<std::string> keys;
         for (uint32_t k = 0; k < b; ++k) keys.push_back(key(i * b + k));
@@ -155,9 +105,9 @@ int RunTransferBench(const TransferBenchOptions& o) {
         return Status::Ok();
       });
       // Reads cycle over a working set written just now (at most 64 calls' worth, within budget).
-      const uint64_t sets = std::max<uint64_t>(std::min<uint64_t>({put.ops, 64, max_calls}), 1);
+      const uint64_t sets = std::max<uint64_t>(std::min<uint64_t>({put.calls, 64, max_calls}), 1);
       std::vector<std::vector<std::byte>> buffers(o.threads * b, std::vector<std::byte>(size));
-      Measured get = Run(o.threads, o.seconds, UINT64_MAX, size * b, [&](int t, uint64_t i) {
+      Measured get = RunTimed(o.threads, o.seconds, UINT64_MAX, [&](int t, uint64_t i) {
         uint64_t set = i % sets;
         if (b == 1) {
           auto got = client.GetInto(key(set), buffers[t]);
@@ -177,9 +127,9 @@ int RunTransferBench(const TransferBenchOptions& o) {
       (void)client.RemoveByRegex("^" + prefix, true);
 
       for (auto [op, m] : {std::pair{"put", put}, {"get", get}}) {
-        double gbps = m.bytes / m.seconds / 1e9;
+        double gbps = static_cast<double>(m.calls * size * b) / m.seconds / 1e9;
         std::printf("%-4s %-6s %-4s %8.0f %9.2f %7.0f%% %10.0f %10.0f %7llu\n", path.c_str(),
-                    size_text.c_str(), op, m.ops * b / m.seconds, gbps, 100 * gbps / limit, m.p50_us,
+                    size_text.c_str(), op, m.calls * b / m.seconds, gbps, 100 * gbps / limit, m.p50_us,
                     m.p99_us, static_cast<unsigned long long>(m.errors));
         if (m.errors) {
           std::printf("     first error: %s\n", m.first_error.c_str());
@@ -187,7 +137,7 @@ int RunTransferBench(const TransferBenchOptions& o) {
         }
         json["results"].push_back({{"path", path}, {"size", size}, {"op", op},
                                    {"threads", o.threads}, {"batch", b},
-                                   {"objects_per_s", m.ops * b / m.seconds},
+                                   {"objects_per_s", m.calls * b / m.seconds},
                                    {"gbps", gbps}, {"fraction_of_limit", gbps / limit},
                                    {"p50_us", m.p50_us}, {"p99_us", m.p99_us},
                                    {"errors", m.errors}});
