@@ -471,14 +471,19 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
   proto::BatchPutRevokeRequest revoke;
   end.set_client_id(client_id_);
   revoke.set_client_id(client_id_);
+  // Every revoke here follows a failed transfer: the master quarantines that space.
+  revoke.set_after_transfer_error(true);
   std::vector<size_t> ended;
   for (size_t i : writing) {
+    const uint64_t gen = started.results(static_cast<int>(i)).put_gen();
     if (results[i].ok()) {
       end.add_keys(keys[i]);
       end.add_checksums(checksums[i]);
+      end.add_put_gens(gen);
       ended.push_back(i);
     } else {
       revoke.add_keys(keys[i]);
+      revoke.add_put_gens(gen);
     }
   }
   if (revoke.keys_size() > 0) {

@@ -1,7 +1,10 @@
 // common/clock.h - the time source of every TTL and timeout in Granary.
 //
-// Promise: Now() is monotonic milliseconds. SystemClock reads steady_clock; ManualClock only moves
-// when a test advances it, so TTL behaviour is tested without sleeping.
+// Promise: NowMs() is milliseconds. SystemClock reads steady_clock (monotonic, but its epoch is
+// per machine boot: for local durations only). WallClock reads the system clock (Unix epoch):
+// the master's time base, because its operations' times must mean the same on every master that
+// replays them (the master keeps its own order monotonic on top). ManualClock only moves when a
+// test advances it, so TTL behaviour is tested without sleeping.
 // Thread safety: both are safe to call from any thread.
 #pragma once
 
@@ -27,6 +30,18 @@ class SystemClock final : public Clock {
   }
   static SystemClock* Instance() {
     static SystemClock clock;
+    return &clock;
+  }
+};
+
+class WallClock final : public Clock {
+ public:
+  int64_t NowMs() const override {
+    return std::chrono::duration_cast<Millis>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  static WallClock* Instance() {
+    static WallClock clock;
     return &clock;
   }
 };

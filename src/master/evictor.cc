@@ -46,10 +46,24 @@ EvictResult Evictor::RunIfAboveWatermark() {
   return EvictBytes(static_cast<uint64_t>(target));
 }
 
-EvictResult Evictor::EvictForAllocation(uint64_t needed) {
+EvictResult Evictor::EvictForAllocation(uint64_t needed, uint64_t largest_request) {
+  {
+    // Re-check under the lock: a put that failed while another thread's eviction ran may find
+    // the space already there, and must not evict a second share of the cache for it.
+    std::lock_guard lock(mu_);
+    uint64_t free_bytes = 0, largest_free = 0;
+    for (const auto& u : state_->segments().Usage()) {
+      if (u.identity->usable_from_ms > state_->clock()->NowMs()) continue;
+      free_bytes += u.stats.free_bytes;
+      largest_free = std::max(largest_free, u.stats.largest_free_block);
+    }
+    if (free_bytes >= needed && largest_free >= largest_request) return {};
+  }
   const double capacity = static_cast<double>(state_->segments().total_capacity());
   uint64_t by_ratio = static_cast<uint64_t>(state_->policy().eviction_ratio * capacity);
-  return EvictBytes(std::max(needed, by_ratio));
+  // One allocation never flushes more than a quarter of the cache (or the eviction ratio).
+  uint64_t cap = std::max(by_ratio, static_cast<uint64_t>(capacity / 4));
+  return EvictBytes(std::min(std::max(needed, by_ratio), cap));
 }
 
 EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned) {

@@ -36,8 +36,10 @@ class Evictor {
   // Evicts down below the high watermark, plus eviction_ratio of the capacity, if usage is above
   // the watermark; otherwise does nothing.
   EvictResult RunIfAboveWatermark();
-  // After an allocation of `needed` bytes failed: frees max(needed, ratio * capacity).
-  EvictResult EvictForAllocation(uint64_t needed);
+  // After allocations of `needed` bytes in all (the largest `largest_request`) failed: unless
+  // that space has come free meanwhile, frees max(needed, ratio * capacity), capped at
+  // max(ratio, 1/4) of the capacity.
+  EvictResult EvictForAllocation(uint64_t needed, uint64_t largest_request);
 
   uint64_t runs() const { return runs_; }
 

@@ -10,6 +10,14 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
   schema.AddUint("rpc_threads", &c->rpc_threads, "gRPC server threads (0: gRPC's default)", 0, 256);
   MasterPolicy& p = c->policy;
   schema.AddDurationMs("lease_ttl", &p.lease_ttl_ms, "how long a read lock lasts unless released");
+  schema.AddDurationMs("mount_quarantine", &p.mount_quarantine_ms,
+                       "a remounted segment takes no new objects for this long (late readers and "
+                       "writers of its old mount)");
+  schema.AddDurationMs("write_quarantine", &p.write_quarantine_ms,
+                       "space of a put revoked after a transfer error is reused only after this");
+  schema.AddString("history_file", &c->history_file,
+                   "append every operation of the ordered history to this file (debugging, "
+                   "replay tests); empty: off");
   schema.AddDurationMs("soft_pin_ttl", &p.soft_pin_ttl_ms,
                        "how long a soft pin protects an object after its last read");
   schema.AddDurationMs("client_ttl", &p.client_ttl_ms,

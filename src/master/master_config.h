@@ -20,6 +20,7 @@ struct MasterConfig {
   std::string log_level = "info";
   uint64_t rpc_threads = 0;        // 0: gRPC's default
   uint64_t shard_count = 1024;
+  std::string history_file;        // empty: no history file
   std::string eviction_policy = "s3fifo";  // s3fifo or lru; see EvictionPolicy
   MasterPolicy policy;             // policy.shard_count and eviction_policy are taken from above
 

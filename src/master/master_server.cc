@@ -1,5 +1,6 @@
 #include "master/master_server.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
@@ -23,6 +24,12 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
 MasterServer::~MasterServer() { Shutdown(); }
 
 Status MasterServer::Start() {
+  if (!config_.history_file.empty()) {
+    auto history = HistoryFile::Create(config_.history_file, *state_);
+    if (!history.ok()) return history.status();
+    history_ = std::move(*history);
+    state_->AddObserver([h = history_.get()](const Operation& op, const OpResult&) { h->Append(op); });
+  }
   grpc::ServerBuilder builder;
   int selected = 0;
   std::string address = config_.host + ":" + std::to_string(config_.port);
@@ -50,6 +57,19 @@ Status MasterServer::Start() {
   });
   http_.Get("/health", [] { return HttpResponse{200, "text/plain; charset=utf-8", "OK\n"}; });
   http_.Get("/status", [this] { return HttpResponse{200, "application/json", StatusJson()}; });
+  // The ordered history's position and the digest of the state there; a snapshot of it. For
+  // replay tests and for comparing masters (docs/master.md, "Ordered history").
+  http_.Get("/debug/digest", [this] {
+    MasterState::Fingerprint f = state_->StateFingerprint();
+    if (history_) (void)history_->Flush();  // every op up to f.seq is in the file
+    nlohmann::json doc;
+    doc["seq"] = f.seq;
+    doc["digest"] = fmt::format("{:016x}", f.digest);
+    return HttpResponse{200, "application/json", doc.dump() + "\n"};
+  });
+  http_.Get("/debug/snapshot", [this] {
+    return HttpResponse{200, "application/octet-stream", state_->EncodeSnapshot()};
+  });
   if (Status s = http_.Start(config_.host, config_.http_port); !s.ok()) {
     grpc_->Shutdown();
     grpc_.reset();
@@ -85,6 +105,7 @@ void MasterServer::Shutdown() {
     grpc_->Wait();
     grpc_.reset();
   }
+  if (history_) (void)history_->Flush();
 }
 
 void MasterServer::HousekeepingLoop() {
@@ -120,7 +141,7 @@ void MasterServer::RegisterMetrics() {
                                          "clients declared dead after their TTL");
   discarded_puts_ = metrics_.AddCounter("granary_master_discarded_puts_total",
                                         "unfinished puts freed at the release timeout");
-  state_->SetObserver([this](const Operation& op, const OpResult& result) {
+  state_->AddObserver([this](const Operation&, const OpResult& result) {
     if (const auto* e = std::get_if<EvictResult>(&result)) {
       evicted_objects_->Inc(e->objects);
       evicted_bytes_->Inc(e->bytes);

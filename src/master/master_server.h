@@ -20,6 +20,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "master/evictor.h"
+#include "master/history_file.h"
 #include "master/master_config.h"
 #include "master/master_service.h"
 #include "master/master_state.h"
@@ -28,7 +29,7 @@ namespace granary::master {
 
 class MasterServer {
  public:
-  explicit MasterServer(MasterConfig config, const Clock* clock = SystemClock::Instance());
+  explicit MasterServer(MasterConfig config, const Clock* clock = WallClock::Instance());
   ~MasterServer();
   MasterServer(const MasterServer&) = delete;
   MasterServer& operator=(const MasterServer&) = delete;
@@ -54,6 +55,7 @@ class MasterServer {
   std::unique_ptr<Evictor> evictor_;
   MetricsRegistry metrics_;
   std::unique_ptr<MasterService> service_;
+  std::unique_ptr<HistoryFile> history_;
   std::unique_ptr<grpc::Server> grpc_;
   HttpServer http_;
   uint16_t grpc_port_ = 0;

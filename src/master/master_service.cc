@@ -36,7 +36,7 @@ size_t FillStatuses(const std::vector<Status>& statuses, proto::BatchStatusRespo
 }
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
-  return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token()};
+  return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token(), s.fresh()};
 }
 
 PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
@@ -176,7 +176,9 @@ grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::Pin
     resp->set_code(static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
     return grpc::Status::OK;
   }
-  PingResult r = state_->Ping(req->client_id());
+  std::vector<MountRef> mounts;
+  for (const auto& m : req->mounts()) mounts.push_back({m.name(), m.token()});
+  PingResult r = state_->Ping(req->client_id(), std::move(mounts));
   resp->set_code(0);
   resp->set_status(r.need_remount ? proto::PingResponse::NEED_REMOUNT : proto::PingResponse::OK);
   resp->set_view_version(state_->segments().view_version());
@@ -193,16 +195,26 @@ grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartReques
                 ToPlacement(req->config()), req->upsert()};
   std::vector<PutStartKeyResult> results = state_->PutStart(op);
 
-  // A full store evicts now, once, and retries just the keys that found no space.
+  // A full store evicts now, once, and retries just the keys that found no space. A key larger
+  // than every segment can never fit: evicting for it would empty the cache for nothing.
   std::vector<size_t> full;
-  uint64_t needed = 0;
+  uint64_t needed = 0, largest_request = 0;
+  const uint64_t largest = state_->segments().LargestCapacity();
   for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].status.code() == ErrorCode::NO_AVAILABLE_HANDLE) {
-      full.push_back(i);
-      needed += op.sizes[i] * std::max<uint32_t>(op.config.replica_num, 1);
+    if (results[i].status.code() != ErrorCode::NO_AVAILABLE_HANDLE) continue;
+    if (OffsetAllocator::AllocationSize(op.sizes[i]) > largest) {
+      results[i].status = Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                                 "object of " + std::to_string(op.sizes[i]) +
+                                     " bytes is larger than every segment (largest " +
+                                     std::to_string(largest) + ")");
+      continue;
     }
+    full.push_back(i);
+    needed += OffsetAllocator::AllocationSize(op.sizes[i]);  // one replica each is enough to go on
+    largest_request = std::max(largest_request, OffsetAllocator::AllocationSize(op.sizes[i]));
   }
-  if (!full.empty() && evictor_->EvictForAllocation(needed).bytes > 0) {
+  if (!full.empty()) {
+    evictor_->EvictForAllocation(needed, largest_request);
     PutStartOp retry{op.client_id, {}, {}, op.config, op.upsert};
     for (size_t i : full) {
       retry.keys.push_back(op.keys[i]);
@@ -219,6 +231,7 @@ grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartReques
     out->set_code(Code(r.status));
     if (!r.status.ok()) out->set_message(r.status.message());
     FillReplicas(r.replicas, out->mutable_replicas());
+    out->set_put_gen(r.put_gen);
     errors += !r.status.ok();
   }
   scope.KeyErrors(errors);
@@ -230,7 +243,8 @@ grpc::Status MasterService::BatchPutEnd(Ctx*, const proto::BatchPutEndRequest* r
   CallScope scope(Metrics("BatchPutEnd"), req->keys_size());
   auto statuses = state_->PutEnd(
       {req->client_id(), Keys(req->keys()),
-       std::vector<uint64_t>(req->checksums().begin(), req->checksums().end())});
+       std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
+       std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return grpc::Status::OK;
 }
@@ -238,7 +252,10 @@ grpc::Status MasterService::BatchPutEnd(Ctx*, const proto::BatchPutEndRequest* r
 grpc::Status MasterService::BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest* req,
                                            proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutRevoke"), req->keys_size());
-  auto statuses = state_->PutRevoke({req->client_id(), Keys(req->keys())});
+  auto statuses = state_->PutRevoke(
+      {req->client_id(), Keys(req->keys()),
+       std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end()),
+       req->after_transfer_error()});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return grpc::Status::OK;
 }

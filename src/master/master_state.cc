@@ -4,6 +4,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <limits>
+
+#include "master/state_codec.h"
 
 namespace granary::master {
 
@@ -37,6 +40,13 @@ Result<std::unique_ptr<RE2>> CompilePattern(const std::string& pattern) {
   }
   return re;
 }
+// now + ttl without overflow: a client may ask for a TTL of 2^63 - 1.
+int64_t SaturatingAdd(int64_t now, int64_t ttl) {
+  if (ttl <= 0) return now;
+  if (now > std::numeric_limits<int64_t>::max() - ttl) return std::numeric_limits<int64_t>::max();
+  return now + ttl;
+}
+
 Status BatchLimit(size_t keys) {
   if (keys <= kMaxBatchKeys) return Status::Ok();
   return Status(ErrorCode::INVALID_PARAMS, "batch of " + std::to_string(keys) +
@@ -62,11 +72,36 @@ MasterState::MasterState(MasterPolicy policy, const Clock* clock, uint64_t segme
   for (uint32_t i = 0; i < policy_.shard_count; ++i) shards_.push_back(std::make_unique<Shard>());
 }
 
-void MasterState::SetObserver(std::function<void(const Operation&, const OpResult&)> observer) {
-  observer_ = std::move(observer);
+void MasterState::AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
+
+OpResult MasterState::Apply(Operation op) {
+  std::lock_guard lock(apply_mu_);
+  op.seq = last_seq_ + 1;
+  op.now_ms = std::max(op.now_ms, last_now_ms_);
+  return ApplyLocked(op);
 }
 
-OpResult MasterState::Apply(const Operation& op) {
+Result<OpResult> MasterState::Replay(const Operation& op) {
+  std::lock_guard lock(apply_mu_);
+  if (op.seq != last_seq_ + 1) {
+    return Status(ErrorCode::INVALID_PARAMS, "operation " + std::to_string(op.seq) +
+                                                 " does not follow " + std::to_string(last_seq_));
+  }
+  if (op.now_ms < last_now_ms_) {
+    return Status(ErrorCode::INVALID_PARAMS, "operation " + std::to_string(op.seq) +
+                                                 " goes back in time");
+  }
+  return ApplyLocked(op);
+}
+
+uint64_t MasterState::last_seq() const {
+  std::lock_guard lock(apply_mu_);
+  return last_seq_;
+}
+
+OpResult MasterState::ApplyLocked(const Operation& op) {
+  last_seq_ = op.seq;
+  last_now_ms_ = op.now_ms;
   const int64_t now = op.now_ms;
   OpResult result = std::visit(
       Overloaded{
@@ -88,7 +123,7 @@ OpResult MasterState::Apply(const Operation& op) {
           [&](const SweepOp& o) -> OpResult { return ApplySweep(o, now); },
       },
       op.body);
-  if (observer_) observer_(op, result);
+  for (const auto& observer : observers_) observer(op, result);
   return result;
 }
 
@@ -123,7 +158,7 @@ MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
       existing->token != op.segment.token) {
     ApplyUnmount(UnmountSegmentOp{"", op.segment.name}, now);
   }
-  auto id = segments_.Mount(op.client_id, op.segment);
+  auto id = segments_.Mount(op.client_id, op.segment, now, policy_.mount_quarantine_ms);
   if (!id.ok()) return {id.status(), 0};
   std::lock_guard lock(clients_mu_);
   client_last_seen_ms_[op.client_id] = now;
@@ -166,10 +201,22 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
 
 PingResult MasterState::ApplyPing(const PingOp& op, int64_t now) {
   if (op.client_id.empty()) return {};
-  std::lock_guard lock(clients_mu_);
-  auto [it, inserted] = client_last_seen_ms_.try_emplace(op.client_id, now);
-  it->second = now;
-  return {inserted};
+  bool need_remount = false;
+  {
+    std::lock_guard lock(clients_mu_);
+    auto [it, inserted] = client_last_seen_ms_.try_emplace(op.client_id, now);
+    it->second = now;
+    need_remount = inserted;
+  }
+  // A mount the caller believes it holds but the master does not (expired and taken by another,
+  // remounted under a newer token, or lost with a master restart) must be mounted again.
+  for (const auto& mount : op.mounts) {
+    auto held = segments_.FindByName(mount.name);
+    if (!held || held->client_id != op.client_id || held->token != mount.token) {
+      need_remount = true;
+    }
+  }
+  return {need_remount};
 }
 
 ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int64_t now) {
@@ -179,6 +226,15 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
     // A ping that raced the decision to expire wins.
     if (it == client_last_seen_ms_.end() || it->second + policy_.client_ttl_ms > now) return {};
     client_last_seen_ms_.erase(it);
+  }
+  // Its unfinished puts can never end: a new put of those keys takes them over at once.
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    for (std::string_view key : shard.pending_keys) {
+      ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      if (meta.pending->client_id == op.client_id) meta.pending->writer_expired = true;
+    }
   }
   ExpireClientResult result;
   for (const auto& name : segments_.NamesOf(op.client_id)) {
@@ -249,7 +305,8 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   if (it != shard.objects.end()) {
     ObjectMeta& meta = it->second;
     if (meta.pending) {
-      if (now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
+      if (!meta.pending->writer_expired &&
+          now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
         return {Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being written"), {}};
       }
       // A zombie put: its writer may still scribble into the old extents until the release
@@ -273,7 +330,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   std::vector<Extent> extents;
   std::vector<uint64_t> used;
   for (uint32_t r = 0; r < wanted; ++r) {
-    auto extent = segments_.AllocateOn(candidates, size, used);
+    auto extent = segments_.AllocateOn(candidates, size, used, now);
     if (!extent) break;
     used.push_back(extent->segment_id);
     extents.push_back(*extent);
@@ -287,6 +344,8 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   if (it == shard.objects.end()) it = shard.objects.try_emplace(key).first;
   PendingWrite pending;
   pending.client_id = op.client_id;
+  pending.gen = next_put_gen_++;
+  const uint64_t gen = pending.gen;
   pending.version.size = size;
   pending.version.replicas = extents;
   pending.pin.hard = op.config.with_hard_pin;
@@ -295,7 +354,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
       op.config.soft_pin_ttl_ms > 0 ? op.config.soft_pin_ttl_ms : policy_.soft_pin_ttl_ms;
   pending.start_ms = now;
   SetPending(shard, it, std::move(pending));
-  return {Status::Ok(), std::move(extents)};
+  return {Status::Ok(), std::move(extents), gen};
 }
 
 std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
@@ -304,9 +363,9 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
     std::fill(results.begin(), results.end(), limit);
     return results;
   }
-  if (op.checksums.size() != op.keys.size()) {
+  if (op.checksums.size() != op.keys.size() || op.put_gens.size() != op.keys.size()) {
     std::fill(results.begin(), results.end(),
-              Status(ErrorCode::INVALID_PARAMS, "keys and checksums differ in length"));
+              Status(ErrorCode::INVALID_PARAMS, "keys, checksums and put generations differ in length"));
     return results;
   }
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
@@ -327,6 +386,12 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may end a put");
         continue;
       }
+      if (meta.pending->gen != op.put_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT,
+                            "put generation " + std::to_string(op.put_gens[i]) +
+                                " is not the pending one: another put of this key took over");
+        continue;
+      }
       if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
         FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
         meta.committed.reset();
@@ -344,7 +409,7 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
       committed_count_++;
       meta.hard_pinned = pending.pin.hard;
       meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
-      meta.soft_pin_until_ms = pending.pin.soft ? now + pending.pin.soft_ttl_ms : 0;
+      meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
       meta.last_access_ms = now;
     }
   }
@@ -355,6 +420,11 @@ std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t n
   std::vector<Status> results(op.keys.size());
   if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
     std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
+  if (op.put_gens.size() != op.keys.size()) {
+    std::fill(results.begin(), results.end(),
+              Status(ErrorCode::INVALID_PARAMS, "keys and put generations differ in length"));
     return results;
   }
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
@@ -375,7 +445,20 @@ std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t n
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may revoke a put");
         continue;
       }
-      FreeExtents(meta.pending->version.replicas);  // the writer says it no longer writes
+      if (meta.pending->gen != op.put_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT,
+                            "put generation " + std::to_string(op.put_gens[i]) +
+                                " is not the pending one: another put of this key took over");
+        continue;
+      }
+      if (op.after_transfer_error) {
+        // Bytes of the failed transfer may still reach the node: nobody gets this space before
+        // the data plane has given up on them.
+        FreeLater(meta.pending->version.replicas, SaturatingAdd(now, policy_.write_quarantine_ms),
+                  now);
+      } else {
+        FreeExtents(meta.pending->version.replicas);  // the writer says it no longer writes
+      }
       ClearPending(shard, it);
       EraseIfEmpty(shard, it);
     }
@@ -425,7 +508,7 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
       }
       meta.last_access_ms = now;
       if (meta.reads < kMaxQueueReads) meta.reads++;
-      if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = now + meta.soft_pin_ttl_ms;
+      if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = SaturatingAdd(now, meta.soft_pin_ttl_ms);
       out.size = meta.committed->size;
       out.checksum = meta.committed->checksum;
       out.replicas = meta.committed->replicas;
@@ -519,15 +602,21 @@ RemoveCountResult MasterState::ApplyRemoveMatching(
   for (auto& shard_ptr : shards_) {
     Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
-    for (auto it = shard.objects.begin(); it != shard.objects.end();) {
-      auto current = it++;
-      if (!match(current->first)) continue;
-      ObjectMeta& meta = current->second;
+    // Key order, not the hash map's: the order of frees decides the allocators' later choices,
+    // and a replica of this state (snapshot-loaded) iterates its maps differently.
+    std::vector<std::string> matched;
+    for (const auto& [key, meta] : shard.objects) {
+      if (match(key)) matched.push_back(key);
+    }
+    std::sort(matched.begin(), matched.end());
+    for (const auto& key : matched) {
+      auto it = shard.objects.find(key);
+      ObjectMeta& meta = it->second;
       if (!meta.committed || (!force && meta.IsReadLocked(now))) {
         result.skipped++;
         continue;
       }
-      DropCommitted(shard, current, now);
+      DropCommitted(shard, it, now);
       result.removed++;
     }
   }
@@ -622,13 +711,16 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
   for (auto& shard_ptr : shards_) {
     Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
-    std::vector<std::string_view> expired;
+    std::vector<std::string> expired;
     for (std::string_view key : shard.pending_keys) {
       const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
-      if (meta.pending->start_ms + policy_.put_release_timeout_ms <= now) expired.push_back(key);
+      if (meta.pending->start_ms + policy_.put_release_timeout_ms <= now) {
+        expired.emplace_back(key);
+      }
     }
-    for (std::string_view key : expired) {
-      auto it = shard.objects.find(std::string(key));
+    std::sort(expired.begin(), expired.end());  // free order is state: never the set's order
+    for (const auto& key : expired) {
+      auto it = shard.objects.find(key);
       FreeExtents(it->second.pending->version.replicas);
       ClearPending(shard, it);
       EraseIfEmpty(shard, it);
@@ -638,8 +730,8 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
   std::vector<Extent> due;
   {
     std::lock_guard lock(deferred_mu_);
-    auto split = std::partition(deferred_.begin(), deferred_.end(),
-                                [now](const DeferredFree& d) { return d.release_at_ms > now; });
+    auto split = std::stable_partition(deferred_.begin(), deferred_.end(),
+                                       [now](const DeferredFree& d) { return d.release_at_ms > now; });
     for (auto it = split; it != deferred_.end(); ++it) due.push_back(it->extent);
     deferred_.erase(split, deferred_.end());
   }
@@ -770,6 +862,7 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   stat.hard_pinned = meta.hard_pinned;
   stat.soft_pinned = meta.IsSoftPinned(now);
   stat.idle_ms = meta.last_access_ms ? now - meta.last_access_ms : 0;
+  stat.put_gen = meta.pending ? meta.pending->gen : 0;
   return stat;
 }
 
@@ -799,6 +892,231 @@ void MasterState::ScanShard(size_t i,
   const Shard& shard = *shards_[i];
   std::lock_guard lock(shard.mu);
   for (const auto& [key, meta] : shard.objects) fn(key, meta);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots
+
+// Everything in the policy decides effects, so a snapshot only loads under the same policy.
+template <typename IO>
+void Fields(IO& io, MasterPolicy& p) {
+  io(p.lease_ttl_ms); io(p.mount_quarantine_ms); io(p.write_quarantine_ms);
+  io(p.soft_pin_ttl_ms); io(p.client_ttl_ms); io(p.put_discard_timeout_ms);
+  io(p.put_release_timeout_ms); io(p.eviction_high_watermark); io(p.eviction_ratio);
+  io(p.allow_evict_soft_pinned);
+  uint8_t policy = static_cast<uint8_t>(p.eviction_policy);
+  io(policy);
+  p.eviction_policy = static_cast<EvictionPolicy>(policy);
+  io(p.eviction_small_ratio); io(p.eviction_ghost_ratio); io(p.shard_count);
+}
+
+namespace {
+constexpr uint64_t kSnapshotMagic = 0x50414E5352524E47;  // "GNRRSNAP"
+}  // namespace
+
+void MasterState::EncodeLocked(Encoder& out) const {
+  uint64_t magic = kSnapshotMagic, format = kSnapshotFormat;
+  out(magic);
+  out(format);
+  MasterPolicy policy = policy_;
+  out(policy);
+  uint64_t seq = last_seq_, gen = next_put_gen_, base = segment_id_base_;
+  int64_t last_now = last_now_ms_;
+  out(seq);
+  out(last_now);
+  out(gen);
+  out(base);
+  segments_.Encode(out);
+
+  std::vector<std::pair<std::string_view, const ObjectMeta*>> objects;
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);  // held only for TSan's sake: apply_mu_ excludes writers
+    for (const auto& [key, meta] : shard->objects) objects.emplace_back(key, &meta);
+  }
+  std::sort(objects.begin(), objects.end());
+  uint64_t count = objects.size();
+  out(count);
+  for (auto& [key, meta] : objects) {
+    std::string k(key);
+    out(k);
+    out(const_cast<ObjectMeta&>(*meta));  // the Encoder only reads
+  }
+  {
+    std::lock_guard lock(clients_mu_);
+    std::vector<std::pair<std::string, int64_t>> clients(client_last_seen_ms_.begin(),
+                                                         client_last_seen_ms_.end());
+    std::sort(clients.begin(), clients.end());
+    uint64_t n = clients.size();
+    out(n);
+    for (auto& [id, seen] : clients) {
+      out(id);
+      out(seen);
+    }
+  }
+  {
+    std::lock_guard lock(deferred_mu_);
+    uint64_t n = deferred_.size();
+    out(n);
+    for (DeferredFree d : deferred_) {
+      out(d.extent);
+      out(d.release_at_ms);
+    }
+  }
+  for (const auto& g : ghost_) {
+    std::lock_guard lock(g.mu);
+    uint64_t next = g.next, n = g.fifo.size();
+    out(next);
+    out(n);
+    for (auto [hash, entry] : g.fifo) {
+      out(hash);
+      out(entry);
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> live(g.live.begin(), g.live.end());
+    std::sort(live.begin(), live.end());
+    uint64_t m = live.size();
+    out(m);
+    for (auto& [hash, entry] : live) {
+      out(hash);
+      out(entry);
+    }
+  }
+}
+
+std::string MasterState::EncodeSnapshot() const {
+  std::lock_guard lock(apply_mu_);
+  Encoder out;
+  EncodeLocked(out);
+  return out.Take();
+}
+
+uint64_t MasterState::Digest() const { return StateFingerprint().digest; }
+
+MasterState::Fingerprint MasterState::StateFingerprint() const {
+  std::lock_guard lock(apply_mu_);
+  Encoder out;
+  EncodeLocked(out);
+  return {last_seq_, XXH3_64bits(out.bytes().data(), out.bytes().size())};
+}
+
+Status MasterState::LoadSnapshot(std::string_view bytes) {
+  auto bad = [](const std::string& why) {
+    return Status(ErrorCode::INVALID_PARAMS, "snapshot rejected: " + why);
+  };
+  Decoder in(bytes);
+  uint64_t magic = 0, format = 0;
+  in(magic);
+  in(format);
+  if (!in.ok() || magic != kSnapshotMagic) return bad("not a master snapshot");
+  if (format != kSnapshotFormat) return bad("format " + std::to_string(format) + " unknown");
+  MasterPolicy policy;
+  in(policy);
+  Encoder theirs, ours;
+  MasterPolicy mine = policy_;
+  theirs(policy);
+  ours(mine);
+  if (!in.ok() || theirs.bytes() != ours.bytes()) {
+    return bad("made under another policy (every timeout, eviction setting and the shard count "
+               "must match)");
+  }
+  uint64_t seq = 0, gen = 0, base = 0;
+  int64_t last_now = 0;
+  in(seq);
+  in(last_now);
+  in(gen);
+  in(base);
+  SegmentTable segments(base);
+  if (!in.ok() || !segments.Decode(in)) return bad("malformed segment table");
+
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (uint32_t i = 0; i < policy_.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
+  uint64_t count = 0, committed = 0, pending = 0;
+  in(count);
+  for (uint64_t i = 0; i < count && in.ok(); ++i) {
+    std::string key;
+    ObjectMeta meta;
+    in(key);
+    in(meta);
+    if (!in.ok() || !ValidateKey(key).ok() || (!meta.committed && !meta.pending)) {
+      return bad("malformed object record");
+    }
+    Shard& shard = *shards[ShardOf(key)];
+    auto [it, inserted] = shard.objects.try_emplace(std::move(key), std::move(meta));
+    if (!inserted) return bad("duplicate key");
+    committed += it->second.committed.has_value();
+    if (it->second.pending) {
+      shard.pending_keys.insert(std::string_view(it->first));
+      pending++;
+    }
+  }
+  uint64_t n = 0;
+  in(n);
+  std::unordered_map<std::string, int64_t> clients;
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    std::string id;
+    int64_t seen = 0;
+    in(id);
+    in(seen);
+    clients[id] = seen;
+  }
+  in(n);
+  std::vector<DeferredFree> deferred;
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    DeferredFree d;
+    in(d.extent);
+    in(d.release_at_ms);
+    deferred.push_back(d);
+  }
+  std::array<std::tuple<uint64_t, std::deque<std::pair<uint64_t, uint64_t>>,
+                        std::unordered_map<uint64_t, uint64_t>>,
+             kGhostStripes>
+      ghost;
+  for (auto& [next, fifo, live] : ghost) {
+    in(next);
+    in(n);
+    for (uint64_t i = 0; i < n && in.ok(); ++i) {
+      uint64_t hash = 0, entry = 0;
+      in(hash);
+      in(entry);
+      fifo.emplace_back(hash, entry);
+    }
+    in(n);
+    for (uint64_t i = 0; i < n && in.ok(); ++i) {
+      uint64_t hash = 0, entry = 0;
+      in(hash);
+      in(entry);
+      live[hash] = entry;
+    }
+  }
+  if (!in.ok() || !in.done()) return bad("malformed or trailing bytes");
+
+  std::lock_guard lock(apply_mu_);
+  // SegmentTable is not movable (mutexes, atomics): re-decode into ours from the same bytes.
+  Encoder table;
+  segments.Encode(table);
+  Decoder again(table.bytes());
+  if (!segments_.Decode(again)) return bad("segment table");
+  segment_id_base_ = base;
+  shards_ = std::move(shards);
+  committed_count_ = committed;
+  pending_count_ = pending;
+  {
+    std::lock_guard clients_lock(clients_mu_);
+    client_last_seen_ms_ = std::move(clients);
+  }
+  {
+    std::lock_guard deferred_lock(deferred_mu_);
+    deferred_ = std::move(deferred);
+  }
+  for (size_t i = 0; i < kGhostStripes; ++i) {
+    std::lock_guard ghost_lock(ghost_[i].mu);
+    ghost_[i].next = std::get<0>(ghost[i]);
+    ghost_[i].fifo = std::move(std::get<1>(ghost[i]));
+    ghost_[i].live = std::move(std::get<2>(ghost[i]));
+  }
+  last_seq_ = seq;
+  last_now_ms_ = last_now;
+  next_put_gen_ = gen;
+  return Status::Ok();
 }
 
 }  // namespace granary::master

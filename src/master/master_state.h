@@ -1,12 +1,16 @@
 // master/master_state.h - the master's metadata: segments, objects, clients, and the one function
 // that changes them.
 //
-// Promise: Apply(op) is the only mutation. It is safe to call from many threads at once: objects
-// live in shards (each with its own mutex, taken once per batch call), segments in a SegmentTable.
-// Queries take the same shard locks and never change anything (an existence check is not a read:
-// it takes no lock and does not refresh recency).
-// Lock order: shard -> segment table -> segment; clients_mu_, deferred_mu_ and the ghost stripes'
-// mutexes are leaves.
+// Promise: Apply(op) is the only mutation. Operations are applied one at a time in one total
+// order: Apply numbers each (seq 1, 2, 3...), stamps a wall-clock time no earlier than the
+// previous operation's, and its effect is a function of the state and the operation alone (no
+// hash-map iteration order, no clock read, no randomness), so replaying the stream, or loading a
+// snapshot and replaying what followed it, gives a state with the same Digest().
+// Queries run concurrently with Apply: objects live in shards (each with its own mutex), segments
+// in a SegmentTable; queries take those locks and never change anything (an existence check is
+// not a read: it takes no lock and does not refresh recency).
+// Lock order: apply -> shard -> segment table -> segment; clients_mu_, deferred_mu_ and the ghost
+// stripes' mutexes are leaves. Observers run under the apply lock, in sequence order.
 // Ownership: MasterState owns everything below it; results are copies.
 #pragma once
 
@@ -39,6 +43,12 @@ enum class EvictionPolicy { kLru, kS3Fifo };
 // Timeouts and policies; defaults are Mooncake Store's (shared/MOONCAKE-API.md).
 struct MasterPolicy {
   int64_t lease_ttl_ms = 10'000;
+  // A remounted segment (not fresh) allocates nothing for this long: readers of the old mount
+  // finish or abandon within their lease, and the old mount's TCP writers are refused by token.
+  int64_t mount_quarantine_ms = 10'000;
+  // Space of a put revoked after a transfer error waits this long before reuse: its bytes may
+  // still sit in socket buffers on their way to the node (2x the node's data idle timeout).
+  int64_t write_quarantine_ms = 120'000;
   int64_t soft_pin_ttl_ms = 30 * 60'000;
   int64_t client_ttl_ms = 10'000;
   int64_t put_discard_timeout_ms = 30'000;
@@ -72,6 +82,7 @@ struct ObjectStat {
   bool hard_pinned = false;
   bool soft_pinned = false;
   int64_t idle_ms = 0;
+  uint64_t put_gen = 0;  // of the pending write, if any
 };
 
 struct ObjectSummaryRow {
@@ -94,21 +105,46 @@ class MasterState {
   MasterState(const MasterState&) = delete;
   MasterState& operator=(const MasterState&) = delete;
 
-  // The single mutation point. The observer, if set, sees every operation after it is applied.
-  OpResult Apply(const Operation& op);
-  void SetObserver(std::function<void(const Operation&, const OpResult&)> observer);
+  // The single mutation point (the leader's path): gives op the next sequence number and a time
+  // of max(op.now_ms, the previous operation's), applies it, and shows it to every observer.
+  OpResult Apply(Operation op);
+  // A standby's path: applies an operation of another master's history as it is. Its seq must
+  // be last_seq() + 1 and its time no earlier than the previous one (else INVALID_PARAMS and
+  // nothing changes).
+  Result<OpResult> Replay(const Operation& op);
+  using Observer = std::function<void(const Operation&, const OpResult&)>;
+  // Observers see every applied operation, in order, under the apply lock: keep them short.
+  // Add them before the state is shared between threads.
+  void AddObserver(Observer observer);
+
+  // ---- ordered history ----
+  uint64_t last_seq() const;
+  // The whole state, canonically encoded (objects sorted by key, segments by id, allocators'
+  // internals, queues, ghost, clients, deferred frees, counters) with the last seq it includes.
+  std::string EncodeSnapshot() const;
+  // Replaces this state with a snapshot's. INVALID_PARAMS for malformed bytes or a snapshot made
+  // under another policy (replay would diverge); nothing changes then. Not while others use it.
+  Status LoadSnapshot(std::string_view bytes);
+  // XXH3-64 of EncodeSnapshot(): equal digests, equal states.
+  uint64_t Digest() const;
+  struct Fingerprint {
+    uint64_t seq = 0;
+    uint64_t digest = 0;
+  };
+  // The digest and the last seq it covers, taken together.
+  Fingerprint StateFingerprint() const;
 
   // Typed shorthands: stamp the clock's time on an operation and Apply it.
   template <typename Body, typename R>
   R Do(Body body) {
-    return std::get<R>(Apply(Operation{clock_->NowMs(), std::move(body)}));
+    return std::get<R>(Apply(Operation{clock_->NowMs(), 0, std::move(body)}));
   }
   MountResult Mount(MountSegmentOp op) { return Do<MountSegmentOp, MountResult>(std::move(op)); }
   UnmountResult Unmount(UnmountSegmentOp op) {
     return Do<UnmountSegmentOp, UnmountResult>(std::move(op));
   }
-  PingResult Ping(std::string client_id) {
-    return Do<PingOp, PingResult>(PingOp{std::move(client_id)});
+  PingResult Ping(std::string client_id, std::vector<MountRef> mounts = {}) {
+    return Do<PingOp, PingResult>(PingOp{std::move(client_id), std::move(mounts)});
   }
   ExpireClientResult ExpireClient(std::string client_id) {
     return Do<ExpireClientOp, ExpireClientResult>(ExpireClientOp{std::move(client_id)});
@@ -185,6 +221,7 @@ class MasterState {
     int64_t release_at_ms = 0;
   };
 
+  OpResult ApplyLocked(const Operation& op);  // caller holds apply_mu_
   size_t ShardOf(std::string_view key) const;
   // Key indices grouped by shard, so a batch takes each shard lock once.
   std::vector<std::pair<size_t, std::vector<size_t>>> GroupByShard(
@@ -223,6 +260,7 @@ class MasterState {
   void GhostAdd(const std::string& key);
   bool GhostTake(const std::string& key);
   void FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms, int64_t now);
+  void EncodeLocked(Encoder& out) const;  // caller holds apply_mu_
 
   MasterPolicy policy_;
   const Clock* clock_;
@@ -240,7 +278,12 @@ class MasterState {
 
   std::array<GhostStripe, kGhostStripes> ghost_;
 
-  std::function<void(const Operation&, const OpResult&)> observer_;
+  // Serialises every mutation: the one total order of the history.
+  mutable std::mutex apply_mu_;
+  uint64_t last_seq_ = 0;
+  int64_t last_now_ms_ = 0;
+  uint64_t next_put_gen_ = 1;
+  std::vector<Observer> observers_;
 };
 
 // Validates a key; OK or INVALID_KEY with the reason.

@@ -44,10 +44,12 @@ struct PinConfig {
 };
 
 struct PendingWrite {
-  std::string client_id;  // the only client that may end or revoke it
+  std::string client_id;  // the only client that may end or revoke it...
+  uint64_t gen = 0;       // ...quoting this generation (a later put of the key has another)
   Version version;
   PinConfig pin;
   int64_t start_ms = 0;
+  bool writer_expired = false;  // its client was declared dead: a new put may take the key over
 };
 
 // A read lock held by one client; counted, because a client may read a key from several threads.

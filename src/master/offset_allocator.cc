@@ -28,8 +28,11 @@
 
 #include "master/offset_allocator.h"
 
+#include <algorithm>
 #include <bit>
 #include <cassert>
+
+#include "master/binary_codec.h"
 
 namespace granary::master {
 
@@ -237,6 +240,89 @@ OffsetAllocator::Stats OffsetAllocator::GetStats() const {
     s.largest_free_block = largest * kUnit;
   }
   return s;
+}
+
+// ---- snapshot ----
+
+void OffsetAllocator::Encode(Encoder& out) const {
+  uint64_t capacity = capacity_, group_mask = group_mask_, used = used_units_;
+  uint64_t free_blocks = free_block_count_, allocations = allocation_count_;
+  uint32_t unused_head = unused_head_;
+  out(capacity);
+  out(group_mask);
+  out(used);
+  out(free_blocks);
+  out(allocations);
+  out(unused_head);
+  for (uint8_t m : bin_mask_) {
+    uint8_t v = m;
+    out(v);
+  }
+  for (uint32_t h : bin_head_) {
+    uint32_t v = h;
+    out(v);
+  }
+  uint64_t count = nodes_.size();
+  out(count);
+  for (const Node& n : nodes_) {
+    uint64_t offset = n.offset, size = n.size;
+    uint32_t lp = n.list_prev, ln = n.list_next, pp = n.phys_prev, pn = n.phys_next;
+    uint8_t state = static_cast<uint8_t>(n.state);
+    out(offset);
+    out(size);
+    out(lp);
+    out(ln);
+    out(pp);
+    out(pn);
+    out(state);
+  }
+}
+
+bool OffsetAllocator::Decode(Decoder& in) {
+  OffsetAllocator a(0);
+  in(a.capacity_);
+  in(a.group_mask_);
+  in(a.used_units_);
+  in(a.free_block_count_);
+  in(a.allocation_count_);
+  in(a.unused_head_);
+  for (uint8_t& m : a.bin_mask_) in(m);
+  for (uint32_t& h : a.bin_head_) in(h);
+  uint64_t count = 0;
+  in(count);
+  // Each node takes at least 7 bytes: a larger count is a lie, not a reason to allocate.
+  if (!in.ok() || count >= kNone || count > (uint64_t{1} << 40)) return false;
+  a.nodes_.reserve(std::min<uint64_t>(count, 1 << 20));
+  uint64_t units = 0;
+  for (uint64_t i = 0; i < count && in.ok(); ++i) {
+    Node n;
+    uint8_t state = 0;
+    in(n.offset);
+    in(n.size);
+    in(n.list_prev);
+    in(n.list_next);
+    in(n.phys_prev);
+    in(n.phys_next);
+    in(state);
+    if (state > static_cast<uint8_t>(State::kUsed)) return false;
+    n.state = static_cast<State>(state);
+    if (n.state != State::kUnused) units += n.size;
+    a.nodes_.push_back(n);
+  }
+  if (!in.ok() || a.capacity_ % kUnit != 0 || units != a.capacity_ / kUnit) return false;
+  auto valid = [&](uint32_t idx) { return idx == kNone || idx < a.nodes_.size(); };
+  if (!valid(a.unused_head_)) return false;
+  for (uint32_t h : a.bin_head_) {
+    if (!valid(h)) return false;
+  }
+  for (const Node& n : a.nodes_) {
+    if (!valid(n.list_prev) || !valid(n.list_next) || !valid(n.phys_prev) ||
+        !valid(n.phys_next)) {
+      return false;
+    }
+  }
+  *this = std::move(a);
+  return true;
 }
 
 }  // namespace granary::master

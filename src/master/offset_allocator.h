@@ -23,6 +23,9 @@
 
 namespace granary::master {
 
+class Encoder;
+class Decoder;
+
 class OffsetAllocator {
  public:
   static constexpr uint64_t kAlignment = 64;  // every offset and size is a multiple of this
@@ -74,6 +77,12 @@ class OffsetAllocator {
   Stats GetStats() const;
 
   uint64_t capacity() const { return capacity_; }
+
+  // The allocator's whole state (node table, free lists in their order, counters), so that a
+  // decoded copy makes exactly the same choices from then on: part of a master snapshot.
+  // Decode replaces *this only if the bytes describe a consistent allocator; false otherwise.
+  void Encode(Encoder& out) const;
+  bool Decode(Decoder& in);
 
   // Blocks examined by Allocate and Free since construction (at most 2 per call); lets tests
   // check that the cost per call does not grow with the number of blocks.

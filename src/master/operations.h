@@ -1,9 +1,12 @@
 // master/operations.h - every change of the master's state, as a value.
 //
 // The master is a state machine: MasterState::Apply(Operation) is the only code that mutates it.
-// An operation carries everything its effect depends on, including the time it was issued at, so
-// the same stream applied in the same order to a fresh state gives the same state: that stream is
-// what a standby master replays. Pure queries (exist, size, stat, list) are not operations.
+// Apply puts every operation in one total order (its sequence number) and stamps it with a time
+// that means the same on every master (wall-clock milliseconds, never earlier than the previous
+// operation's). An operation carries everything its effect depends on, so the same stream applied
+// in the same order to a fresh state (or to a snapshot, from the operation after it) gives the
+// same state, byte for byte: that stream is what a standby master replays (docs/master.md,
+// "Ordered history"). Pure queries (exist, size, stat, list) are not operations.
 #pragma once
 
 #include <cstdint>
@@ -26,14 +29,20 @@ struct PlacementConfig {
 
 struct MountSegmentOp {
   std::string client_id;
-  SegmentSpec segment;
+  SegmentSpec segment;  // spec.fresh: memory nobody was handed before; otherwise quarantined
 };
 struct UnmountSegmentOp {
   std::string client_id;  // empty: the master itself, e.g. expiring a dead node
   std::string name;
 };
+// A segment the pinging client believes it has mounted, under the mount's token.
+struct MountRef {
+  std::string name;
+  uint64_t token = 0;
+};
 struct PingOp {
   std::string client_id;
+  std::vector<MountRef> mounts;
 };
 struct ExpireClientOp {
   std::string client_id;
@@ -49,10 +58,14 @@ struct PutEndOp {
   std::string client_id;
   std::vector<std::string> keys;
   std::vector<uint64_t> checksums;
+  std::vector<uint64_t> put_gens;  // each key's PutStart generation
 };
 struct PutRevokeOp {
   std::string client_id;
   std::vector<std::string> keys;
+  std::vector<uint64_t> put_gens;
+  // Bytes may still be in flight to the nodes: quarantine the space instead of freeing it.
+  bool after_transfer_error = false;
 };
 struct GetReplicaListOp {
   std::string client_id;
@@ -86,7 +99,8 @@ struct EvictOp {
 struct SweepOp {};
 
 struct Operation {
-  int64_t now_ms = 0;
+  int64_t now_ms = 0;  // wall-clock ms; Apply raises it to the previous operation's if earlier
+  uint64_t seq = 0;    // position in the total order, set by Apply (1, 2, 3...)
   std::variant<MountSegmentOp, UnmountSegmentOp, PingOp, ExpireClientOp, PutStartOp, PutEndOp,
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
                EvictOp, SweepOp>
@@ -111,6 +125,7 @@ struct ExpireClientResult {
 struct PutStartKeyResult {
   Status status;
   std::vector<Extent> replicas;
+  uint64_t put_gen = 0;  // names this put; PutEnd and PutRevoke quote it
 };
 struct ReadKeyResult {
   Status status;
@@ -131,6 +146,14 @@ struct SweepResult {
   uint64_t discarded_puts = 0;    // pending writes dropped at the release timeout
   uint64_t freed_extents = 0;     // deferred frees that came due
 };
+
+// The put generations of a PutStart's results, in key order (0 for keys that failed).
+inline std::vector<uint64_t> Gens(const std::vector<PutStartKeyResult>& started) {
+  std::vector<uint64_t> gens;
+  gens.reserve(started.size());
+  for (const auto& r : started) gens.push_back(r.put_gen);
+  return gens;
+}
 
 using OpResult = std::variant<MountResult, UnmountResult, PingResult, ExpireClientResult,
                               std::vector<PutStartKeyResult>, std::vector<Status>,

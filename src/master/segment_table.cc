@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/names.h"
+#include "master/binary_codec.h"
+
 namespace granary::master {
 
 uint64_t SegmentTable::DefaultSegmentIdBase() {
@@ -12,11 +15,18 @@ uint64_t SegmentTable::DefaultSegmentIdBase() {
          << 16;
 }
 
-Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const SegmentSpec& spec) {
+Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const SegmentSpec& spec,
+                                     int64_t now_ms, int64_t quarantine_ms) {
   const std::string& name = spec.name;
   const uint64_t size = spec.size;
-  if (name.empty()) return Status(ErrorCode::INVALID_PARAMS, "segment name is empty");
   if (client_id.empty()) return Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+  if (Status s = ValidateName("segment name", name); !s.ok()) return s;
+  if (!spec.shm_name.empty()) {
+    if (Status s = ValidateName("shared-memory name", spec.shm_name); !s.ok()) return s;
+  }
+  if (spec.endpoint.size() > 1024 || spec.host_id.size() > 1024) {
+    return Status(ErrorCode::INVALID_PARAMS, "endpoint or host id longer than 1024 bytes");
+  }
   if (size < OffsetAllocator::kAlignment) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "segment size " + std::to_string(size) + " is below the minimum of " +
@@ -51,6 +61,7 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
   identity->shm_name = spec.shm_name;
   identity->host_id = spec.host_id;
   identity->token = spec.token;
+  identity->usable_from_ms = spec.fresh ? 0 : now_ms + std::max<int64_t>(quarantine_ms, 0);
   auto segment = std::make_unique<Segment>(identity, size);
   total_capacity_ += segment->allocator.capacity();
   by_name_[name] = identity->id;
@@ -84,14 +95,15 @@ Result<uint64_t> SegmentTable::Unmount(const std::string& client_id, const std::
 }
 
 std::optional<Extent> SegmentTable::AllocateOn(const std::vector<uint64_t>& candidates,
-                                               uint64_t size,
-                                               const std::vector<uint64_t>& exclude) {
+                                               uint64_t size, const std::vector<uint64_t>& exclude,
+                                               int64_t now_ms) {
   std::shared_lock lock(mu_);
   for (uint64_t id : candidates) {
     if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
     auto it = segments_.find(id);
     if (it == segments_.end()) continue;
     Segment& segment = *it->second;
+    if (segment.identity->usable_from_ms > now_ms) continue;  // quarantined remount
     std::lock_guard seg_lock(segment.mu);
     auto allocation = segment.allocator.Allocate(size);
     if (!allocation) continue;
@@ -191,6 +203,89 @@ std::vector<SegmentUsage> SegmentTable::Usage() const {
 size_t SegmentTable::segment_count() const {
   std::shared_lock lock(mu_);
   return segments_.size();
+}
+
+uint64_t SegmentTable::LargestCapacity() const {
+  std::shared_lock lock(mu_);
+  uint64_t largest = 0;
+  for (const auto& [id, segment] : segments_) {
+    largest = std::max(largest, segment->allocator.capacity());
+  }
+  return largest;
+}
+
+// ---- snapshot ----
+
+void SegmentTable::Encode(Encoder& out) const {
+  std::shared_lock lock(mu_);
+  uint64_t next_id = next_id_, rotation = rotation_.load(), view = view_version_.load();
+  uint64_t count = segments_.size();
+  out(next_id);
+  out(rotation);
+  out(view);
+  out(count);
+  for (const auto& [id, segment] : segments_) {  // std::map: ascending ids, canonical
+    SegmentIdentity identity = *segment->identity;
+    out(identity.id);
+    out(identity.name);
+    out(identity.client_id);
+    out(identity.endpoint);
+    out(identity.size);
+    out(identity.shm_name);
+    out(identity.host_id);
+    out(identity.token);
+    out(identity.usable_from_ms);
+    uint64_t replicas = segment->replica_count.load();
+    out(replicas);
+    std::lock_guard seg_lock(segment->mu);
+    segment->allocator.Encode(out);
+  }
+}
+
+bool SegmentTable::Decode(Decoder& in) {
+  uint64_t next_id = 0, rotation = 0, view = 0, count = 0;
+  in(next_id);
+  in(rotation);
+  in(view);
+  in(count);
+  if (!in.ok()) return false;
+  std::map<uint64_t, std::unique_ptr<Segment>> segments;
+  std::unordered_map<std::string, uint64_t> by_name;
+  uint64_t capacity = 0, used = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    auto identity = std::make_shared<SegmentIdentity>();
+    in(identity->id);
+    in(identity->name);
+    in(identity->client_id);
+    in(identity->endpoint);
+    in(identity->size);
+    in(identity->shm_name);
+    in(identity->host_id);
+    in(identity->token);
+    in(identity->usable_from_ms);
+    uint64_t replicas = 0;
+    in(replicas);
+    if (!in.ok() || identity->id >= next_id || segments.count(identity->id) ||
+        by_name.count(identity->name)) {
+      return false;
+    }
+    auto segment = std::make_unique<Segment>(identity, 0);
+    if (!segment->allocator.Decode(in)) return false;
+    segment->replica_count = replicas;
+    capacity += segment->allocator.capacity();
+    used += segment->allocator.GetStats().used_bytes;
+    by_name[identity->name] = identity->id;
+    segments.emplace(identity->id, std::move(segment));
+  }
+  std::unique_lock lock(mu_);
+  segments_ = std::move(segments);
+  by_name_ = std::move(by_name);
+  next_id_ = next_id;
+  rotation_ = rotation;
+  view_version_ = view;
+  total_capacity_ = capacity;
+  used_bytes_ = used;
+  return true;
 }
 
 }  // namespace granary::master

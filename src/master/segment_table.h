@@ -1,7 +1,9 @@
 // master/segment_table.h - the mounted segments and their offset allocators.
 //
 // Promise: a segment is known from Mount until Unmount; its id is never reused, so a replica that
-// names an unmounted segment can never alias a newer one. Allocation and free on a segment are
+// names an unmounted segment can never alias a newer one. A segment mounted without `fresh` (a
+// remount of memory an earlier mount handed out) allocates nothing until its quarantine ends:
+// late readers and writers of the old mount may still touch it until then. Allocation and free on a segment are
 // serialised by that segment's own mutex; the table itself by a shared mutex (lookups shared).
 // Lock order (see master_state.h): shard -> table -> segment. Unmount never holds the table lock
 // while taking a shard lock.
@@ -36,7 +38,8 @@ struct SegmentIdentity {
   uint64_t size = 0;
   std::string shm_name;   // for clients on the same host
   std::string host_id;
-  uint64_t token = 0;     // per node process; guards the data plane against stale metadata
+  uint64_t token = 0;     // per mount; guards the data plane against stale metadata
+  int64_t usable_from_ms = 0;  // no allocation before this (quarantine of a remount)
 };
 
 // What a node says about a segment when it mounts it.
@@ -47,6 +50,7 @@ struct SegmentSpec {
   std::string shm_name;
   std::string host_id;
   uint64_t token = 0;
+  bool fresh = false;  // memory never handed out by any mount: no quarantine
 };
 
 struct SegmentUsage {
@@ -72,16 +76,20 @@ class SegmentTable {
   static uint64_t DefaultSegmentIdBase();
 
   // Mounts a segment. Same name, same client, same size and token: returns the existing id
-  // (idempotent remount). Same name otherwise: SEGMENT_ALREADY_EXISTS.
-  Result<uint64_t> Mount(const std::string& client_id, const SegmentSpec& spec);
+  // (idempotent remount). Same name otherwise: SEGMENT_ALREADY_EXISTS. A spec that is not fresh
+  // allocates nothing before now_ms + quarantine_ms.
+  Result<uint64_t> Mount(const std::string& client_id, const SegmentSpec& spec, int64_t now_ms,
+                         int64_t quarantine_ms);
   // Removes the segment; its extents become invalid. SEGMENT_NOT_FOUND or ILLEGAL_CLIENT on misuse
   // (an empty client_id skips the owner check, for the master's own expiry of dead clients).
   Result<uint64_t> Unmount(const std::string& client_id, const std::string& name);
 
   // Allocates `size` bytes on one segment from `candidates`, tried in order, skipping `exclude`d
-  // ids. Returns nullopt when none has room.
+  // ids and segments in quarantine at now_ms. Returns nullopt when none has room.
   std::optional<Extent> AllocateOn(const std::vector<uint64_t>& candidates, uint64_t size,
-                                   const std::vector<uint64_t>& exclude);
+                                   const std::vector<uint64_t>& exclude, int64_t now_ms);
+  // The largest segment's capacity: a request above it can never be placed.
+  uint64_t LargestCapacity() const;
   // Frees an extent; a no-op if its segment is gone (its memory went with it).
   void Free(const Extent& extent);
 
@@ -105,6 +113,11 @@ class SegmentTable {
   size_t segment_count() const;
   // Bumped by every mount and unmount, so clients can tell their segment view is stale.
   uint64_t view_version() const { return view_version_.load(std::memory_order_relaxed); }
+
+  // The whole table (identities, allocators, id counter, rotation), for a master snapshot.
+  // The caller excludes every mutation meanwhile (MasterState holds its apply lock).
+  void Encode(Encoder& out) const;
+  bool Decode(Decoder& in);
 
  private:
   struct Segment {

@@ -71,6 +71,8 @@ proto::SegmentSpec StorageNode::Spec() const {
   spec.set_shm_name(segment_->name());
   spec.set_host_id(HostId());
   spec.set_token(token_);
+  // Only the first mount offers memory nobody has been handed: later ones are quarantined.
+  spec.set_fresh(!mounted_once_);
   return spec;
 }
 
@@ -87,6 +89,7 @@ Status StorageNode::Mount() {
   if (resp.results_size() != 1) return Status(ErrorCode::INTERNAL_ERROR, "malformed mount reply");
   Status s = rpc::FromCode(resp.results(0).code(), resp.results(0).message());
   mounted_ = s.ok();
+  if (s.ok()) mounted_once_ = true;
   return s;
 }
 

@@ -67,6 +67,7 @@ class StorageNode {
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<proto::Master::Stub> master_;
   std::atomic<bool> mounted_{false};
+  std::atomic<bool> mounted_once_{false};  // a mount succeeded: later ones are not fresh
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/names.h"
 #include "granary/status.h"
 
 namespace granary::transfer {
@@ -30,16 +31,7 @@ namespace granary::transfer {
 // Segment names are one path component under /dev/shm: [A-Za-z0-9._-], 1..200 characters, not
 // "." or "..". Shared by the node (create) and clients (attach) so both refuse the same names.
 inline Status ValidateShmName(std::string_view name) {
-  bool ok = !name.empty() && name.size() <= 200 && name != "." && name != "..";
-  for (char c : name) {
-    bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                   c == '.' || c == '_' || c == '-';
-    if (!allowed) ok = false;
-  }
-  if (ok) return Status::Ok();
-  return Status(ErrorCode::INVALID_PARAMS,
-                "invalid shared-memory segment name '" + std::string(name.substr(0, 210)) +
-                    "': expected 1 to 200 characters from [A-Za-z0-9._-] (no '/')");
+  return ValidateName("shared-memory segment name", name);
 }
 
 class ShmMapping {

@@ -149,6 +149,7 @@ pb::MountSegmentResponse MasterClient::Mount(const std::string& name, uint64_t s
   req.mutable_segment()->set_name(name);
   req.mutable_segment()->set_size(size);
   req.mutable_segment()->set_endpoint(endpoint);
+  req.mutable_segment()->set_fresh(true);  // test segments are new memory: no quarantine
   return Call<pb::MountSegmentResponse>("MountSegment", [&](auto* s, auto* c, auto* r) {
     return s->MountSegment(c, req, r);
   });
@@ -196,9 +197,14 @@ pb::BatchPutStartResponse MasterClient::PutStart(const std::vector<std::string>&
   for (uint64_t s : sizes) req.add_sizes(s);
   *req.mutable_config() = config;
   req.set_upsert(upsert);
-  return Call<pb::BatchPutStartResponse>("BatchPutStart", [&](auto* s, auto* c, auto* r) {
+  auto resp = Call<pb::BatchPutStartResponse>("BatchPutStart", [&](auto* s, auto* c, auto* r) {
     return s->BatchPutStart(c, req, r);
   });
+  // Remember each started put's generation, so PutEnd/PutRevoke quote it like a real client.
+  for (int i = 0; i < resp.results_size() && i < static_cast<int>(keys.size()); ++i) {
+    if (resp.results(i).code() == code::kOk) put_gens_[keys[i]] = resp.results(i).put_gen();
+  }
+  return resp;
 }
 
 pb::PutStartResult MasterClient::PutStartOne(const std::string& key, uint64_t size,
@@ -219,6 +225,7 @@ pb::BatchStatusResponse MasterClient::PutEnd(const std::vector<std::string>& key
   req.set_client_id(id_);
   for (const auto& k : keys) req.add_keys(k);
   for (uint64_t c : checksums) req.add_checksums(c);
+  for (const auto& k : keys) req.add_put_gens(PutGen(k));
   return Call<pb::BatchStatusResponse>("BatchPutEnd", [&](auto* s, auto* c, auto* r) {
     return s->BatchPutEnd(c, req, r);
   });
@@ -242,6 +249,7 @@ pb::BatchStatusResponse MasterClient::PutRevoke(const std::vector<std::string>& 
   pb::BatchPutRevokeRequest req;
   req.set_client_id(id_);
   for (const auto& k : keys) req.add_keys(k);
+  for (const auto& k : keys) req.add_put_gens(PutGen(k));
   return Call<pb::BatchStatusResponse>("BatchPutRevoke", [&](auto* s, auto* c, auto* r) {
     return s->BatchPutRevoke(c, req, r);
   });

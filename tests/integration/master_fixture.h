@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "granary/proto/master.grpc.pb.h"
@@ -156,11 +157,19 @@ class MasterClient {
 
   // The status of the last call (OK unless the transport failed or the deadline passed).
   const grpc::Status& last_status() const { return last_status_; }
+  // The generation of this client's last started put of `key` (0 if none); PutEnd and PutRevoke
+  // quote it. Tests may overwrite it to play a stale writer.
+  uint64_t PutGen(const std::string& key) const {
+    auto it = put_gens_.find(key);
+    return it == put_gens_.end() ? 0 : it->second;
+  }
+  void SetPutGen(const std::string& key, uint64_t gen) { put_gens_[key] = gen; }
 
  private:
   template <typename Resp, typename Fn>
   Resp Call(const char* method, Fn&& fn);
 
+  std::unordered_map<std::string, uint64_t> put_gens_;
   MasterProcess* master_;
   std::string id_;
   Millis deadline_{10'000};

@@ -17,6 +17,7 @@ const std::map<std::string, std::string>& StoreMasterFlags() {
   static const std::map<std::string, std::string> flags = {
       {"--client-ttl", "2s"},
       {"--lease-ttl", "1s"},
+      {"--mount-quarantine", "1s"},  // = the lease: a remount takes objects again after it
       {"--put-discard-timeout", "1s"},
       {"--put-release-timeout", "3s"},
   };

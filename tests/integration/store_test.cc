@@ -729,6 +729,14 @@ TEST_F(StoreTest, MasterRestartNodesRemountAndServiceResumes) {
       }
     }
   }
+  // The remounted segments take new objects once their quarantine (1 s here) has passed.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const std::vector<std::byte> probe(4096, std::byte{7});
+        return tcp->Put("restart/probe", probe).ok();
+      },
+      Millis(5000), Millis(100)))
+      << "puts did not resume within 5 s of the remount";
   // Puts and gets work again, through both transports, with replicas on every node.
   for (Client* c : {tcp.get(), shm.get()}) {
     const std::string prefix = c == tcp.get() ? "restart/after-tcp-" : "restart/after-shm-";

@@ -19,12 +19,13 @@ class EvictorTest : public ::testing::Test {
     return p;
   }
   explicit EvictorTest(MasterPolicy policy = Lru()) : state_(policy, &clock_), evictor_(&state_) {
-    EXPECT_TRUE(state_.Mount({"node", {"seg", 100 * kMiB, ""}}).status.ok());
+    EXPECT_TRUE(state_.Mount({"node", {"seg", 100 * kMiB, "", "", "", 0, true}}).status.ok());
   }
 
   void Put(const std::string& key, uint64_t size, PlacementConfig config = {}) {
-    ASSERT_TRUE(state_.PutStart({"w", {key}, {size}, config, false})[0].status.ok()) << key;
-    ASSERT_TRUE(state_.PutEnd({"w", {key}, {0}})[0].ok());
+    auto started = state_.PutStart({"w", {key}, {size}, config, false});
+    ASSERT_TRUE(started[0].status.ok()) << key;
+    ASSERT_TRUE(state_.PutEnd({"w", {key}, {0}, Gens(started)})[0].ok());
     clock_.Advance(Millis(1));
   }
   void Touch(const std::string& key) {
@@ -65,7 +66,8 @@ TEST_F(EvictorTest, TiesAreBrokenOnlyAsFarAsNeeded) {
   // Same access time for all: evict just enough of them.
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(state_.PutStart({"w", {"t" + std::to_string(i)}, {kMiB}, {}, false})[0].status.ok());
-    ASSERT_TRUE(state_.PutEnd({"w", {"t" + std::to_string(i)}, {0}})[0].ok());
+    const std::string key = "t" + std::to_string(i);
+    ASSERT_TRUE(state_.PutEnd({"w", {key}, {0}, {state_.Stat(key)->put_gen}})[0].ok());
   }
   EvictResult r = evictor_.EvictBytes(2 * kMiB);
   EXPECT_EQ(r.objects, 2u);
@@ -86,7 +88,7 @@ TEST_F(EvictorTest, NeverTakesLockedInFlightOrHardPinned) {
   EXPECT_FALSE(Exists("plain"));
   EXPECT_TRUE(Exists("locked"));
   EXPECT_TRUE(Exists("pinned"));
-  EXPECT_TRUE(state_.PutEnd({"w", {"inflight"}, {0}})[0].ok()) << "the put in flight survived";
+  EXPECT_TRUE(state_.PutEnd({"w", {"inflight"}, {0}, {state_.Stat("inflight")->put_gen}})[0].ok()) << "the put in flight survived";
 
   clock_.Advance(Millis(MasterPolicy{}.lease_ttl_ms + 1));  // the reader died; its lock expires
   evictor_.EvictBytes(100 * kMiB);
@@ -151,13 +153,27 @@ TEST_F(EvictorTest, WatermarkTriggersEvictionOfRatio) {
 }
 
 TEST_F(EvictorTest, EvictForAllocationFreesAtLeastTheRatio) {
+  for (int i = 0; i < 100; ++i) Put("k" + std::to_string(i), kMiB);  // full
+  EXPECT_GE(evictor_.EvictForAllocation(kMiB, kMiB).bytes, 5 * kMiB);
+  EXPECT_GE(evictor_.EvictForAllocation(20 * kMiB, 20 * kMiB).bytes, 20 * kMiB);
+}
+
+TEST_F(EvictorTest, EvictForAllocationEvictsNothingWhenTheSpaceIsAlreadyFree) {
+  // Another put's eviction got there first: this one must not take a second share.
   for (int i = 0; i < 50; ++i) Put("k" + std::to_string(i), kMiB);
-  EXPECT_GE(evictor_.EvictForAllocation(kMiB).bytes, 5 * kMiB);
-  EXPECT_GE(evictor_.EvictForAllocation(20 * kMiB).bytes, 20 * kMiB);
+  EXPECT_EQ(evictor_.EvictForAllocation(kMiB, kMiB).objects, 0u);
+  EXPECT_EQ(state_.object_count(), 50u);
+}
+
+TEST_F(EvictorTest, OneAllocationNeverFlushesMoreThanAQuarterOfTheCache) {
+  for (int i = 0; i < 100; ++i) Put("k" + std::to_string(i), kMiB);
+  EvictResult r = evictor_.EvictForAllocation(90 * kMiB, 90 * kMiB);
+  EXPECT_LE(r.bytes, 26 * kMiB);
+  EXPECT_GE(state_.object_count(), 74u);
 }
 
 TEST_F(EvictorTest, ReplicasCountTowardsFreedBytes) {
-  ASSERT_TRUE(state_.Mount({"node2", {"seg2", 100 * kMiB, ""}}).status.ok());
+  ASSERT_TRUE(state_.Mount({"node2", {"seg2", 100 * kMiB, "", "", "", 0, true}}).status.ok());
   PlacementConfig two;
   two.replica_num = 2;
   Put("a", kMiB, two);
@@ -254,7 +270,7 @@ TEST_F(S3FifoTest, KeepsThePromisesOfLru) {
   EXPECT_FALSE(Exists("soft"));
   EXPECT_TRUE(Exists("locked"));
   EXPECT_TRUE(Exists("pinned"));
-  EXPECT_TRUE(state_.PutEnd({"w", {"inflight"}, {0}})[0].ok()) << "the put in flight survived";
+  EXPECT_TRUE(state_.PutEnd({"w", {"inflight"}, {0}, {state_.Stat("inflight")->put_gen}})[0].ok()) << "the put in flight survived";
 }
 
 TEST_F(S3FifoTest, PinnedBytesDoNotCountTowardsTheProbationShare) {
@@ -283,7 +299,7 @@ TEST_F(S3FifoTest, ReadBetweenChoiceAndApplyEarnsAnotherPass) {
 
 TEST_F(S3FifoTest, ReplayingTheOperationsGivesTheSameQueues) {
   std::vector<Operation> log;
-  state_.SetObserver([&](const Operation& op, const OpResult&) { log.push_back(op); });
+  state_.AddObserver([&](const Operation& op, const OpResult&) { log.push_back(op); });
   for (int i = 0; i < 60; ++i) {
     Put("k" + std::to_string(i), kMiB);
     if (i % 3 == 0 && Exists("k" + std::to_string(i / 2))) Touch("k" + std::to_string(i / 2));
@@ -291,7 +307,7 @@ TEST_F(S3FifoTest, ReplayingTheOperationsGivesTheSameQueues) {
   }
   ManualClock standby_clock;
   MasterState standby(S3Fifo(), &standby_clock, state_.segment_id_base());
-  ASSERT_TRUE(standby.Mount({"node", {"seg", 100 * kMiB, ""}}).status.ok());  // as the fixture did
+  ASSERT_TRUE(standby.Mount({"node", {"seg", 100 * kMiB, "", "", "", 0, true}}).status.ok());  // as the fixture did
   for (const auto& op : log) standby.Apply(op);
   EXPECT_EQ(standby.object_count(), state_.object_count());
   EXPECT_EQ(standby.ghost_count(), state_.ghost_count());

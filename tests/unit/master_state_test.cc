@@ -24,7 +24,7 @@ class MasterStateTest : public ::testing::Test {
   }
 
   uint64_t MountSeg(const std::string& client, const std::string& name, uint64_t size) {
-    MountResult r = state_.Mount({client, {name, size, "127.0.0.1:1"}});
+    MountResult r = state_.Mount({client, {name, size, "127.0.0.1:1", "", "", 0, true}});
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     return r.segment_id;
   }
@@ -34,12 +34,17 @@ class MasterStateTest : public ::testing::Test {
     return state_.PutStart({client, {key}, {size}, config, upsert})[0];
   }
   Status End(const std::string& client, const std::string& key, uint64_t checksum = 7) {
-    return state_.PutEnd({client, {key}, {checksum}})[0];
+    return state_.PutEnd({client, {key}, {checksum}, {Gen(key)}})[0];
   }
   void Put(const std::string& client, const std::string& key, uint64_t size,
            PlacementConfig config = {}) {
     ASSERT_TRUE(Start(client, key, size, config).status.ok());
     ASSERT_TRUE(End(client, key).ok());
+  }
+  // The pending put's generation, as its writer would quote it (0: none pending).
+  uint64_t Gen(const std::string& key) {
+    auto stat = state_.Stat(key);
+    return stat.ok() ? stat->put_gen : 0;
   }
   ReadKeyResult Get(const std::string& client, const std::string& key) {
     return state_.GetReplicaList({client, {key}})[0];
@@ -96,7 +101,7 @@ TEST_F(MasterStateTest, OnlyTheWriterMayEndOrRevoke) {
   MountSeg("node", "seg", 64 * kMiB);
   ASSERT_TRUE(Start("w", "k", kMiB).status.ok());
   EXPECT_EQ(End("other", "k").code(), ErrorCode::ILLEGAL_CLIENT);
-  EXPECT_EQ(state_.PutRevoke({"other", {"k"}})[0].code(), ErrorCode::ILLEGAL_CLIENT);
+  EXPECT_EQ(state_.PutRevoke({"other", {"k"}, {Gen("k")}})[0].code(), ErrorCode::ILLEGAL_CLIENT);
   EXPECT_TRUE(End("w", "k").ok());
   EXPECT_EQ(End("w", "k").code(), ErrorCode::INVALID_WRITE) << "a second end has nothing to end";
 }
@@ -105,7 +110,7 @@ TEST_F(MasterStateTest, RevokeFreesTheSpace) {
   MountSeg("node", "seg", 4 * kMiB);
   ASSERT_TRUE(Start("w", "a", 4 * kMiB).status.ok());
   EXPECT_EQ(state_.segments().used_bytes(), 4 * kMiB);
-  ASSERT_TRUE(state_.PutRevoke({"w", {"a"}})[0].ok());
+  ASSERT_TRUE(state_.PutRevoke({"w", {"a"}, {Gen("a")}})[0].ok());
   EXPECT_EQ(state_.segments().used_bytes(), 0u);
   EXPECT_EQ(Get("r", "a").status.code(), ErrorCode::OBJECT_NOT_FOUND);
   EXPECT_TRUE(Start("w", "b", 4 * kMiB).status.ok());
@@ -388,7 +393,7 @@ TEST_F(MasterStateTest, RegexRemovalAndQuery) {
 
 TEST_F(MasterStateTest, ObserverSeesEveryOperationInOrder) {
   std::vector<size_t> seen;
-  state_.SetObserver([&](const Operation& op, const OpResult&) { seen.push_back(op.body.index()); });
+  state_.AddObserver([&](const Operation& op, const OpResult&) { seen.push_back(op.body.index()); });
   MountSeg("n", "s", 64 * kMiB);
   Put("w", "k", 64);
   EXPECT_EQ(Exists("k"), 1);  // a query: not an operation
@@ -407,7 +412,7 @@ TEST_F(MasterStateTest, ObserverSeesEveryOperationInOrder) {
 
 TEST_F(MasterStateTest, ReplayingTheOperationStreamReproducesTheState) {
   std::vector<Operation> log;
-  state_.SetObserver([&](const Operation& op, const OpResult&) { log.push_back(op); });
+  state_.AddObserver([&](const Operation& op, const OpResult&) { log.push_back(op); });
   MountSeg("n1", "s1", 64 * kMiB);
   MountSeg("n2", "s2", 64 * kMiB);
   PlacementConfig two;
@@ -444,10 +449,11 @@ namespace {
 TEST(MasterStateTakeover, RestartedNodeOnSameHostTakesOverItsSegmentName) {
   ManualClock clock;
   MasterState state(MasterPolicy{}, &clock);
-  SegmentSpec old_node{"seg", 64 << 20, "127.0.0.1:1", "granary-seg", "host-a/boot", 111};
+  SegmentSpec old_node{"seg", 64 << 20, "127.0.0.1:1", "granary-seg", "host-a/boot", 111, true};
   ASSERT_TRUE(state.Mount({"old-process", old_node}).status.ok());
-  ASSERT_TRUE(state.PutStart({"w", {"k"}, {4096}, {}, false})[0].status.ok());
-  ASSERT_TRUE(state.PutEnd({"w", {"k"}, {1}})[0].ok());
+  auto started = state.PutStart({"w", {"k"}, {4096}, {}, false});
+  ASSERT_TRUE(started[0].status.ok());
+  ASSERT_TRUE(state.PutEnd({"w", {"k"}, {1}, Gens(started)})[0].ok());
 
   SegmentSpec other_host = old_node;
   other_host.host_id = "host-b/boot";

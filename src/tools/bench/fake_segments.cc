@@ -21,6 +21,7 @@ Result<std::unique_ptr<FakeSegments>> FakeSegments::Mount(const std::string& mas
     req.mutable_segment()->set_name(spec.segment);
     req.mutable_segment()->set_size(spec.size);
     req.mutable_segment()->set_endpoint("127.0.0.1:1");
+    req.mutable_segment()->set_fresh(true);  // metadata only: nothing to quarantine
     proto::MountSegmentResponse resp;
     grpc::Status s = fake->admin_->MountSegment(RpcContext(kDeadlineMs).get(), req, &resp);
     if (!s.ok() || resp.code() != 0) {

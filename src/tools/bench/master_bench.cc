@@ -128,6 +128,7 @@ int RunMasterBench(const MasterBenchOptions& o) {
     pb::BatchPutStartResponse sr;
     pb::BatchStatusResponse er;
     (void)admin->BatchPutStart(Ctx().get(), start, &sr);
+    for (const auto& r : sr.results()) end.add_put_gens(r.put_gen());
     (void)admin->BatchPutEnd(Ctx().get(), end, &er);
   }
 
@@ -158,7 +159,10 @@ int RunMasterBench(const MasterBenchOptions& o) {
       pb::BatchStatusResponse er;
       uint64_t errors = 0;
       if (!stub.BatchPutStart(Ctx().get(), start, &sr).ok()) return uint64_t{o.batch};
-      for (const auto& r : sr.results()) errors += r.code() != 0;
+      for (const auto& r : sr.results()) {
+        errors += r.code() != 0;
+        end.add_put_gens(r.put_gen());
+      }
       if (!stub.BatchPutEnd(Ctx().get(), end, &er).ok()) return uint64_t{o.batch};
       return errors;
     }));

@@ -140,7 +140,10 @@ double Fill(const ScaleBenchOptions& o, uint64_t from, uint64_t to) {
         pb::BatchStatusResponse er;
         grpc::Status s = stub->BatchPutStart(Ctx().get(), start_req, &sr);
         uint64_t bad = s.ok() ? 0 : last - first;
-        for (const auto& r : sr.results()) bad += r.code() != 0;
+        for (const auto& r : sr.results()) {
+          bad += r.code() != 0;
+          end_req.add_put_gens(r.put_gen());
+        }
         if (s.ok()) s = stub->BatchPutEnd(Ctx().get(), end_req, &er);
         if (!s.ok() || bad > 0) {
           if (failed.fetch_add(1) == 0) {

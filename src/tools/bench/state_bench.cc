@@ -46,10 +46,10 @@ double KeysPerSecond(int threads, double seconds, uint32_t batch, Body body) {
 
 int RunStateBench(const StateBenchOptions& o) {
   master::MasterPolicy policy;
-  master::MasterState state(policy, SystemClock::Instance());
+  master::MasterState state(policy, WallClock::Instance());
   for (uint32_t i = 0; i < o.segments; ++i) {
     auto r = state.Mount({"node-" + std::to_string(i),
-                          {"seg-" + std::to_string(i), uint64_t{1} << 30, "127.0.0.1:1"}});
+                          {"seg-" + std::to_string(i), uint64_t{1} << 30, "127.0.0.1:1", "", "", 0, true}});
     if (!r.status.ok()) return 1;
   }
   // Keys prepared up front: the suite measures the state machine, not string building.
@@ -59,8 +59,9 @@ int RunStateBench(const StateBenchOptions& o) {
     for (uint32_t k = 0; k < o.batch; ++k) {
       read_batches[b].push_back("model/read/" + std::to_string(b) + "/" + std::to_string(k));
     }
-    state.PutStart({"loader", read_batches[b], std::vector<uint64_t>(o.batch, o.value_size), {}, false});
-    state.PutEnd({"loader", read_batches[b], std::vector<uint64_t>(o.batch, 1)});
+    auto started =
+        state.PutStart({"loader", read_batches[b], std::vector<uint64_t>(o.batch, o.value_size), {}, false});
+    state.PutEnd({"loader", read_batches[b], std::vector<uint64_t>(o.batch, 1), master::Gens(started)});
   }
   std::vector<std::string> prefixes;
   for (int t = 0; t < 64; ++t) prefixes.push_back("model/put/" + std::to_string(t) + "/");
@@ -77,8 +78,8 @@ int RunStateBench(const StateBenchOptions& o) {
         keys.push_back(prefixes[t] + std::to_string(g) + "/" + std::to_string(k));
       }
       std::string client = "writer-" + std::to_string(t);
-      state.PutStart({client, keys, std::vector<uint64_t>(o.batch, o.value_size), {}, false});
-      state.PutEnd({client, keys, std::vector<uint64_t>(o.batch, 1)});
+      auto started = state.PutStart({client, keys, std::vector<uint64_t>(o.batch, o.value_size), {}, false});
+      state.PutEnd({client, keys, std::vector<uint64_t>(o.batch, 1), master::Gens(started)});
       state.Remove({keys, false});  // keeps the working set, and the allocator, steady
     });
     double get = KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {

@@ -1,0 +1,74 @@
+// master/state_codec.h - field lists of the master's records, for binary_codec.h.
+//
+// Promise: each Fields() names every field that belongs to the state (or to an operation) in a
+// fixed order, so encoding is canonical: equal records give equal bytes, which is what the
+// snapshot digest compares. Adding a field means adding it here (and bumping kSnapshotFormat).
+// Thread safety: pure functions over records the caller owns.
+#pragma once
+
+#include "master/binary_codec.h"
+#include "master/object_meta.h"
+#include "master/operations.h"
+
+namespace granary::master {
+
+inline constexpr uint64_t kSnapshotFormat = 1;
+
+template <typename IO> void Fields(IO& io, Extent& e) {
+  io(e.segment_id); io(e.offset); io(e.length); io(e.handle);
+}
+template <typename IO> void Fields(IO& io, Version& v) {
+  io(v.size); io(v.checksum); io(v.replicas);
+}
+template <typename IO> void Fields(IO& io, PinConfig& p) {
+  io(p.hard); io(p.soft); io(p.soft_ttl_ms);
+}
+template <typename IO> void Fields(IO& io, PendingWrite& p) {
+  io(p.client_id); io(p.gen); io(p.version); io(p.pin); io(p.start_ms); io(p.writer_expired);
+}
+template <typename IO> void Fields(IO& io, ReadLock& l) {
+  io(l.client_id); io(l.count); io(l.expiry_ms);
+}
+template <typename IO> void Fields(IO& io, ObjectMeta& m) {
+  io(m.committed); io(m.pending); io(m.readers); io(m.hard_pinned); io(m.soft_pin_until_ms);
+  io(m.soft_pin_ttl_ms); io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
+}
+
+// ---- operation bodies ----
+template <typename IO> void Fields(IO& io, SegmentSpec& s) {
+  io(s.name); io(s.size); io(s.endpoint); io(s.shm_name); io(s.host_id); io(s.token); io(s.fresh);
+}
+template <typename IO> void Fields(IO& io, PlacementConfig& c) {
+  io(c.replica_num); io(c.with_soft_pin); io(c.with_hard_pin); io(c.preferred_segments);
+  io(c.soft_pin_ttl_ms);
+}
+template <typename IO> void Fields(IO& io, MountRef& m) { io(m.name); io(m.token); }
+template <typename IO> void Fields(IO& io, MountSegmentOp& o) { io(o.client_id); io(o.segment); }
+template <typename IO> void Fields(IO& io, UnmountSegmentOp& o) { io(o.client_id); io(o.name); }
+template <typename IO> void Fields(IO& io, PingOp& o) { io(o.client_id); io(o.mounts); }
+template <typename IO> void Fields(IO& io, ExpireClientOp& o) { io(o.client_id); }
+template <typename IO> void Fields(IO& io, PutStartOp& o) {
+  io(o.client_id); io(o.keys); io(o.sizes); io(o.config); io(o.upsert);
+}
+template <typename IO> void Fields(IO& io, PutEndOp& o) {
+  io(o.client_id); io(o.keys); io(o.checksums); io(o.put_gens);
+}
+template <typename IO> void Fields(IO& io, PutRevokeOp& o) {
+  io(o.client_id); io(o.keys); io(o.put_gens); io(o.after_transfer_error);
+}
+template <typename IO> void Fields(IO& io, GetReplicaListOp& o) { io(o.client_id); io(o.keys); }
+template <typename IO> void Fields(IO& io, FinishReadOp& o) { io(o.client_id); io(o.keys); }
+template <typename IO> void Fields(IO& io, RemoveOp& o) { io(o.keys); io(o.force); }
+template <typename IO> void Fields(IO& io, RemoveByRegexOp& o) { io(o.pattern); io(o.force); }
+template <typename IO> void Fields(IO& io, RemoveAllOp& o) { io(o.force); }
+template <typename IO> void Fields(IO& io, EvictOp& o) {
+  io(o.keys); io(o.allow_soft_pinned); io(o.requeue);
+}
+template <typename IO> void Fields(IO& io, SweepOp&) {}
+
+// The operation record of the ordered history: sequence, time, which body, the body.
+std::string EncodeOperation(const Operation& op);
+// INVALID_PARAMS for bytes that are not exactly one well-formed operation.
+Result<Operation> DecodeOperation(std::string_view bytes);
+
+}  // namespace granary::master
