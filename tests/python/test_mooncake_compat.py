@@ -268,7 +268,7 @@ def test_remove_all():
     node = Node(standalone=True, size="64MiB")
     s = MooncakeDistributedStore()
     try:
-        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", node.master) == OK
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4096, "tcp", "", node.master) == OK
         assert s.put_batch([f"all/{i}" for i in range(10)], [b"v"] * 10) == OK
         reader = Worker(node.master, "all/3")
         try:
@@ -307,7 +307,7 @@ def test_replicate_config(store, standalone):
 
 def test_replica_num_above_the_segment_count_stores_what_fits(standalone):
     s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", standalone.master) == OK
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4096, "tcp", "", standalone.master) == OK
     try:
         assert s.put("c/rep9", b"best effort", ReplicateConfig(replica_num=9)) == OK
         assert s.get("c/rep9") == b"best effort"
