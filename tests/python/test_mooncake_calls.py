@@ -175,8 +175,13 @@ def test_master_address_forms(standalone, caplog):
 
 
 def test_master_host_without_port_means_50051(caplog):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.2", 50051))
+        except OSError:
+            pytest.skip("something listens on port 50051 here")
     s = MooncakeDistributedStore()
-    # Nothing listens on 127.0.0.2:50051 in the test: the error names the address tried.
+    # Nothing listens on 127.0.0.2:50051: the error names the address tried.
     code = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", "127.0.0.2")
     assert code in (-900, -901)
     assert "127.0.0.2:50051" in caplog.text
@@ -357,6 +362,9 @@ def test_get_into_ranges_never_returns_bytes_that_fail_the_checksum():
 # ---- ReplicateConfig ----
 
 def test_soft_pin_ttl_ms_is_optional_and_checked_like_mooncake():
+    assert all(hasattr(ReplicateConfig, f) for f in (
+        "replica_num", "with_soft_pin", "with_hard_pin", "preferred_segment", "group_ids",
+        "prefer_alloc_in_same_node", "soft_pin_ttl_ms", "soft_pin_action"))
     cfg = ReplicateConfig()
     assert cfg.soft_pin_ttl_ms is None and cfg.group_ids is None
     for bad in (-1, 2**64, "5", 1.5):
@@ -570,14 +578,16 @@ def test_bind_to_numa_node_pins_to_that_nodes_cpus():
     path = "/sys/devices/system/node/node0/cpulist"
     if not os.path.exists(path):
         pytest.skip("this host exposes no NUMA topology")
+    node0 = set()
+    for part in open(path).read().strip().split(","):
+        lo, _, hi = part.partition("-")
+        node0.update(range(int(lo), int(hi or lo) + 1))
     before = os.sched_getaffinity(0)
     try:
+        os.sched_setaffinity(0, {min(before)})  # narrowed first, so the binding must widen it
         bind_to_numa_node(0)
-        spec = open(path).read().strip()
-        node0 = set()
-        for part in spec.split(","):
-            lo, _, hi = part.partition("-")
-            node0.update(range(int(lo), int(hi or lo) + 1))
-        assert os.sched_getaffinity(0) and os.sched_getaffinity(0) <= node0
+        assert os.sched_getaffinity(0) == node0 & before
+        bind_to_numa_node(4096)  # no such node: logged, affinity unchanged
+        assert os.sched_getaffinity(0) == node0 & before
     finally:
         os.sched_setaffinity(0, before)

@@ -258,7 +258,9 @@ def test_batch_remove_and_remove_by_regex(store):
     assert store.put_batch([f"c/rx/{i}" for i in range(5)], [b"v"] * 5) == OK
     assert store.put("c/keep", b"k") == OK
     assert store.batch_remove(["c/rx/0", "c/nope"]) == [OK, OBJECT_NOT_FOUND]
-    assert store.remove_by_regex("^c/rx/") == 4
+    assert store.remove_by_regex("^c/rx/[0-2]") == 2
+    assert store.remove_by_regex(regex="^c/rx/3") == 1
+    assert store.remove_by_regex(regex_pattern="^c/rx/") == 1
     assert store.batch_is_exist([f"c/rx/{i}" for i in range(5)]) == [0] * 5
     assert store.is_exist("c/keep") == 1
     assert store.remove_by_regex("(") == INVALID_PARAMS

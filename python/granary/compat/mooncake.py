@@ -72,6 +72,16 @@ class ReplicateConfig:
     and otherwise ignored: Granary keeps no object groups. `prefer_alloc_in_same_node` prefers
     this client's own segment, when it embeds one."""
 
+    # Class-level defaults too, so that hasattr(ReplicateConfig, "group_ids") holds as with
+    # Mooncake's binding (SGLang probes the class for group support).
+    replica_num = 1
+    with_soft_pin = False
+    with_hard_pin = False
+    preferred_segment = ""
+    soft_pin_action = SoftPinAction.PRESERVE
+    group_ids = None
+    prefer_alloc_in_same_node = False
+
     def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False,
                  preferred_segment="", preferred_segments=None, soft_pin_ttl_ms=None,
                  soft_pin_action=SoftPinAction.PRESERVE, group_ids=None,
@@ -741,8 +751,10 @@ class MooncakeDistributedStore:
         keys = list(keys)
         return _codes(len(keys), lambda: self._c().batch_remove(keys, force))
 
-    def remove_by_regex(self, pattern, force=False):
-        """How many objects were removed, or a negative code."""
+    def remove_by_regex(self, regex=None, force=False, *, regex_pattern=None):
+        """How many objects were removed, or a negative code. `regex_pattern` is the older
+        binding's name for `regex`."""
+        pattern = regex if regex is not None else regex_pattern
         return _code(lambda: self._c().remove_by_regex(pattern, force))
 
     def remove_all(self, force=False):
