@@ -9,6 +9,32 @@
 #include "proto/rpc_util.h"
 
 namespace granary::node {
+namespace {
+
+// The segment's shared-memory object: "granary-<segment name>". A character a shm name may not
+// hold (e.g. the ':' of Mooncake's "host:port" segment names) becomes '_', and then a hash of the
+// real name is appended so that "a:1" and "a_1" still get distinct objects. Clients learn the
+// name from the master (SegmentSpec.shm_name); nothing else derives it.
+std::string ShmNameFor(const std::string& segment_name) {
+  std::string out = "granary-";
+  bool changed = false;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a 64: stable across builds and runs
+  for (char c : segment_name) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    const bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    out += allowed ? c : '_';
+    changed |= !allowed;
+  }
+  if (changed) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += '-';
+    for (int shift = 60; shift >= 32; shift -= 4) out += kHex[(hash >> shift) & 0xf];
+  }
+  return out;
+}
+
+}  // namespace
 
 StorageNode::StorageNode(StorageNodeOptions options) : options_(std::move(options)) {}
 
@@ -32,7 +58,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   node->client_id_ = UniqueProcessId("node");
   node->token_ = RandomU64() | 1;  // never 0: 0 is "no token" to a careless caller
 
-  auto segment = ShmSegment::Create("granary-" + o.segment_name, o.segment_size, o.prefault);
+  auto segment = ShmSegment::Create(ShmNameFor(o.segment_name), o.segment_size, o.prefault);
   if (!segment.ok()) return segment.status();
   node->segment_ = std::move(*segment);
 

@@ -124,4 +124,36 @@ uint64_t MemPool::free_bytes() const {
   return total;
 }
 
+HostMemory& HostMemory::Instance() {
+  static HostMemory* instance = new HostMemory();  // never destroyed: blocks may outlive exit
+  return *instance;
+}
+
+uintptr_t HostMemory::Allocate(uint64_t size) {
+  if (size == 0) return 0;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lock(mu_);
+  blocks_[address] = size;
+  return address;
+}
+
+Status HostMemory::Free(uintptr_t address) {
+  uint64_t length = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = blocks_.find(address);
+    if (it == blocks_.end()) {
+      return Status(ErrorCode::INVALID_PARAMS, "address " + std::to_string(address) +
+                                                   " was not allocated by "
+                                                   "MooncakeHostMemAllocator (or is freed)");
+    }
+    length = it->second;
+    blocks_.erase(it);
+  }
+  munmap(reinterpret_cast<void*>(address), length);
+  return Status::Ok();
+}
+
 }  // namespace granary::python

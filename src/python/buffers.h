@@ -11,6 +11,9 @@
 // MemPool: a private anonymous mapping carved into 64-byte-aligned blocks (first fit with
 //   coalescing). Pages are committed on first touch, so a large pool costs nothing until used.
 //   Thread safety: any thread (internal mutex).
+// HostMemory: the process-wide allocator behind MooncakeHostMemAllocator. Each block is its own
+//   page-aligned shared anonymous mapping (MAP_SHARED: inherited by forked children, committed on
+//   first touch) and goes back to the system on Free. Thread safety: any thread (internal mutex).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -91,6 +94,20 @@ class MemPool {
   mutable std::mutex mu_;
   std::map<uint64_t, uint64_t> free_;  // offset -> length, coalesced
   std::map<uint64_t, uint64_t> used_;  // offset -> length
+};
+
+class HostMemory {
+ public:
+  static HostMemory& Instance();
+  // 0 when size is 0 or the mapping fails.
+  uintptr_t Allocate(uint64_t size);
+  // INVALID_PARAMS for an address Allocate did not return (or already freed).
+  Status Free(uintptr_t address);
+
+ private:
+  HostMemory() = default;
+  std::mutex mu_;
+  std::map<uintptr_t, uint64_t> blocks_;  // address -> mapped length
 };
 
 }  // namespace granary::python

@@ -3,7 +3,9 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 
 #include "granary/client.h"
@@ -240,6 +242,44 @@ class PyClient {
     return ToList(out);
   }
 
+  // get_into_ranges' core. Fragment f copies sizes[f] bytes from offset src_offsets[f] of object
+  // keys[key_of[f]] to buffers[buffer_of[f]] + dst_offsets[f], which must lie in a registered
+  // range. Each object is read whole into scratch memory and verified against its checksum
+  // (the checksum covers whole objects only), then its fragments are copied out: no fragment is
+  // ever filled from bytes that did not verify. A key listed by several fragments or buffers is
+  // read once. At most `scratch_budget` bytes of objects are held at a time (but always one
+  // object, however large): more keys are read in further rounds. Per fragment: the bytes
+  // copied, or a negative code: INVALID_PARAMS (buffer not
+  // registered), BUFFER_OVERFLOW (past the end of its registered buffer), INVALID_READ (past
+  // the end of the object), or the key's own failure (OBJECT_NOT_FOUND, ...).
+  py::list GetRanges(const Keys& keys, const std::vector<uint32_t>& key_of,
+                     const std::vector<uintptr_t>& buffers,
+                     const std::vector<uint32_t>& buffer_of,
+                     const std::vector<uint64_t>& dst_offsets,
+                     const std::vector<uint64_t>& src_offsets,
+                     const std::vector<uint64_t>& sizes, uint64_t scratch_budget) {
+    Client& client = c();
+    const size_t n = key_of.size();
+    if (buffer_of.size() != n || dst_offsets.size() != n || src_offsets.size() != n ||
+        sizes.size() != n) {
+      Raise(Invalid("fragment lists differ in length"));
+    }
+    for (size_t f = 0; f < n; ++f) {
+      if (key_of[f] >= keys.size() || buffer_of[f] >= buffers.size()) {
+        Raise(Invalid("fragment names a key or buffer that is not listed"));
+      }
+    }
+    std::vector<int64_t> out(n, 0);
+    {
+      py::gil_scoped_release release;
+      RangeRead(client, keys, key_of, buffers, buffer_of, dst_offsets, src_offsets, sizes,
+                scratch_budget, out);
+    }
+    py::list result;
+    for (int64_t v : out) result.append(v);
+    return result;
+  }
+
   // ---- queries and removal ----
   template <typename Call>
   auto Released(Call&& call) {
@@ -388,6 +428,91 @@ class PyClient {
     }
     return input;
   }
+  void RangeRead(Client& client, const Keys& keys, const std::vector<uint32_t>& key_of,
+                 const std::vector<uintptr_t>& buffers, const std::vector<uint32_t>& buffer_of,
+                 const std::vector<uint64_t>& dst_offsets,
+                 const std::vector<uint64_t>& src_offsets, const std::vector<uint64_t>& sizes,
+                 uint64_t budget, std::vector<int64_t>& out) {
+    auto code = [](ErrorCode e) { return static_cast<int64_t>(e); };
+    // Destinations first: a fragment whose range is not registered fails alone.
+    std::vector<std::byte*> dst(key_of.size(), nullptr);
+    std::vector<std::vector<size_t>> fragments(keys.size());  // per key, its live fragments
+    for (size_t f = 0; f < key_of.size(); ++f) {
+      const uintptr_t base = buffers[buffer_of[f]];
+      const uintptr_t address = base + dst_offsets[f];
+      auto span = address < base ? Result<std::span<std::byte>>(Invalid("overflow"))
+                                 : registry_.Resolve(address, sizes[f]);
+      if (!span.ok()) {
+        out[f] = registry_.Resolve(base, 1).ok() ? code(ErrorCode::BUFFER_OVERFLOW)
+                                                 : code(ErrorCode::INVALID_PARAMS);
+        continue;
+      }
+      dst[f] = span->data();
+      fragments[key_of[f]].push_back(f);
+    }
+    Keys pending;
+    std::vector<size_t> pending_index;  // position in `keys`
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (!fragments[k].empty()) {
+        pending.push_back(keys[k]);
+        pending_index.push_back(k);
+      }
+    }
+    // Rounds of whole-object reads within the scratch budget; a key that does not fit this round
+    // is deferred to the next, and every round reads at least one key, so this ends.
+    while (!pending.empty()) {
+      std::vector<std::unique_ptr<std::byte[]>> scratch(pending.size());
+      std::vector<bool> deferred(pending.size(), false);
+      uint64_t held = 0;
+      auto results = client.BatchGetWith(
+          pending, [&](size_t i, uint64_t size) -> Result<std::vector<MutableByteSpan>> {
+            const size_t k = pending_index[i];
+            bool any = false;
+            for (size_t f : fragments[k]) {
+              if (src_offsets[f] > size || sizes[f] > size - src_offsets[f]) {
+                out[f] = code(ErrorCode::INVALID_READ);
+              } else {
+                any = true;
+              }
+            }
+            if (!any) return Status(ErrorCode::INVALID_READ, "no fragment inside the object");
+            if (held > 0 && size > budget - std::min(held, budget)) {
+              deferred[i] = true;
+              return Status(ErrorCode::INTERNAL_ERROR, "deferred to the next round");
+            }
+            try {
+              scratch[i] = std::make_unique_for_overwrite<std::byte[]>(size == 0 ? 1 : size);
+            } catch (const std::bad_alloc&) {
+              return Status(ErrorCode::INTERNAL_ERROR,
+                            "no memory for " + std::to_string(size) + " bytes");
+            }
+            held += size;
+            return std::vector<MutableByteSpan>{MutableByteSpan(scratch[i].get(), size)};
+          });
+      Keys next;
+      std::vector<size_t> next_index;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        const size_t k = pending_index[i];
+        if (deferred[i]) {
+          next.push_back(pending[i]);
+          next_index.push_back(k);
+          continue;
+        }
+        for (size_t f : fragments[k]) {
+          if (out[f] != 0) continue;  // already failed on its own (source range)
+          if (!results[i].ok()) {
+            out[f] = CodeOf(results[i].status());
+          } else {
+            if (sizes[f] > 0) std::memcpy(dst[f], scratch[i].get() + src_offsets[f], sizes[f]);
+            out[f] = static_cast<int64_t>(sizes[f]);
+          }
+        }
+      }
+      pending = std::move(next);
+      pending_index = std::move(next_index);
+    }
+  }
+
   // Bytes or OwnedBuffer objects, allocated once each size is known; a failed key is its code
   // (raised instead when `raise` and there is one key).
   std::vector<py::object> GetObjects(const Keys& keys, bool as_bytes, bool raise) {
@@ -479,6 +604,19 @@ void RegisterClient(py::module_& m) {
       .def_property_readonly("size", &MemPool::size)
       .def_property_readonly("free_bytes", &MemPool::free_bytes);
 
+  m.def("host_alloc", [](uint64_t size) {
+    py::gil_scoped_release release;
+    return HostMemory::Instance().Allocate(size);
+  }, py::arg("size"), "shared host memory for MooncakeHostMemAllocator; 0 on failure");
+  m.def("host_free", [](uintptr_t address) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = HostMemory::Instance().Free(address);
+    }
+    if (!s.ok()) Raise(s);
+  }, py::arg("address"));
+
   const ReplicateConfig def;
   py::class_<PyClient>(m, "Client")
       .def(py::init([](const std::string& master, uint64_t segment_size,
@@ -544,6 +682,9 @@ void RegisterClient(py::module_& m) {
            py::arg("addresses"), py::arg("sizes"))
       .def("batch_get_into_addr_parts", &PyClient::BatchGetIntoAddrParts, py::arg("keys"),
            py::arg("address_lists"), py::arg("size_lists"))
+      .def("get_ranges", &PyClient::GetRanges, py::arg("keys"), py::arg("key_of"),
+           py::arg("buffers"), py::arg("buffer_of"), py::arg("dst_offsets"),
+           py::arg("src_offsets"), py::arg("sizes"), py::arg("scratch_budget") = 256ull << 20)
       .def("exist", &PyClient::Exist, py::arg("key"))
       .def("batch_exist", &PyClient::BatchExist, py::arg("keys"))
       .def("get_size", &PyClient::GetSize, py::arg("key"))

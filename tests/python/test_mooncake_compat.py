@@ -258,7 +258,9 @@ def test_batch_remove_and_remove_by_regex(store):
     assert store.put_batch([f"c/rx/{i}" for i in range(5)], [b"v"] * 5) == OK
     assert store.put("c/keep", b"k") == OK
     assert store.batch_remove(["c/rx/0", "c/nope"]) == [OK, OBJECT_NOT_FOUND]
-    assert store.remove_by_regex("^c/rx/") == 4
+    assert store.remove_by_regex("^c/rx/[0-2]") == 2
+    assert store.remove_by_regex(regex="^c/rx/3") == 1
+    assert store.remove_by_regex(regex_pattern="^c/rx/") == 1
     assert store.batch_is_exist([f"c/rx/{i}" for i in range(5)]) == [0] * 5
     assert store.is_exist("c/keep") == 1
     assert store.remove_by_regex("(") == INVALID_PARAMS
@@ -268,7 +270,7 @@ def test_remove_all():
     node = Node(standalone=True, size="64MiB")
     s = MooncakeDistributedStore()
     try:
-        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", node.master) == OK
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4096, "tcp", "", node.master) == OK
         assert s.put_batch([f"all/{i}" for i in range(10)], [b"v"] * 10) == OK
         reader = Worker(node.master, "all/3")
         try:
@@ -307,7 +309,7 @@ def test_replicate_config(store, standalone):
 
 def test_replica_num_above_the_segment_count_stores_what_fits(standalone):
     s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", standalone.master) == OK
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4096, "tcp", "", standalone.master) == OK
     try:
         assert s.put("c/rep9", b"best effort", ReplicateConfig(replica_num=9)) == OK
         assert s.get("c/rep9") == b"best effort"
