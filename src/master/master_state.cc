@@ -982,6 +982,19 @@ void MasterState::EncodeLocked(Encoder& out) const {
   }
 }
 
+Result<MasterPolicy> MasterState::SnapshotPolicy(std::string_view bytes) {
+  Decoder in(bytes);
+  uint64_t magic = 0, format = 0;
+  MasterPolicy policy;
+  in(magic);
+  in(format);
+  in(policy);
+  if (!in.ok() || magic != kSnapshotMagic || format != kSnapshotFormat) {
+    return Status(ErrorCode::INVALID_PARAMS, "not a master snapshot of a known format");
+  }
+  return policy;
+}
+
 std::string MasterState::EncodeSnapshot() const {
   std::lock_guard lock(apply_mu_);
   Encoder out;

@@ -125,6 +125,8 @@ class MasterState {
   // Replaces this state with a snapshot's. INVALID_PARAMS for malformed bytes or a snapshot made
   // under another policy (replay would diverge); nothing changes then. Not while others use it.
   Status LoadSnapshot(std::string_view bytes);
+  // The policy a snapshot was made under (a replica must be built with it before LoadSnapshot).
+  static Result<MasterPolicy> SnapshotPolicy(std::string_view bytes);
   // XXH3-64 of EncodeSnapshot(): equal digests, equal states.
   uint64_t Digest() const;
   struct Fingerprint {

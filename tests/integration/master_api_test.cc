@@ -783,3 +783,47 @@ TEST_F(MasterApiTest, SoftPinnedObjectsAreEvictedLastUntilTheirTtlRunsOut) {
 
 }  // namespace
 }  // namespace granary::it
+
+namespace granary::it {
+namespace {
+
+class MasterEvictionBoundsTest : public MasterTest {};
+
+TEST_F(MasterEvictionBoundsTest, AnObjectLargerThanEverySegmentEvictsNothing) {
+  ASSERT_TRUE(StartMaster());
+  MasterClient node = Client("node-a");
+  ASSERT_EQ(node.Mount("seg-a", 1 * MiB).code(), code::kOk);
+  MasterClient w = Client("client-w");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 16; ++i) keys.push_back("full-" + std::to_string(i));
+  w.PutMany(keys, 64 * KiB);  // the segment is full
+  // Neither one huge put nor a stream of them may empty the cache: they can never fit.
+  for (int i = 0; i < 20; ++i) {
+    auto huge = w.PutStartOne("huge-" + std::to_string(i), 2 * MiB);
+    EXPECT_EQ(huge.code(), code::kNoAvailableHandle);
+    EXPECT_NE(huge.message().find("larger than every segment"), std::string::npos)
+        << huge.message();
+  }
+  EXPECT_EQ(w.Exist(keys), std::vector<int32_t>(keys.size(), 1))
+      << "a put that could never fit evicted objects";
+}
+
+TEST_F(MasterEvictionBoundsTest, PutStartQuotesAGenerationThatEndAndRevokeMustMatch) {
+  ASSERT_TRUE(StartMaster());
+  MasterClient node = Client("node-a");
+  ASSERT_EQ(node.Mount("seg-a", 1 * MiB).code(), code::kOk);
+  MasterClient w = Client("client-w");
+  auto started = w.PutStartOne("k", 4 * KiB);
+  ASSERT_EQ(started.code(), code::kOk);
+  ASSERT_NE(started.put_gen(), 0u);
+  w.SetPutGen("k", started.put_gen() + 1);  // a stale or forged generation
+  EXPECT_EQ(w.PutEndOne("k", 1), code::kIllegalClient);
+  EXPECT_EQ(w.PutRevokeOne("k"), code::kIllegalClient);
+  EXPECT_EQ(w.ExistOne("k"), 0);
+  w.SetPutGen("k", started.put_gen());
+  EXPECT_EQ(w.PutEndOne("k", 1), code::kOk);
+  EXPECT_EQ(w.ExistOne("k"), 1);
+}
+
+}  // namespace
+}  // namespace granary::it
