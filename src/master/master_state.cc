@@ -121,6 +121,9 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           },
           [&](const EvictOp& o) -> OpResult { return ApplyEvict(o, now); },
           [&](const SweepOp& o) -> OpResult { return ApplySweep(o, now); },
+          [&](const DemoteStartOp& o) -> OpResult { return ApplyDemoteStart(o, now); },
+          [&](const DemoteEndOp& o) -> OpResult { return ApplyDemoteEnd(o, now); },
+          [&](const DemoteAbortOp& o) -> OpResult { return ApplyDemoteAbort(o, now); },
       },
       op.body);
   for (const auto& observer : observers_) observer(op, result);
@@ -182,11 +185,13 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
       auto current = it++;
       if (meta.committed) {
         dropped += std::erase_if(meta.committed->replicas, on_segment);
-        if (meta.committed->replicas.empty()) {
+        // With no copy left in memory or on disk the object is gone.
+        if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
           meta.committed.reset();
           committed_count_--;
         }
       }
+      if (meta.demotion) std::erase_if(meta.demotion->held, on_segment);
       if (meta.pending) {
         dropped += std::erase_if(meta.pending->version.replicas, on_segment);
         if (meta.pending->version.replicas.empty()) ClearPending(shard, current);
@@ -227,13 +232,35 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
     if (it == client_last_seen_ms_.end() || it->second + policy_.client_ttl_ms > now) return {};
     client_last_seen_ms_.erase(it);
   }
-  // Its unfinished puts can never end: a new put of those keys takes them over at once.
+  // Its unfinished puts can never end: a new put of those keys takes them over at once. Its
+  // demotions are given up, and its disk replicas are out of reach until it registers them again.
   for (auto& shard_ptr : shards_) {
     Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
     for (std::string_view key : shard.pending_keys) {
       ObjectMeta& meta = shard.objects.find(std::string(key))->second;
       if (meta.pending->client_id == op.client_id) meta.pending->writer_expired = true;
+    }
+    std::vector<std::string> demoting;
+    for (std::string_view key : shard.demoting_keys) {
+      if (shard.objects.find(std::string(key))->second.demotion->node_id == op.client_id) {
+        demoting.emplace_back(key);
+      }
+    }
+    std::sort(demoting.begin(), demoting.end());  // frees in key order: deterministic
+    for (const auto& key : demoting) ResolveDemotion(shard, shard.objects.find(key), now);
+    for (auto it = shard.objects.begin(); disk_replica_count_ > 0 && it != shard.objects.end();) {
+      auto current = it++;
+      ObjectMeta& meta = current->second;
+      if (!meta.committed) continue;
+      disk_replica_count_ -= std::erase_if(
+          meta.committed->disk, [&](const DiskReplica& d) { return d.node_id == op.client_id; });
+      if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
+        meta.committed.reset();  // nothing holds it any more (its memory was freed before)
+        meta.readers.clear();
+        committed_count_--;
+        EraseIfEmpty(shard, current);
+      }
     }
   }
   ExpireClientResult result;
@@ -393,7 +420,14 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
         continue;
       }
       if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
-        FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
+        if (meta.demotion) {  // ...nor the demotion copying them to disk
+          auto& held = meta.demotion->held;
+          held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
+          meta.demotion->hold_until_ms =
+              std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+        } else {
+          FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
+        }
         meta.committed.reset();
         committed_count_--;
       } else {  // a new object enters its queue (an upsert keeps its place)
@@ -406,6 +440,7 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
       ClearPending(shard, it);
       meta.committed = std::move(pending.version);
       meta.committed->checksum = op.checksums[i];
+      meta.committed->gen = pending.gen;
       committed_count_++;
       meta.hard_pinned = pending.pin.hard;
       meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
@@ -512,6 +547,7 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
       out.size = meta.committed->size;
       out.checksum = meta.committed->checksum;
       out.replicas = meta.committed->replicas;
+      out.disk = meta.committed->disk;
     }
   }
   return results;
@@ -551,7 +587,12 @@ std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t
 
 void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   ObjectMeta& meta = it->second;
-  if (meta.IsReadLocked(now)) {
+  disk_replica_count_ -= meta.committed->disk.size();  // the node deletes them (SSD tier)
+  if (meta.demotion) {  // a demotion may still read them: they go when it resolves
+    auto& held = meta.demotion->held;
+    held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
+    meta.demotion->hold_until_ms = std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+  } else if (meta.IsReadLocked(now)) {
     FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
   } else {
     FreeExtents(meta.committed->replicas);
@@ -662,10 +703,10 @@ EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
       if (!meta.IsEvictable(now, op.allow_soft_pinned)) continue;
       // Read since the evictor chose it: under s3fifo that earns it another pass.
       if (s3fifo && meta.reads > 0) continue;
-      if (s3fifo && !meta.in_main) GhostAdd(op.keys[i]);
+      const bool leaves = meta.committed->disk.empty();  // else it stays, on disk
+      if (s3fifo && !meta.in_main && leaves) GhostAdd(op.keys[i]);
       result.objects++;
-      result.bytes += OccupiedBytes(meta.committed->replicas);
-      DropCommitted(shard, it, now);
+      result.bytes += EvictMemory(shard, it, now);
     }
   }
   return result;
@@ -726,6 +767,17 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
       EraseIfEmpty(shard, it);
       result.discarded_puts++;
     }
+    // A demotion that has not ended within the release timeout is given up: its node is stuck.
+    std::vector<std::string> stalled;
+    for (std::string_view key : shard.demoting_keys) {
+      const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      if (meta.demotion->start_ms + policy_.put_release_timeout_ms <= now) stalled.emplace_back(key);
+    }
+    std::sort(stalled.begin(), stalled.end());
+    for (const auto& key : stalled) {
+      ResolveDemotion(shard, shard.objects.find(key), now);
+      result.aborted_demotions++;
+    }
   }
   std::vector<Extent> due;
   {
@@ -738,6 +790,141 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
   FreeExtents(due);
   result.freed_extents = due.size();
   return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiers: demotion of memory replicas to a node's disk
+
+std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStartOp& op,
+                                                                int64_t now) {
+  std::vector<DemoteStartKeyResult> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.node_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "node id is empty");
+  if (!batch_error.ok()) {
+    for (auto& r : results) r.status = batch_error;
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      DemoteStartKeyResult& out = results[i];
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.committed) {
+        out.status = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (meta.demotion) {
+        out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being demoted");
+        continue;
+      }
+      const Version& v = *meta.committed;
+      if (std::any_of(v.disk.begin(), v.disk.end(),
+                      [&](const DiskReplica& d) { return d.node_id == op.node_id; })) {
+        out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "already on this node's disk");
+        continue;
+      }
+      if (v.replicas.empty()) {
+        out.status = Status(ErrorCode::INVALID_PARAMS, "no memory replica to copy from");
+        continue;
+      }
+      meta.demotion = Demotion{op.node_id, v.gen, now, {}};
+      shard.demoting_keys.insert(std::string_view(it->first));
+      out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas};
+    }
+  }
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyDemoteEnd(const DemoteEndOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.version_gens.size() != op.keys.size() || op.locations.size() != op.keys.size()) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys, versions and locations differ in length");
+  }
+  if (!batch_error.ok()) {
+    std::fill(results.begin(), results.end(), batch_error);
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.demotion) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (meta.demotion->node_id != op.node_id || meta.demotion->version_gen != op.version_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
+        continue;
+      }
+      if (meta.committed && meta.committed->gen == meta.demotion->version_gen) {
+        meta.committed->disk.push_back({op.node_id, op.locations[i], meta.committed->size});
+        disk_replica_count_++;
+      } else {
+        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
+                            "the demoted version was replaced or removed: delete the disk copy");
+      }
+      ResolveDemotion(shard, it, now);
+    }
+  }
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.version_gens.size() != op.keys.size()) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys and versions differ in length");
+  }
+  if (!batch_error.ok()) {
+    std::fill(results.begin(), results.end(), batch_error);
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.demotion) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
+        continue;
+      }
+      if (it->second.demotion->node_id != op.node_id ||
+          it->second.demotion->version_gen != op.version_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
+        continue;
+      }
+      ResolveDemotion(shard, it, now);
+    }
+  }
+  return results;
+}
+
+void MasterState::ResolveDemotion(Shard& shard, ObjectIter it, int64_t now) {
+  ObjectMeta& meta = it->second;
+  if (!meta.demotion) return;
+  // Readers of the replaced version may still be on the held memory too.
+  FreeLater(meta.demotion->held, std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry()),
+            now);
+  shard.demoting_keys.erase(std::string_view(it->first));
+  meta.demotion.reset();
+  EraseIfEmpty(shard, it);
+}
+
+uint64_t MasterState::EvictMemory(Shard& shard, ObjectIter it, int64_t now) {
+  ObjectMeta& meta = it->second;
+  const uint64_t bytes = OccupiedBytes(meta.committed->replicas);
+  if (meta.committed->disk.empty()) {
+    DropCommitted(shard, it, now);
+  } else {  // demoted: readers now find it on disk
+    FreeExtents(meta.committed->replicas);  // evictable: no lock, no demotion on them
+    meta.committed->replicas.clear();
+  }
+  return bytes;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -759,7 +946,7 @@ void MasterState::ClearPending(Shard& shard, ObjectIter it) {
 }
 
 void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
-  if (it->second.committed || it->second.pending) return;
+  if (it->second.committed || it->second.pending || it->second.demotion) return;
   shard.objects.erase(it);
 }
 
@@ -852,6 +1039,7 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   ObjectStat stat;
   stat.committed = meta.committed.has_value();
   stat.pending = meta.pending.has_value();
+  if (!meta.committed && !meta.pending) return NotFound(key);  // only a demotion's leftovers
   const Version& shown = meta.committed ? *meta.committed : meta.pending->version;
   stat.size = shown.size;
   stat.checksum = shown.checksum;
@@ -863,6 +1051,8 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   stat.soft_pinned = meta.IsSoftPinned(now);
   stat.idle_ms = meta.last_access_ms ? now - meta.last_access_ms : 0;
   stat.put_gen = meta.pending ? meta.pending->gen : 0;
+  stat.disk = shown.disk;
+  stat.demoting = meta.demotion.has_value();
   return stat;
 }
 
@@ -1042,24 +1232,27 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
 
   std::vector<std::unique_ptr<Shard>> shards;
   for (uint32_t i = 0; i < policy_.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
-  uint64_t count = 0, committed = 0, pending = 0;
+  uint64_t count = 0, committed = 0, pending = 0, disk = 0;
   in(count);
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
     std::string key;
     ObjectMeta meta;
     in(key);
     in(meta);
-    if (!in.ok() || !ValidateKey(key).ok() || (!meta.committed && !meta.pending)) {
+    if (!in.ok() || !ValidateKey(key).ok() ||
+        (!meta.committed && !meta.pending && !meta.demotion)) {
       return bad("malformed object record");
     }
     Shard& shard = *shards[ShardOf(key)];
     auto [it, inserted] = shard.objects.try_emplace(std::move(key), std::move(meta));
     if (!inserted) return bad("duplicate key");
     committed += it->second.committed.has_value();
+    if (it->second.committed) disk += it->second.committed->disk.size();
     if (it->second.pending) {
       shard.pending_keys.insert(std::string_view(it->first));
       pending++;
     }
+    if (it->second.demotion) shard.demoting_keys.insert(std::string_view(it->first));
   }
   uint64_t n = 0;
   in(n);
@@ -1112,6 +1305,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
   shards_ = std::move(shards);
   committed_count_ = committed;
   pending_count_ = pending;
+  disk_replica_count_ = disk;
   {
     std::lock_guard clients_lock(clients_mu_);
     client_last_seen_ms_ = std::move(clients);

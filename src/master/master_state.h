@@ -83,6 +83,8 @@ struct ObjectStat {
   bool soft_pinned = false;
   int64_t idle_ms = 0;
   uint64_t put_gen = 0;  // of the pending write, if any
+  std::vector<DiskReplica> disk;
+  bool demoting = false;
 };
 
 struct ObjectSummaryRow {
@@ -173,6 +175,15 @@ class MasterState {
   }
   EvictResult Evict(EvictOp op) { return Do<EvictOp, EvictResult>(std::move(op)); }
   SweepResult Sweep() { return Do<SweepOp, SweepResult>(SweepOp{}); }
+  std::vector<DemoteStartKeyResult> DemoteStart(DemoteStartOp op) {
+    return Do<DemoteStartOp, std::vector<DemoteStartKeyResult>>(std::move(op));
+  }
+  std::vector<Status> DemoteEnd(DemoteEndOp op) {
+    return Do<DemoteEndOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> DemoteAbort(DemoteAbortOp op) {
+    return Do<DemoteAbortOp, std::vector<Status>>(std::move(op));
+  }
 
   // ---- queries ----
   // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
@@ -204,8 +215,10 @@ class MasterState {
   struct Shard {
     mutable std::mutex mu;
     std::unordered_map<std::string, ObjectMeta> objects;
-    // Keys with a pending write; views into `objects`' keys, so erase from here first.
+    // Keys with a pending write, and keys being demoted; views into `objects`' keys, so erase
+    // from here first.
     std::unordered_set<std::string_view> pending_keys;
+    std::unordered_set<std::string_view> demoting_keys;
   };
   // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
   // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata
@@ -244,6 +257,15 @@ class MasterState {
   RemoveCountResult ApplyRemoveByRegex(const RemoveByRegexOp& op, int64_t now);
   EvictResult ApplyEvict(const EvictOp& op, int64_t now);
   SweepResult ApplySweep(const SweepOp& op, int64_t now);
+  std::vector<DemoteStartKeyResult> ApplyDemoteStart(const DemoteStartOp& op, int64_t now);
+  std::vector<Status> ApplyDemoteEnd(const DemoteEndOp& op, int64_t now);
+  std::vector<Status> ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now);
+  // Ends the demotion of it (attached or not): its held memory is freed once no read lock can
+  // cover it.
+  void ResolveDemotion(Shard& shard, ObjectIter it, int64_t now);
+  // Eviction of a complete object: its memory goes; the object stays if a disk replica holds it.
+  // Returns the memory bytes freed.
+  uint64_t EvictMemory(Shard& shard, ObjectIter it, int64_t now);
 
   // Drops every extent on segment_id from every object (its memory is gone).
   uint64_t DropSegmentReplicas(uint64_t segment_id);
@@ -271,6 +293,7 @@ class MasterState {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> committed_count_{0};
   std::atomic<uint64_t> pending_count_{0};
+  uint64_t disk_replica_count_ = 0;  // under apply_mu_; lets node expiry skip its scan when 0
 
   mutable std::mutex clients_mu_;
   std::unordered_map<std::string, int64_t> client_last_seen_ms_;

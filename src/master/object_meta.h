@@ -3,6 +3,11 @@
 // An object has at most one committed version (readable) and at most one pending write (a put or
 // an upsert between start and end). Keeping both lets an upsert run while readers still see the
 // old bytes; the old extents are retired at commit and freed once no read lock can cover them.
+// Tiers: a version's copies are memory replicas (extents of mounted segments) and disk replicas
+// (the SSD tier: a node's own location). A demotion (the committed version being copied to a
+// node's disk) is tracked apart from the pending write, so an upsert and a demotion of one
+// object run at once: the memory a demotion reads from is held until the demotion resolves, and
+// the disk copy is attached only if the version it copied is still the committed one.
 // Ownership: held by value in a shard's map; guarded by that shard's mutex.
 #pragma once
 
@@ -31,10 +36,31 @@ inline int64_t QueueStamp(int64_t now_ms, size_t index) {
   return (now_ms << 16) | static_cast<int64_t>(std::min<size_t>(index, 0xFFFF));
 }
 
+// A copy on a node's local disk. The node chose `location` (a bucket and offset, a file...); the
+// master names it back to readers and removals, never interprets it.
+struct DiskReplica {
+  std::string node_id;  // the node process (client id) that holds it
+  uint64_t location = 0;
+  uint64_t length = 0;
+};
+
 struct Version {
   uint64_t size = 0;
   uint64_t checksum = 0;
-  std::vector<Extent> replicas;
+  uint64_t gen = 0;               // the put generation that wrote it: names this version
+  std::vector<Extent> replicas;   // memory replicas
+  std::vector<DiskReplica> disk;  // disk replicas
+};
+
+// The committed version `version_gen` being copied to `node_id`'s disk.
+struct Demotion {
+  std::string node_id;
+  uint64_t version_gen = 0;
+  int64_t start_ms = 0;
+  // Memory the demotion may still be reading although the version left it (an upsert committed,
+  // or a remove): freed when the demotion ends, aborts or times out.
+  std::vector<Extent> held;
+  int64_t hold_until_ms = 0;  // read locks the held memory had when it was retired
 };
 
 struct PinConfig {
@@ -62,6 +88,7 @@ struct ReadLock {
 struct ObjectMeta {
   std::optional<Version> committed;
   std::optional<PendingWrite> pending;
+  std::optional<Demotion> demotion;
   std::vector<ReadLock> readers;
   bool hard_pinned = false;
   int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this
@@ -88,10 +115,11 @@ struct ObjectMeta {
     std::erase_if(readers, [now_ms](const ReadLock& l) { return l.expiry_ms <= now_ms; });
   }
   bool IsSoftPinned(int64_t now_ms) const { return soft_pin_until_ms > now_ms; }
-  // Eviction never takes an object being written or read, nor a hard-pinned one; soft-pinned ones
-  // only when the caller has run out of everything else.
+  // Eviction never takes an object being written, read or demoted, nor a hard-pinned one, nor one
+  // with no memory to free; soft-pinned ones only when the caller has run out of everything else.
   bool IsEvictable(int64_t now_ms, bool allow_soft_pinned) const {
-    if (!committed || pending || hard_pinned || IsReadLocked(now_ms)) return false;
+    if (!committed || pending || demotion || hard_pinned || IsReadLocked(now_ms)) return false;
+    if (committed->replicas.empty()) return false;  // on disk only: nothing of memory to free
     return allow_soft_pinned || !IsSoftPinned(now_ms);
   }
 };

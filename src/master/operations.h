@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "granary/status.h"
+#include "master/object_meta.h"
 #include "master/segment_table.h"
 
 namespace granary::master {
@@ -95,15 +96,34 @@ struct EvictOp {
   // goes to its tail with one read fewer. A key may appear more than once.
   std::vector<std::string> requeue;
 };
-// Applies the timeouts: zombie puts, deferred frees, expired read locks.
+// Applies the timeouts: zombie puts, deferred frees, expired read locks, stalled demotions.
 struct SweepOp {};
+// The SSD tier's offload (memory -> disk) of committed objects by the node that will hold the
+// disk copies. Start records a demotion of the committed version; End attaches each key's disk
+// replica at `locations[i]` if that version is still committed (else the node must delete its
+// copy); Abort gives the demotion up. Only `node_id` may end or abort its demotions.
+struct DemoteStartOp {
+  std::string node_id;
+  std::vector<std::string> keys;
+};
+struct DemoteEndOp {
+  std::string node_id;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> version_gens;  // from DemoteStart's results
+  std::vector<uint64_t> locations;
+};
+struct DemoteAbortOp {
+  std::string node_id;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> version_gens;
+};
 
 struct Operation {
   int64_t now_ms = 0;  // wall-clock ms; Apply raises it to the previous operation's if earlier
   uint64_t seq = 0;    // position in the total order, set by Apply (1, 2, 3...)
   std::variant<MountSegmentOp, UnmountSegmentOp, PingOp, ExpireClientOp, PutStartOp, PutEndOp,
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
-               EvictOp, SweepOp>
+               EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp>
       body;
 };
 
@@ -132,6 +152,15 @@ struct ReadKeyResult {
   uint64_t size = 0;
   uint64_t checksum = 0;
   std::vector<Extent> replicas;
+  std::vector<DiskReplica> disk;
+};
+// One key of a DemoteStart: the version to copy (its size, checksum and memory replicas).
+struct DemoteStartKeyResult {
+  Status status;
+  uint64_t version_gen = 0;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::vector<Extent> replicas;
 };
 struct RemoveCountResult {
   Status status;
@@ -145,6 +174,7 @@ struct EvictResult {
 struct SweepResult {
   uint64_t discarded_puts = 0;    // pending writes dropped at the release timeout
   uint64_t freed_extents = 0;     // deferred frees that came due
+  uint64_t aborted_demotions = 0; // demotions older than the release timeout
 };
 
 // The put generations of a PutStart's results, in key order (0 for keys that failed).
@@ -158,6 +188,6 @@ inline std::vector<uint64_t> Gens(const std::vector<PutStartKeyResult>& started)
 using OpResult = std::variant<MountResult, UnmountResult, PingResult, ExpireClientResult,
                               std::vector<PutStartKeyResult>, std::vector<Status>,
                               std::vector<ReadKeyResult>, RemoveCountResult, EvictResult,
-                              SweepResult>;
+                              SweepResult, std::vector<DemoteStartKeyResult>>;
 
 }  // namespace granary::master

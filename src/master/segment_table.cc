@@ -20,7 +20,7 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
   const std::string& name = spec.name;
   const uint64_t size = spec.size;
   if (client_id.empty()) return Status(ErrorCode::INVALID_PARAMS, "client id is empty");
-  if (Status s = ValidateName("segment name", name); !s.ok()) return s;
+  if (Status s = ValidateSegmentName(name); !s.ok()) return s;
   if (!spec.shm_name.empty()) {
     if (Status s = ValidateName("shared-memory name", spec.shm_name); !s.ok()) return s;
   }

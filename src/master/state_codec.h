@@ -17,8 +17,14 @@ inline constexpr uint64_t kSnapshotFormat = 1;
 template <typename IO> void Fields(IO& io, Extent& e) {
   io(e.segment_id); io(e.offset); io(e.length); io(e.handle);
 }
+template <typename IO> void Fields(IO& io, DiskReplica& d) {
+  io(d.node_id); io(d.location); io(d.length);
+}
 template <typename IO> void Fields(IO& io, Version& v) {
-  io(v.size); io(v.checksum); io(v.replicas);
+  io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk);
+}
+template <typename IO> void Fields(IO& io, Demotion& d) {
+  io(d.node_id); io(d.version_gen); io(d.start_ms); io(d.held); io(d.hold_until_ms);
 }
 template <typename IO> void Fields(IO& io, PinConfig& p) {
   io(p.hard); io(p.soft); io(p.soft_ttl_ms);
@@ -30,7 +36,7 @@ template <typename IO> void Fields(IO& io, ReadLock& l) {
   io(l.client_id); io(l.count); io(l.expiry_ms);
 }
 template <typename IO> void Fields(IO& io, ObjectMeta& m) {
-  io(m.committed); io(m.pending); io(m.readers); io(m.hard_pinned); io(m.soft_pin_until_ms);
+  io(m.committed); io(m.pending); io(m.demotion); io(m.readers); io(m.hard_pinned); io(m.soft_pin_until_ms);
   io(m.soft_pin_ttl_ms); io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
 }
 
@@ -65,6 +71,13 @@ template <typename IO> void Fields(IO& io, EvictOp& o) {
   io(o.keys); io(o.allow_soft_pinned); io(o.requeue);
 }
 template <typename IO> void Fields(IO& io, SweepOp&) {}
+template <typename IO> void Fields(IO& io, DemoteStartOp& o) { io(o.node_id); io(o.keys); }
+template <typename IO> void Fields(IO& io, DemoteEndOp& o) {
+  io(o.node_id); io(o.keys); io(o.version_gens); io(o.locations);
+}
+template <typename IO> void Fields(IO& io, DemoteAbortOp& o) {
+  io(o.node_id); io(o.keys); io(o.version_gens);
+}
 
 // The operation record of the ordered history: sequence, time, which body, the body.
 std::string EncodeOperation(const Operation& op);

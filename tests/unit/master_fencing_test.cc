@@ -153,6 +153,10 @@ TEST_F(MasterFencingTest, MountNamesFollowTheSharedMemoryNameRules) {
   EXPECT_EQ(state_.Mount({"node", bad_shm}).status.code(), ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(state_.segments().segment_count(), 0u);
   EXPECT_TRUE(state_.Mount({"node", Spec("host-1.seg_2", 4 * kMiB)}).status.ok());
+  // Mooncake names segments "host:port"; the node derives a valid shm name from it.
+  SegmentSpec mooncake = Spec("seg-x", 4 * kMiB);
+  mooncake.name = "10.0.0.5:17812";
+  EXPECT_TRUE(state_.Mount({"node", mooncake}).status.ok());
 }
 
 }  // namespace

@@ -115,6 +115,25 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
           const std::string name = "seg-" + std::to_string(s);
           if (state.segments().FindByName(name)) state.Unmount({"node-" + std::to_string(s), name});
           state.Mount({"node-" + std::to_string(s), Spec(name, 2048 * kKiB, rng() | 1, false)});
+        } else if (pick < 98) {
+          // The SSD tier's offload: demotions that end, abort, or stall (swept later).
+          const std::string node = "node-" + std::to_string(rng() % 3);
+          auto started = state.DemoteStart({node, keys});
+          std::vector<std::string> demoting;
+          std::vector<uint64_t> versions, locations;
+          for (int k = 0; k < n; ++k) {
+            if (!started[k].status.ok()) continue;
+            demoting.push_back(keys[k]);
+            versions.push_back(started[k].version_gen);
+            locations.push_back(rng());
+          }
+          if (demoting.empty()) continue;
+          const int fate = static_cast<int>(rng() % 4);
+          if (fate < 2) {
+            state.DemoteEnd({node, demoting, versions, locations});
+          } else if (fate == 2) {
+            state.DemoteAbort({node, demoting, versions});
+          }
         } else {
           clock.Advance(Millis(1 + rng() % 7));
         }
