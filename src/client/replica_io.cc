@@ -47,7 +47,8 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     uint64_t offset = 0;
     for (const auto& part : parts) {
       if (checksum) {
-        checksum->CopyAndUpdate(base + offset, part.data(), part.size());
+        // The source: the shared memory may be written by someone else while we copy.
+        checksum->CopyAndUpdateSource(base + offset, part.data(), part.size());
       } else {
         CopyBytes(base + offset, part.data(), part.size());
       }
