@@ -30,7 +30,6 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   std::unique_ptr<StorageNode> node(new StorageNode(std::move(options)));
   const StorageNodeOptions& o = node->options_;
   node->client_id_ = UniqueProcessId("node");
-  node->token_ = RandomU64() | 1;  // never 0: 0 is "no token" to a careless caller
 
   auto segment = ShmSegment::Create("granary-" + o.segment_name, o.segment_size, o.prefault);
   if (!segment.ok()) return segment.status();
@@ -40,8 +39,9 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   server_options.host = o.listen_host;
   server_options.port = o.port;
   server_options.idle_timeout_ms = o.data_idle_timeout_ms;
+  // Token 0 until the first mount: nothing is accepted before the master knows the segment.
   node->server_ = std::make_unique<DataServer>(node->segment_->data(), node->segment_->size(),
-                                               node->token_, server_options);
+                                               0, server_options);
   if (Status s = node->server_->Start(); !s.ok()) return s;
   node->endpoint_ = o.advertise_host + ":" + std::to_string(node->server_->port());
 
@@ -70,11 +70,20 @@ proto::SegmentSpec StorageNode::Spec() const {
   spec.set_endpoint(endpoint_);
   spec.set_shm_name(segment_->name());
   spec.set_host_id(HostId());
-  spec.set_token(token_);
+  spec.set_token(token_.load());
+  spec.set_fresh(mount_attempts_ == 1);
   return spec;
 }
 
 Status StorageNode::Mount() {
+  // A new token for every attempt, published before the master can hand out space under it:
+  // the header first (same-host clients), then the data server (TCP clients).
+  uint64_t token = 0;
+  while (token == 0 || token == token_.load()) token = RandomU64() | 1;  // never 0: "no token"
+  token_ = token;
+  ++mount_attempts_;
+  segment_->PublishToken(token);
+  server_->SetToken(token);
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
   proto::ReMountSegmentRequest req;
@@ -101,19 +110,25 @@ void StorageNode::HeartbeatLoop() {
     rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
     proto::PingRequest req;
     req.set_client_id(client_id_);
+    proto::MountedSegment* mount = req.add_mounts();
+    mount->set_name(options_.segment_name);
+    mount->set_token(token_.load());
     proto::PingResponse resp;
     grpc::Status rpc_status = master_->Ping(&ctx, req, &resp);
     if (!rpc_status.ok()) {
       if (mounted_.exchange(false)) {
         GLOG_WARN("master unreachable: {}", rpc_status.error_message());
       }
-    } else if (resp.status() == proto::PingResponse::NEED_REMOUNT || !mounted_) {
+    } else if (resp.status() == proto::PingResponse::NEED_REMOUNT) {
       Status s = Mount();
       if (s.ok()) {
-        GLOG_INFO("segment {} remounted", options_.segment_name);
+        GLOG_INFO("segment {} remounted (new token)", options_.segment_name);
       } else {
         GLOG_WARN("remount of {} failed: {}", options_.segment_name, s.ToString());
       }
+    } else if (!mounted_.exchange(true)) {
+      // Reachable again and the master still holds our mount under our token: nothing to redo.
+      GLOG_INFO("master reachable again; segment {} still mounted", options_.segment_name);
     }
     lock.lock();
   }

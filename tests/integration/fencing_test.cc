@@ -1,0 +1,121 @@
+// Issue 13, section 2 (epochs and fencing), node and client side, with real processes: every
+// mount has its own token that the data server and the shared-memory header enforce; a client
+// drops mappings of segments that are gone.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+#include "../tools/test_pattern.h"
+#include "node/storage_node.h"
+#include "store_fixture.h"
+#include "transfer/tcp_transport.h"
+
+namespace granary::it {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+class FencingTest : public StoreTest {};
+
+// A remount (here: the master restarted and answers NEED_REMOUNT) takes a new token: the node
+// publishes it in its segment header and its data server, tells the master, and from then on
+// refuses a late write that quotes the previous mount's token, leaving the bytes untouched.
+TEST_F(FencingTest, RemountTakesANewTokenAndRefusesThePreviousMountsWrites) {
+  ASSERT_TRUE(cluster_.Start(0, 0));
+  node::StorageNodeOptions options;
+  options.master_address = cluster_.master_address();
+  options.segment_name = UniqueName("fence");
+  options.segment_size = 4 * MiB;
+  options.prefault = false;
+  options.heartbeat_interval_ms = 100;
+  options.rpc_timeout_ms = 2000;
+  auto started = node::StorageNode::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<node::StorageNode> node = std::move(*started);
+  ASSERT_TRUE(node->mounted());
+  const uint64_t first = node->token();
+  ASSERT_NE(first, 0u);
+  EXPECT_EQ(node->segment().token(), first) << "the shm header does not carry the mount's token";
+  EXPECT_EQ(node->server().token(), first);
+
+  transfer::TcpTransport::Options tcp_options;
+  tcp_options.io_timeout_ms = 5000;
+  transfer::TcpTransport tcp(tcp_options);
+  const Bytes before = testdata::Pattern("fence-before", 64 * KiB);
+  ASSERT_TRUE(tcp.Write({node->endpoint(), first, 4096, before.size()}, ByteSpan(before)).ok());
+
+  ASSERT_TRUE(cluster_.RestartMaster());
+  ASSERT_TRUE(WaitUntil([&] { return node->token() != first && node->mounted(); }, Millis(10'000)))
+      << "the node did not remount with a new token after the master restarted";
+  const uint64_t second = node->token();
+  EXPECT_EQ(node->segment().token(), second);
+  EXPECT_EQ(node->server().token(), second);
+
+  // A writer of the previous mount, late: refused, and the segment is as it was.
+  const Bytes late = testdata::Pattern("fence-late", 64 * KiB);
+  Status refused = tcp.Write({node->endpoint(), first, 4096, late.size()}, ByteSpan(late));
+  EXPECT_EQ(refused.code(), ErrorCode::SEGMENT_NOT_FOUND) << refused.ToString();
+  EXPECT_EQ(std::memcmp(node->segment().data() + 4096, before.data(), before.size()), 0)
+      << "a write quoting the previous mount's token changed the segment";
+  Bytes out(before.size());
+  EXPECT_EQ(tcp.Read({node->endpoint(), first, 4096, out.size()}, MutableByteSpan(out)).code(),
+            ErrorCode::SEGMENT_NOT_FOUND);
+  // The current mount's token works.
+  ASSERT_TRUE(tcp.Read({node->endpoint(), second, 4096, out.size()}, MutableByteSpan(out)).ok());
+  EXPECT_EQ(out, before);
+
+  // The master holds the segment under the new token.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pb::ListSegmentsResponse list;
+  ASSERT_TRUE(cluster_.master().stub()->ListSegments(&ctx, pb::ListSegmentsRequest(), &list).ok());
+  ASSERT_EQ(list.segments_size(), 1);
+  EXPECT_EQ(list.segments(0).token(), second);
+  node->Stop();
+}
+
+// A long-lived client keeps no mapping of a segment that is gone: once the master no longer lists
+// a dead node, the client's next refresh unmaps it (its memory is no longer charged to us).
+TEST_F(FencingTest, ClientUnmapsTheSegmentOfANodeThatIsGone) {
+  ASSERT_TRUE(cluster_.Start(2, 16 * MiB));
+  auto client = cluster_.MakeClient(true);
+  ASSERT_NE(client, nullptr);
+  const Bytes value = testdata::Pattern("mapped", 256 * KiB);
+  ReplicateConfig two;
+  two.replica_num = 2;
+  ASSERT_TRUE(client->Put("mapped", ByteSpan(value), two).ok());
+  auto got = client->Get("mapped");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(client->Stats().shm_mappings, 2u) << "both nodes' segments should be mapped";
+  const std::string gone = cluster_.node(1).name();
+
+  cluster_.KillNode(1);
+  ASSERT_TRUE(cluster_.WaitForSegments(
+      [&](const auto& names) { return std::count(names.begin(), names.end(), gone) == 0; },
+      Millis(8000)))
+      << "the killed node was not expired";
+  // The client keeps reading (the surviving replica); within the directory's maximum age plus
+  // slack, the dead segment's mapping is dropped.
+  bool dropped = WaitUntil(
+      [&] {
+        auto again = client->Get("mapped");
+        if (!again.ok()) ADD_FAILURE() << again.status().ToString();
+        return client->Stats().shm_mappings == 1;
+      },
+      Millis(15'000), Millis(200));
+  EXPECT_TRUE(dropped) << "still " << client->Stats().shm_mappings << " mappings";
+  EXPECT_EQ(ReadFile("/proc/self/maps").find(cluster_.node(1).ShmPath()), std::string::npos)
+      << "the dead node's segment is still mapped";
+}
+
+}  // namespace
+}  // namespace granary::it
