@@ -1,6 +1,7 @@
 // Issue 13, section 2 (epochs and fencing), node and client side, with real processes: every
 // mount has its own token that the data server and the shared-memory header enforce; a client
-// drops mappings of segments that are gone.
+// drops mappings of segments that are gone; a read whose lease expired mid-copy is never
+// reported as a success.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -115,6 +116,39 @@ TEST_F(FencingTest, ClientUnmapsTheSegmentOfANodeThatIsGone) {
   EXPECT_TRUE(dropped) << "still " << client->Stats().shm_mappings << " mappings";
   EXPECT_EQ(ReadFile("/proc/self/maps").find(cluster_.node(1).ShmPath()), std::string::npos)
       << "the dead node's segment is still mapped";
+}
+
+// The master's read lease covers a copy only for lease_ttl_ms. A node stalls (SIGSTOP) in the
+// middle of a TCP get for longer than that; meanwhile the master, the lease over, lets the object
+// be removed (its space may be reused). When the node resumes and the bytes arrive, the get must
+// not report them as a success.
+TEST_F(FencingTest, GetWhoseLeaseExpiredMidCopyIsNotASuccess) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB, {{"--lease-ttl", "300ms"}, {"--client-ttl", "5s"}}));
+  auto reader = cluster_.MakeClient(false);
+  auto other = cluster_.MakeClient(false);
+  ASSERT_TRUE(reader && other);
+  const Bytes value = testdata::Pattern("leased", 8 * MiB);
+  ASSERT_TRUE(other->Put("leased", ByteSpan(value)).ok());
+  // A get within its lease works (retried once if this busy machine made it slow).
+  auto warm = reader->Get("leased");
+  ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+
+  NodeProcess& node = cluster_.node(0);
+  ASSERT_TRUE(node.Kill(SIGSTOP));
+  Result<Bytes> result = Status(ErrorCode::INTERNAL_ERROR, "not run");
+  std::thread get([&] { result = reader->Get("leased"); });
+  std::this_thread::sleep_for(Millis(1000));  // the lease (300 ms) is over
+  Status removed = other->Remove("leased");
+  ASSERT_TRUE(node.Kill(SIGCONT));
+  get.join();  // bounded by the client's I/O timeout (10 s)
+  ASSERT_TRUE(removed.ok()) << "the master kept the object past its lease: " << removed.ToString();
+  EXPECT_FALSE(result.ok()) << "a get returned bytes read after its lease expired (the object "
+                               "had been removed meanwhile)";
+  if (!result.ok()) {
+    EXPECT_TRUE(result.code() == ErrorCode::LEASE_EXPIRED ||
+                result.code() == ErrorCode::OBJECT_NOT_FOUND)
+        << result.status().ToString();
+  }
 }
 
 }  // namespace
