@@ -1,5 +1,6 @@
 #include "node/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -10,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <string_view>
+#include <vector>
 #include <utility>
 
 #include "common/logging.h"
@@ -65,38 +68,85 @@ int ReservePages(int fd, uint64_t size) {
 }
 
 // A segment already at `path`: stale (its node died without unlinking) if nobody holds its
-// flock, in which case it is unlinked; live otherwise.
+// flock, in which case it is unlinked; live otherwise. Another node's reclaim scan holds the lock
+// of a stale file for an instant, so a busy lock is looked at again for a moment before the name
+// is declared taken.
 Status RemoveStale(const std::string& name, const std::string& path) {
-  int fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::Ok();
-    return SysError("opening the existing instance", name, errno);
-  }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  constexpr int kLooks = 20;  // 20 x 10 ms
+  for (int look = 0; look < kLooks; ++look) {
+    int fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::Ok();
+      return SysError("opening the existing instance", name, errno);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      close(fd);
+      if (err != EWOULDBLOCK) return SysError("locking the existing instance", name, err);
+      usleep(10'000);
+      continue;
+    }
+    struct stat st {};
+    fstat(fd, &st);
+    GLOG_WARN(
+        "removing stale shared-memory segment '{}' ({} bytes) left by a node that did not "
+        "shut down cleanly; recreating it",
+        name, static_cast<uint64_t>(st.st_size));
+    int rc = shm_unlink(path.c_str());
     int err = errno;
     close(fd);
-    if (err == EWOULDBLOCK) {
-      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
-                    "shared-memory segment '" + name +
-                        "' is held by a running node on this host; give each node its own "
-                        "segment name");
-    }
-    return SysError("locking the existing instance", name, err);
+    if (rc != 0 && err != ENOENT) return SysError("unlinking the stale instance", name, err);
+    return Status::Ok();
   }
-  struct stat st {};
-  fstat(fd, &st);
-  GLOG_WARN(
-      "removing stale shared-memory segment '{}' ({} bytes) left by a node that did not "
-      "shut down cleanly; recreating it",
-      name, static_cast<uint64_t>(st.st_size));
-  int rc = shm_unlink(path.c_str());
-  int err = errno;
-  close(fd);
-  if (rc != 0 && err != ENOENT) return SysError("unlinking the stale instance", name, err);
-  return Status::Ok();
+  return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
+                "shared-memory segment '" + name +
+                    "' is held by a running node on this host; give each node its own "
+                    "segment name");
 }
 
 }  // namespace
+
+size_t ShmSegment::ReclaimOrphans(const std::string& shm_dir, std::chrono::seconds min_age) {
+  DIR* dir = opendir(shm_dir.c_str());
+  if (dir == nullptr) return 0;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(dir)) {
+    std::string_view n(e->d_name);
+    if (n.starts_with(kNamePrefix)) names.emplace_back(n);
+  }
+  closedir(dir);
+  size_t removed = 0;
+  const auto now = std::chrono::system_clock::now();
+  for (const std::string& name : names) {
+    const std::string path = shm_dir + "/" + name;
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;  // gone meanwhile, or not ours to open
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      close(fd);
+      continue;
+    }
+    // Young files are left alone: a starting node creates its file, then locks it.
+    const auto changed = std::chrono::system_clock::time_point(
+        std::chrono::seconds(st.st_ctim.tv_sec) +
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::nanoseconds(st.st_ctim.tv_nsec)));
+    if (now - changed < min_age || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      close(fd);  // live (locked by its node, even a stopped one), or too young to judge
+      continue;
+    }
+    // Ours now; unlink only if the name still refers to this very file.
+    struct stat current {};
+    if (stat(path.c_str(), &current) == 0 && current.st_dev == st.st_dev &&
+        current.st_ino == st.st_ino && unlink(path.c_str()) == 0) {
+      GLOG_WARN("reclaimed shared-memory segment '{}' ({}) of a node that is gone", name,
+                FormatSize(static_cast<uint64_t>(st.st_size)));
+      ++removed;
+    }
+    close(fd);
+  }
+  return removed;
+}
 
 Result<ShmSpace> ShmSegment::StatSpace(const std::string& dir) {
   struct statvfs vfs {};

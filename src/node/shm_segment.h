@@ -23,16 +23,24 @@
 // start. Without it, the memory is used as objects fill the segment, and something else filling
 // /dev/shm meanwhile can still SIGBUS the node or a client. Production nodes should prefault.
 //
+// A node killed with -9 cannot unlink its file, and default names carry the pid, so nobody would
+// ever start under that name again: ReclaimOrphans() unlinks every "granary-*" file of this user
+// in /dev/shm whose flock is free (its owner is gone: a live node, even a stopped one, holds it)
+// and that is older than min_age (a starting node creates its file, then locks it). Nodes call it
+// at start and periodically.
+//
 // Ownership: ShmSegment owns the mapping, the descriptor and the name.
 // Thread safety: immutable after Create except the header token (atomic); data(), token() and
 // PublishToken() may be used from any thread (the bytes are coordinated by the master's
 // protocol, not by this class).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "granary/status.h"
 
@@ -67,6 +75,12 @@ class ShmSegment {
                                                     const Options& options);
   // statvfs(dir): the default probe.
   static Result<ShmSpace> StatSpace(const std::string& dir);
+  // The prefix of every node's segment file ("granary-" + segment name).
+  static constexpr std::string_view kNamePrefix = "granary-";
+  // Unlinks orphaned segment files (see above); returns how many. Never throws; errors on one
+  // file skip that file. Any thread.
+  static size_t ReclaimOrphans(const std::string& shm_dir = "/dev/shm",
+                               std::chrono::seconds min_age = std::chrono::seconds(5));
 
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;

@@ -31,7 +31,11 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   const StorageNodeOptions& o = node->options_;
   node->client_id_ = UniqueProcessId("node");
 
-  auto segment = ShmSegment::Create("granary-" + o.segment_name, o.segment_size, o.prefault);
+  // Dead nodes' files first: their pages count as used in /dev/shm until unlinked.
+  ShmSegment::ReclaimOrphans();
+  node->last_reclaim_ = std::chrono::steady_clock::now();
+  auto segment = ShmSegment::Create(std::string(ShmSegment::kNamePrefix) + o.segment_name,
+                                    o.segment_size, o.prefault);
   if (!segment.ok()) return segment.status();
   node->segment_ = std::move(*segment);
 
@@ -106,6 +110,12 @@ void StorageNode::HeartbeatLoop() {
                  [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
+    if (options_.reclaim_interval_ms > 0 &&
+        std::chrono::steady_clock::now() - last_reclaim_ >=
+            std::chrono::milliseconds(options_.reclaim_interval_ms)) {
+      ShmSegment::ReclaimOrphans();
+      last_reclaim_ = std::chrono::steady_clock::now();
+    }
     grpc::ClientContext ctx;
     rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
     proto::PingRequest req;

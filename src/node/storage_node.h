@@ -14,12 +14,17 @@
 // (late readers and writers of an earlier mount may exist: the master quarantines that space).
 // A heartbeat that reaches the master again after an outage does not remount by itself: Ping
 // carries the mounts, and only NEED_REMOUNT makes a new token.
+//
+// Shared memory of dead nodes: at start, and then every reclaim_interval_ms from the heartbeat
+// thread, the node unlinks Granary segment files on this host whose owner is gone (see
+// ShmSegment::ReclaimOrphans), so a node killed with -9 does not keep its memory charged forever.
 // Used by granary-node and, embedded, by a client that contributes memory.
 // Ownership: owns the segment, the data server and the heartbeat thread.
 // Thread safety: Start/Stop from one thread; the accessors from any.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -44,6 +49,9 @@ struct StorageNodeOptions {
   int64_t heartbeat_interval_ms = 1000;
   int rpc_timeout_ms = 5000;
   int data_idle_timeout_ms = 60'000;
+  // How often to unlink orphaned segment files of dead nodes on this host (ShmSegment::
+  // ReclaimOrphans); also done once at start. 0: only at start.
+  int64_t reclaim_interval_ms = 30'000;
 };
 
 class StorageNode {
@@ -81,6 +89,7 @@ class StorageNode {
   std::unique_ptr<proto::Master::Stub> master_;
   std::atomic<bool> mounted_{false};
 
+  std::chrono::steady_clock::time_point last_reclaim_{};  // heartbeat thread only
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

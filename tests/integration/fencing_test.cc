@@ -1,13 +1,14 @@
 // Issue 13, section 2 (epochs and fencing), node and client side, with real processes: every
 // mount has its own token that the data server and the shared-memory header enforce; a client
 // drops mappings of segments that are gone; a read whose lease expired mid-copy is never
-// reported as a success.
+// reported as a success; the shared memory of a node killed with -9 is reclaimed.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstring>
+#include <regex>
 #include <thread>
 
 #include "../tools/test_pattern.h"
@@ -148,6 +149,70 @@ TEST_F(FencingTest, GetWhoseLeaseExpiredMidCopyIsNotASuccess) {
     EXPECT_TRUE(result.code() == ErrorCode::LEASE_EXPIRED ||
                 result.code() == ErrorCode::OBJECT_NOT_FOUND)
         << result.status().ToString();
+  }
+}
+
+// A granary-node with a default (pid-based) name; returns its segment name from the ready line.
+struct DefaultNode {
+  ChildProcess process;
+  std::string segment;
+  std::string ShmPath() const { return "/dev/shm/granary-" + segment; }
+};
+
+::testing::AssertionResult StartDefaultNode(DefaultNode& node, const std::string& master,
+                                            const std::string& log) {
+  std::string error;
+  if (!node.process.Start(BinaryPath("granary-node"),
+                          {"--master", master, "--segment-size", "8MiB", "--host", "127.0.0.1",
+                           "--port", "0", "--heartbeat-interval", "200ms", "--prefault=false",
+                           "--reclaim-interval", "500ms"},
+                          log, &error)) {
+    return ::testing::AssertionFailure() << error;
+  }
+  if (!WaitForLog(node.process, "granary-node ready", Millis(10'000))) {
+    return ::testing::AssertionFailure() << "no ready line:\n" << node.process.LogContents();
+  }
+  std::smatch m;
+  const std::string text = node.process.LogContents();
+  if (!std::regex_search(text, m, std::regex("granary-node ready: segment ([A-Za-z0-9._-]+),"))) {
+    return ::testing::AssertionFailure() << "no segment name in:\n" << text;
+  }
+  node.segment = m[1];
+  return ::testing::AssertionSuccess();
+}
+
+// Default names carry the pid, so nobody restarts under a dead node's name: its /dev/shm file
+// would stay forever. Live nodes rescan and reclaim files whose owner is gone (lock free), and
+// never the file of a node that is merely stopped.
+TEST_F(FencingTest, SharedMemoryOfANodeKilledWithMinus9IsReclaimed) {
+  ASSERT_TRUE(cluster_.Start(0, 0));
+  TempDir dir("granary-it-reclaim");
+  DefaultNode survivor, victim, stopped;
+  ASSERT_TRUE(StartDefaultNode(survivor, cluster_.master_address(), dir.File("survivor.log")));
+  ASSERT_TRUE(StartDefaultNode(victim, cluster_.master_address(), dir.File("victim.log")));
+  ASSERT_TRUE(StartDefaultNode(stopped, cluster_.master_address(), dir.File("stopped.log")));
+  EXPECT_NE(victim.segment, survivor.segment);
+  ASSERT_TRUE(FileExists(victim.ShmPath()));
+  ASSERT_TRUE(FileExists(stopped.ShmPath()));
+
+  ASSERT_TRUE(stopped.process.Kill(SIGSTOP));
+  victim.process.KillAndReap();
+  // Orphans are judged after 5 s of age; the survivor looks every 500 ms.
+  bool reclaimed = WaitUntil([&] { return !FileExists(victim.ShmPath()); }, Millis(20'000),
+                             Millis(100));
+  EXPECT_TRUE(reclaimed) << victim.ShmPath() << " of the killed node is still there\n"
+                         << survivor.process.LogContents();
+  // A few more scans: the stopped node's file is untouched.
+  std::this_thread::sleep_for(Millis(1500));
+  EXPECT_TRUE(FileExists(stopped.ShmPath())) << "a stopped (live) node's segment was removed";
+  EXPECT_TRUE(FileExists(survivor.ShmPath()));
+  ASSERT_TRUE(stopped.process.Kill(SIGCONT));
+  // Clean shutdowns unlink their own files.
+  for (DefaultNode* n : {&stopped, &survivor}) {
+    n->process.Kill(SIGTERM);
+    auto exited = n->process.Wait(Millis(10'000));
+    EXPECT_TRUE(exited.has_value());
+    EXPECT_FALSE(FileExists(n->ShmPath()));
   }
 }
 

@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -275,6 +277,41 @@ TEST(ShmMappingTest, CacheRetainDropsMappingsOfVanishedAndReplacedSegments) {
   EXPECT_EQ(cache.size(), 1u);
   auto again = cache.Get(kept, kMiB);
   ASSERT_TRUE(again.ok());
+}
+
+// Issue 13: a node killed with -9 leaves its file; any node on the host reclaims it once its lock
+// is free, and never one whose owner still holds it or a file too young to judge (created, not yet
+// locked). Runs in a private directory: files of other tests running now are never touched.
+TEST(ShmSegmentTest, ReclaimOrphansRemovesOnlyUnlockedOldSegmentFiles) {
+  char dir_template[] = "/tmp/granary-reclaim-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  auto make = [&](const std::string& name) {
+    int fd = open((dir + "/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0) << name;
+    EXPECT_EQ(ftruncate(fd, 8192), 0);
+    return fd;
+  };
+  auto exists = [&](const std::string& name) {
+    struct stat st {};
+    return stat((dir + "/" + name).c_str(), &st) == 0;
+  };
+  close(make("granary-orphan"));     // its node died: nobody holds the lock
+  int live = make("granary-live");   // its node runs (or is stopped): holds the lock
+  ASSERT_EQ(flock(live, LOCK_EX | LOCK_NB), 0);
+  close(make("other-program"));      // not ours by name
+
+  EXPECT_EQ(ShmSegment::ReclaimOrphans(dir, std::chrono::seconds(3600)), 0u) << "too young";
+  EXPECT_TRUE(exists("granary-orphan"));
+  EXPECT_EQ(ShmSegment::ReclaimOrphans(dir, std::chrono::seconds(0)), 1u);
+  EXPECT_FALSE(exists("granary-orphan"));
+  EXPECT_TRUE(exists("granary-live"));
+  EXPECT_TRUE(exists("other-program"));
+  close(live);  // the owner is gone now
+  EXPECT_EQ(ShmSegment::ReclaimOrphans(dir, std::chrono::seconds(0)), 1u);
+  EXPECT_FALSE(exists("granary-live"));
+  unlink((dir + "/other-program").c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(ShmMappingTest, AttachToMissingNameIsSegmentNotFound) {
