@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   schema.AddString("advertise_host", &c.advertise_host,
                    "address clients reach the data plane at (default: host)");
   schema.AddPort("port", &c.port, "data-plane TCP port (0 picks a free one)");
-  schema.AddString("name", &c.name, "segment name, unique in the store (default: hostname-pid)");
+  schema.AddString("name", &c.name, "segment name, unique in the store (default: hostname-pid-<random>)");
   schema.AddString("log_level", &c.log_level, "trace, debug, info, warn, error or off");
   schema.AddBool("prefault", &c.prefault,
                  "reserve every page of the segment at start (--prefault=false to skip)");

@@ -17,10 +17,13 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
     return Status(ErrorCode::INVALID_PARAMS, "segment size must be positive");
   }
   if (options.segment_name.empty()) {
-    // hostname-pid, then hostname-pid-2, -3...: one process may embed several nodes (clients).
+    // hostname-pid-tag, then hostname-pid-tag-2, -3...: one process may embed several nodes
+    // (clients). The tag is random per process start: a node with the same pid in another
+    // container (same hostname, same pid) gets another name, so neither takes over the other's
+    // segment; an explicit name stays stable across restarts, so a restarted node does.
     static std::atomic<uint32_t> nodes_in_process{0};
     const uint32_t n = ++nodes_in_process;
-    options.segment_name = Hostname() + "-" + std::to_string(getpid()) +
+    options.segment_name = Hostname() + "-" + std::to_string(getpid()) + "-" + ProcessStartTag() +
                            (n == 1 ? "" : "-" + std::to_string(n));
   }
   if (options.advertise_host.empty()) {

@@ -40,7 +40,7 @@ namespace granary::node {
 
 struct StorageNodeOptions {
   std::string master_address = "127.0.0.1:50051";
-  std::string segment_name;          // default: "<hostname>-<pid>"
+  std::string segment_name;          // default: "<hostname>-<pid>-<random per process>"
   uint64_t segment_size = 0;         // required
   std::string listen_host = "127.0.0.1";
   std::string advertise_host;        // address clients use; default: listen_host (hostname if 0.0.0.0)

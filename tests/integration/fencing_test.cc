@@ -216,5 +216,56 @@ TEST_F(FencingTest, SharedMemoryOfANodeKilledWithMinus9IsReclaimed) {
   }
 }
 
+// Two containers on one host, same hostname, each with its own pid namespace and /dev/shm: both
+// nodes run as pid 1 with default names. Neither may take over the other's segment (before, both
+// were "<hostname>-1" with one host id, and the second mount took the first's over as if it had
+// restarted). Needs unshare(1) with CAP_SYS_ADMIN; skipped otherwise.
+TEST_F(FencingTest, SamePidNodesInTwoContainersDoNotTakeOverEachOther) {
+  TempDir dir("granary-it-ns");
+  std::string error;
+  auto probe = RunCommand("/usr/bin/unshare", {"--pid", "--fork", "--ipc", "--mount", "true"},
+                          dir.File("probe.log"), Millis(10'000), &error);
+  if (!probe || !probe->Succeeded()) GTEST_SKIP() << "no pid/ipc/mount namespaces here: " << error;
+  ASSERT_TRUE(cluster_.Start(0, 0));
+  const std::string node_cmd =
+      "mount -t tmpfs -o size=64m tmpfs /dev/shm && exec " + BinaryPath("granary-node") +
+      " --master " + cluster_.master_address() +
+      " --segment-size 8MiB --host 127.0.0.1 --port 0 --heartbeat-interval 200ms"
+      " --prefault=false";
+  ChildProcess a, b;
+  std::string names[2];
+  int i = 0;
+  for (ChildProcess* c : {&a, &b}) {
+    ASSERT_TRUE(c->Start("/usr/bin/unshare",
+                         {"--pid", "--kill-child", "--ipc", "--mount", "--mount-proc", "sh", "-c",
+                          node_cmd},
+                         dir.File("node" + std::to_string(i) + ".log"), &error))
+        << error;
+    ASSERT_TRUE(WaitForLog(*c, "granary-node ready", Millis(10'000))) << c->LogContents();
+    std::smatch m;
+    const std::string text = c->LogContents();
+    ASSERT_TRUE(std::regex_search(text, m, std::regex("ready: segment ([A-Za-z0-9._-]+),")))
+        << text;
+    names[i++] = m[1];
+  }
+  // Both really are pid 1 of their namespace: the pid part of their default names is the same.
+  for (const std::string& name : names) {
+    EXPECT_TRUE(std::regex_search(name, std::regex("-1(-|$)"))) << name << " is not pid 1's";
+  }
+  EXPECT_NE(names[0], names[1]) << "two nodes picked the same default name";
+  // Both stay mounted through several heartbeats: nobody took the other over.
+  auto both = [&](const std::vector<std::string>& listed) {
+    return std::count(listed.begin(), listed.end(), names[0]) == 1 &&
+           std::count(listed.begin(), listed.end(), names[1]) == 1;
+  };
+  ASSERT_TRUE(cluster_.WaitForSegments(both, Millis(5000)));
+  std::this_thread::sleep_for(Millis(1500));
+  auto listed = cluster_.ListSegmentNames();
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_TRUE(both(*listed)) << "listed: " << ::testing::PrintToString(*listed) << "\n"
+                             << a.LogContents() << "\n" << b.LogContents();
+  EXPECT_EQ(listed->size(), 2u);
+}
+
 }  // namespace
 }  // namespace granary::it
