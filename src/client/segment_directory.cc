@@ -5,21 +5,22 @@
 namespace granary::client {
 
 std::optional<LocalSegment> SegmentDirectory::Local(uint64_t segment_id) {
-  bool refresh = false;
   {
     std::lock_guard lock(mu_);
     const auto now = std::chrono::steady_clock::now();
-    const bool throttled = now - last_refresh_ < std::chrono::milliseconds(100);
-    const bool old = master_ != nullptr && now - last_success_ > kMaxAge;
     auto it = entries_.find(segment_id);
-    if (it != entries_.end() && !(old && !throttled)) {
-      return it->second.local ? std::optional(it->second.segment) : std::nullopt;
+    if (it != entries_.end()) {
+      // Known: answer from the cache, unless it is old; then one caller refreshes (the others
+      // keep using the cache meanwhile).
+      const bool old = master_ != nullptr && now - last_success_ > kMaxAge &&
+                       now - age_claim_ > std::chrono::milliseconds(100);
+      if (!old) return it->second.local ? std::optional(it->second.segment) : std::nullopt;
+      age_claim_ = now;
+    } else if (now - last_refresh_ < std::chrono::milliseconds(100)) {
+      return std::nullopt;  // unknown, and the master was asked a moment ago
     }
-    if (it == entries_.end() && throttled) return std::nullopt;
-    refresh = !throttled;
-    if (refresh) last_refresh_ = now;  // one refresher at a time; the others use the cache
   }
-  if (refresh) (void)Refresh();  // on failure the cached answer, if any, still stands
+  (void)Refresh();  // on failure the cached answer, if any, still stands
   std::lock_guard lock(mu_);
   auto it = entries_.find(segment_id);
   if (it == entries_.end() || !it->second.local) return std::nullopt;

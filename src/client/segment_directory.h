@@ -60,6 +60,7 @@ class SegmentDirectory {
   std::unordered_map<uint64_t, Entry> entries_;
   std::chrono::steady_clock::time_point last_refresh_{};
   std::chrono::steady_clock::time_point last_success_{};
+  std::chrono::steady_clock::time_point age_claim_{};  // a caller is refreshing an old cache
   RefreshListener listener_;
 };
 
