@@ -40,7 +40,7 @@ struct ClientOptions {
   std::string master_address = "127.0.0.1:50051";
   // > 0: this process contributes a segment of this many bytes (an embedded node).
   uint64_t segment_size = 0;
-  std::string segment_name;        // embedded node's segment name (default: hostname-pid)
+  std::string segment_name;        // embedded node's segment name (default: hostname-pid-<random>)
   std::string data_host = "127.0.0.1";  // embedded node's data-plane bind address
   uint16_t data_port = 0;
   int rpc_timeout_ms = 10'000;
@@ -81,6 +81,7 @@ struct ClientStats {
   uint64_t shm_bytes_read = 0;
   uint64_t tcp_bytes_written = 0;
   uint64_t tcp_bytes_read = 0;
+  uint64_t shm_mappings = 0;  // segments of this host mapped now (a gauge; dead ones are dropped)
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:

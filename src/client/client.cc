@@ -3,6 +3,7 @@
 #include "granary/client.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "client/read_releaser.h"
@@ -502,77 +503,134 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
   return results;
 }
 
+// Reads under the master's read leases. A lease lasts lease_ttl_ms from when the master granted
+// it, which is after this call sent its request, so the deadline is counted from just before the
+// request, less a safety margin. A copy that ends after the deadline may have read space the
+// master has since freed and handed out again: its bytes are abandoned, never returned, even with
+// a matching checksum. Such keys are tried once more under a fresh lease (same buffers: the
+// destination callback is asked once per key); a second miss of the deadline is LEASE_EXPIRED.
 std::vector<Result<uint64_t>> ClientImpl::GetCore(
     const std::vector<std::string>& keys,
     const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination) {
+  using Clock = std::chrono::steady_clock;
   const size_t n = keys.size();
   if (n == 0) return {};
-  proto::BatchGetReplicaListRequest req;
-  req.set_client_id(client_id_);
-  for (const auto& k : keys) req.add_keys(k);
-  proto::BatchGetReplicaListResponse replicas;
-  Status s = Call([&](grpc::ClientContext* ctx) {
-    return master_->BatchGetReplicaList(ctx, req, &replicas);
-  }, "get replica list");
-  if (!s.ok()) return FillResult<uint64_t>(n, s);
-  if (replicas.results_size() != static_cast<int>(n)) return FillResult<uint64_t>(n, Malformed());
-
   std::vector<Result<uint64_t>> results(n, Result<uint64_t>(Status(ErrorCode::INTERNAL_ERROR, "")));
   std::vector<std::vector<MutableByteSpan>> dst(n);
-  std::vector<size_t> reading;
-  std::vector<std::string> locked;  // released in the background once read (see ReadReleaser)
-  for (size_t i = 0; i < n; ++i) {
-    const auto& r = replicas.results(static_cast<int>(i));
-    if (r.code() != 0) {
-      results[i] = rpc::FromCode(r.code(), r.message());
-      continue;
+  std::vector<uint64_t> dst_size(n, 0);
+  std::vector<bool> has_dst(n, false);
+  std::vector<size_t> todo(n);  // indices into keys still to read
+  for (size_t i = 0; i < n; ++i) todo[i] = i;
+
+  constexpr int kAttempts = 2;
+  for (int attempt = 0; attempt < kAttempts && !todo.empty(); ++attempt) {
+    proto::BatchGetReplicaListRequest req;
+    req.set_client_id(client_id_);
+    for (size_t i : todo) req.add_keys(keys[i]);
+    proto::BatchGetReplicaListResponse replicas;
+    const Clock::time_point sent = Clock::now();
+    Status s = Call([&](grpc::ClientContext* ctx) {
+      return master_->BatchGetReplicaList(ctx, req, &replicas);
+    }, "get replica list");
+    if (!s.ok() || replicas.results_size() != static_cast<int>(todo.size())) {
+      for (size_t i : todo) results[i] = s.ok() ? Status(Malformed()) : s;
+      break;
     }
-    locked.push_back(keys[i]);  // locked: must be released whatever happens next
-    Result<std::vector<MutableByteSpan>> d = Status(ErrorCode::INTERNAL_ERROR, "");
-    try {  // a caller's BufferProvider may throw: that key fails, the locks are still released
-      d = destination(i, r.size());
-    } catch (const std::exception& e) {
-      d = Status(ErrorCode::INTERNAL_ERROR, std::string("buffer provider failed: ") + e.what());
-    } catch (...) {
-      d = Status(ErrorCode::INTERNAL_ERROR, "buffer provider failed");
+    // 0 (a master that does not say) leaves the reads unbounded, as before leases were known.
+    const int64_t ttl = static_cast<int64_t>(
+        std::min<uint64_t>(replicas.lease_ttl_ms(), uint64_t{1} << 40));
+    const int64_t margin = std::max<int64_t>(ttl / 10, std::min<int64_t>(100, ttl / 2));
+    const Clock::time_point deadline =
+        ttl > 0 ? sent + std::chrono::milliseconds(ttl - margin) : Clock::time_point::max();
+
+    std::vector<size_t> reading;      // positions in todo
+    std::vector<std::string> locked;  // released in the background once read (ReadReleaser)
+    for (size_t k = 0; k < todo.size(); ++k) {
+      const size_t i = todo[k];
+      const auto& r = replicas.results(static_cast<int>(k));
+      if (r.code() != 0) {
+        results[i] = rpc::FromCode(r.code(), r.message());
+        continue;
+      }
+      locked.push_back(keys[i]);  // locked: must be released whatever happens next
+      if (has_dst[i]) {  // a retry: the buffers were sized for the first attempt's object
+        if (r.size() != dst_size[i]) {
+          results[i] = Status(ErrorCode::LEASE_EXPIRED,
+                              "read lease of '" + keys[i] + "' expired mid-copy and the object " +
+                                  "changed size before the retry");
+          continue;
+        }
+        reading.push_back(k);
+        continue;
+      }
+      Result<std::vector<MutableByteSpan>> d = Status(ErrorCode::INTERNAL_ERROR, "");
+      try {  // a caller's BufferProvider may throw: that key fails, the locks are still released
+        d = destination(i, r.size());
+      } catch (const std::exception& e) {
+        d = Status(ErrorCode::INTERNAL_ERROR, std::string("buffer provider failed: ") + e.what());
+      } catch (...) {
+        d = Status(ErrorCode::INTERNAL_ERROR, "buffer provider failed");
+      }
+      if (!d.ok()) {
+        results[i] = d.status();
+        continue;
+      }
+      dst[i] = std::move(*d);
+      dst_size[i] = r.size();
+      has_dst[i] = true;
+      reading.push_back(k);
     }
-    if (!d.ok()) {
-      results[i] = d.status();
-      continue;
+
+    std::vector<char> late(todo.size(), 0);
+    pool_.ParallelFor(reading.size(), [&](size_t x) {
+      const size_t k = reading[x];
+      const size_t i = todo[k];
+      const auto& r = replicas.results(static_cast<int>(k));
+      // Local replicas first: a memcpy beats any socket.
+      std::vector<int> order(r.replicas_size());
+      for (int j = 0; j < r.replicas_size(); ++j) order[j] = j;
+      if (order.size() > 1) {
+        std::stable_partition(order.begin(), order.end(),
+                              [&](int j) { return io_.IsLocal(r.replicas(j)); });
+      }
+      Status last(ErrorCode::OBJECT_NOT_FOUND, "no replica");
+      for (int j : order) {
+        if (Clock::now() >= deadline) {
+          late[k] = 1;
+          return;
+        }
+        auto got = io_.Read(r.replicas(j), dst[i]);
+        if (Clock::now() >= deadline) {  // whatever was read, the lease no longer covered it
+          late[k] = 1;
+          return;
+        }
+        if (!got.ok()) {
+          last = got.status();
+          continue;
+        }
+        if (*got != r.checksum()) {
+          last = Status(ErrorCode::CHECKSUM_MISMATCH,
+                        "replica on " + r.replicas(j).segment_name() + " failed its checksum");
+          continue;
+        }
+        results[i] = r.size();
+        return;
+      }
+      results[i] = last;
+    });
+    releaser_.Add(std::move(locked));
+
+    std::vector<size_t> retry;
+    for (size_t k = 0; k < todo.size(); ++k) {
+      if (!late[k]) continue;
+      const size_t i = todo[k];
+      results[i] = Status(ErrorCode::LEASE_EXPIRED,
+                          "read lease of '" + keys[i] + "' (" + std::to_string(ttl) +
+                              " ms) expired before its copy finished; the bytes were discarded");
+      retry.push_back(i);
     }
-    dst[i] = std::move(*d);
-    reading.push_back(i);
+    todo = std::move(retry);
   }
-
-  pool_.ParallelFor(reading.size(), [&](size_t k) {
-    size_t i = reading[k];
-    const auto& r = replicas.results(static_cast<int>(i));
-    // Local replicas first: a memcpy beats any socket.
-    std::vector<int> order(r.replicas_size());
-    for (int j = 0; j < r.replicas_size(); ++j) order[j] = j;
-    if (order.size() > 1) {
-      std::stable_partition(order.begin(), order.end(),
-                            [&](int j) { return io_.IsLocal(r.replicas(j)); });
-    }
-    Status last(ErrorCode::OBJECT_NOT_FOUND, "no replica");
-    for (int j : order) {
-      auto got = io_.Read(r.replicas(j), dst[i]);
-      if (!got.ok()) {
-        last = got.status();
-        continue;
-      }
-      if (*got != r.checksum()) {
-        last = Status(ErrorCode::CHECKSUM_MISMATCH,
-                      "replica on " + r.replicas(j).segment_name() + " failed its checksum");
-        continue;
-      }
-      results[i] = r.size();
-      return;
-    }
-    results[i] = last;
-  });
-
-  releaser_.Add(std::move(locked));
   return results;
 }
 

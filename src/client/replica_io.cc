@@ -1,6 +1,8 @@
 #include "client/replica_io.h"
 
+#include <atomic>
 #include <cstring>
+#include <set>
 
 #include "common/checksum.h"
 #include "common/copy.h"
@@ -15,24 +17,35 @@ uint64_t TotalSize(const auto& parts) {
 }
 }  // namespace
 
+ReplicaIo::ReplicaIo(SegmentDirectory* directory, transfer::ShmMappingCache* mappings,
+                     transfer::TcpTransport* tcp, bool use_shared_memory)
+    : directory_(directory), mappings_(mappings), tcp_(tcp), use_shm_(use_shared_memory) {
+  directory_->OnRefresh(
+      [mappings](const std::set<std::string>& live) { mappings->Retain(live); });
+}
+
 ReplicaIo::LocalView ReplicaIo::MapLocal(const proto::Replica& replica) {
   if (!use_shm_) return {};
   auto local = directory_->Local(replica.segment_id());
-  if (!local || local->token != replica.token()) return {};
-  {
-    std::lock_guard lock(tokens_mu_);
-    auto [it, inserted] = mapped_tokens_.try_emplace(local->shm_name, local->token);
-    if (!inserted && it->second != local->token) {
-      mappings_->Drop(local->shm_name);
-      it->second = local->token;
+  if (!local) return {};
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto mapping = mappings_->Get(local->shm_name, local->size);
+    if (!mapping.ok()) return {};  // e.g. another container's shm: TCP still works
+    std::shared_ptr<transfer::ShmMapping> m = std::move(*mapping);
+    if (m->token() != replica.token()) {
+      // Either the replica is of an older mount (refused: TCP, where the node refuses it too),
+      // or our mapping is of a file the node has since replaced: drop it and attach the new one.
+      if (attempt == 0 && !m->StillLinked()) {
+        mappings_->DropIf(local->shm_name, m.get());
+        continue;
+      }
+      return {};
     }
+    if (replica.offset() > m->size() || replica.length() > m->size() - replica.offset()) return {};
+    std::byte* bytes = m->data() + replica.offset();
+    return {std::move(m), bytes};
   }
-  auto mapping = mappings_->Get(local->shm_name, local->size);
-  if (!mapping.ok()) return {};  // e.g. another container's shm: TCP still works
-  std::shared_ptr<transfer::ShmMapping> m = std::move(*mapping);
-  if (replica.offset() > m->size() || replica.length() > m->size() - replica.offset()) return {};
-  std::byte* bytes = m->data() + replica.offset();
-  return {std::move(m), bytes};
+  return {};
 }
 
 bool ReplicaIo::IsLocal(const proto::Replica& replica) { return MapLocal(replica).bytes != nullptr; }
@@ -47,11 +60,17 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     uint64_t offset = 0;
     for (const auto& part : parts) {
       if (checksum) {
-        checksum->CopyAndUpdate(base + offset, part.data(), part.size());
+        // The source: the shared memory may be written by someone else while we copy.
+        checksum->CopyAndUpdateSource(base + offset, part.data(), part.size());
       } else {
         CopyBytes(base + offset, part.data(), part.size());
       }
       offset += part.size();
+    }
+    if (view.mapping->token() != replica.token()) {
+      // The node remounted while we copied: the put must not be committed.
+      return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment " + replica.segment_name() +
+                                                      " was remounted during the write");
     }
     shm_written_.fetch_add(offset, std::memory_order_relaxed);
     return Status::Ok();
@@ -82,6 +101,12 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
       checksum.CopyAndUpdate(part.data(), base + offset, part.size());
       offset += part.size();
     }
+    // The copy's loads before the second look at the token (a seqlock's reader side).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (view.mapping->token() != replica.token()) {
+      return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment " + replica.segment_name() +
+                                                      " was remounted during the read");
+    }
     shm_read_.fetch_add(offset, std::memory_order_relaxed);
     return checksum.Digest();
   }
@@ -100,7 +125,8 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
 
 ClientStats ReplicaIo::Stats() const {
   return {shm_written_.load(std::memory_order_relaxed), shm_read_.load(std::memory_order_relaxed),
-          tcp_written_.load(std::memory_order_relaxed), tcp_read_.load(std::memory_order_relaxed)};
+          tcp_written_.load(std::memory_order_relaxed), tcp_read_.load(std::memory_order_relaxed),
+          mappings_->size()};
 }
 
 }  // namespace granary::client

@@ -5,6 +5,20 @@
 // destination parts in order and returns the XXH3 checksum of what it read, which the caller
 // compares with the object's. Never touches bytes outside the replica's range (checked against
 // the mapped segment's size too). A failed shared-memory attach falls back to TCP.
+//
+// Fencing on the shared-memory path: a replica names the token of the mount it was granted
+// under; the segment's header holds the token of the node's current mount. Before any copy the
+// two must be equal, else the mapping is re-attached once if its file is gone (node restarted
+// under the same name) and otherwise the shared-memory path is not used (TCP, where the node
+// refuses the stale token). After a read's copy the header is checked again: a read that
+// overlapped a remount is discarded (SEGMENT_NOT_FOUND), never returned. After a write's copy
+// too: the put fails and is revoked rather than committed. So a thread holding an old replica
+// never writes into a restarted node's new segment, nor into space a remount handed out again
+// (quarantine by the master covers a copy already past its check).
+// The checksum of a write is that of the caller's bytes (hashed while copying), never that of
+// the shared memory after the copy, which another process may have written meanwhile.
+// Mappings of segments that vanished from the directory, or whose file is gone, are dropped at
+// every directory refresh (at least every SegmentDirectory::kMaxAge while the client reads).
 // Thread safety: any thread; the mapping cache and the transport are shared and thread-safe.
 #pragma once
 
@@ -27,9 +41,9 @@ namespace granary::client {
 
 class ReplicaIo {
  public:
+  // Registers itself as the directory's refresh listener (to unmap dead segments).
   ReplicaIo(SegmentDirectory* directory, transfer::ShmMappingCache* mappings,
-            transfer::TcpTransport* tcp, bool use_shared_memory)
-      : directory_(directory), mappings_(mappings), tcp_(tcp), use_shm_(use_shared_memory) {}
+            transfer::TcpTransport* tcp, bool use_shared_memory);
 
   bool IsLocal(const proto::Replica& replica);
   // The replica's bytes in this process: the mapping stays alive while the view is held.
@@ -37,25 +51,22 @@ class ReplicaIo {
     std::shared_ptr<transfer::ShmMapping> mapping;
     std::byte* bytes = nullptr;
   };
-  // With `checksum`, also hashes the bytes: while copying them on the shared-memory path (they
-  // are in cache right then), after sending them over TCP.
+  // With `checksum`, also hashes the caller's bytes: while copying them on the shared-memory
+  // path (they are in cache right then), after sending them over TCP.
   Status Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
                ChecksumStream* checksum = nullptr);
   Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst);
   ClientStats Stats() const;
 
  private:
-  // The replica's bytes in this process's address space, or an empty view to use TCP.
+  // The replica's bytes in this process's address space, or an empty view to use TCP. A view is
+  // returned only when the segment's header token equals the replica's.
   LocalView MapLocal(const proto::Replica& replica);
 
   SegmentDirectory* directory_;
   transfer::ShmMappingCache* mappings_;
   transfer::TcpTransport* tcp_;
   bool use_shm_;
-  // The token each mapped name had: a node restarted under the same name has a new token and a
-  // new shm object, and the stale mapping must not be written to.
-  std::mutex tokens_mu_;
-  std::unordered_map<std::string, uint64_t> mapped_tokens_;
   std::atomic<uint64_t> shm_written_{0}, shm_read_{0}, tcp_written_{0}, tcp_read_{0};
 };
 

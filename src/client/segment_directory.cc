@@ -7,37 +7,54 @@ namespace granary::client {
 std::optional<LocalSegment> SegmentDirectory::Local(uint64_t segment_id) {
   {
     std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
     auto it = entries_.find(segment_id);
     if (it != entries_.end()) {
-      return it->second.local ? std::optional(it->second.segment) : std::nullopt;
-    }
-    if (std::chrono::steady_clock::now() - last_refresh_ < std::chrono::milliseconds(100)) {
-      return std::nullopt;
+      // Known: answer from the cache, unless it is old; then one caller refreshes (the others
+      // keep using the cache meanwhile).
+      const bool old = master_ != nullptr && now - last_success_ > kMaxAge &&
+                       now - age_claim_ > std::chrono::milliseconds(100);
+      if (!old) return it->second.local ? std::optional(it->second.segment) : std::nullopt;
+      age_claim_ = now;
+    } else if (now - last_refresh_ < std::chrono::milliseconds(100)) {
+      return std::nullopt;  // unknown, and the master was asked a moment ago
     }
   }
-  if (!Refresh().ok()) return std::nullopt;
+  (void)Refresh();  // on failure the cached answer, if any, still stands
   std::lock_guard lock(mu_);
   auto it = entries_.find(segment_id);
   if (it == entries_.end() || !it->second.local) return std::nullopt;
   return it->second.segment;
 }
 
+void SegmentDirectory::Learn(uint64_t segment_id, LocalSegment segment) {
+  std::lock_guard lock(mu_);
+  entries_[segment_id] = Entry{true, std::move(segment)};
+}
+
 Status SegmentDirectory::Refresh() {
+  if (master_ == nullptr) return Status(ErrorCode::RPC_FAIL, "no master");
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, rpc_timeout_ms_);
   proto::ListSegmentsResponse resp;
   Status s = rpc::FromGrpc(master_->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp),
                            "list segments");
-  std::lock_guard lock(mu_);
-  last_refresh_ = std::chrono::steady_clock::now();
-  if (!s.ok()) return s;
-  entries_.clear();
-  for (const auto& info : resp.segments()) {
-    Entry e;
-    e.local = !info.shm_name().empty() && info.host_id() == host_id_;
-    e.segment = {info.shm_name(), info.size(), info.token()};
-    entries_[info.segment_id()] = std::move(e);
+  std::set<std::string> live;
+  {
+    std::lock_guard lock(mu_);
+    last_refresh_ = std::chrono::steady_clock::now();
+    if (!s.ok()) return s;
+    last_success_ = last_refresh_;
+    entries_.clear();
+    for (const auto& info : resp.segments()) {
+      Entry e;
+      e.local = !info.shm_name().empty() && info.host_id() == host_id_;
+      e.segment = {info.shm_name(), info.size(), info.token()};
+      if (e.local) live.insert(info.shm_name());
+      entries_[info.segment_id()] = std::move(e);
+    }
   }
+  if (listener_) listener_(live);
   return Status::Ok();
 }
 

@@ -2,13 +2,20 @@
 // whether a segment lives on this host, and under which shared-memory name.
 //
 // Promise: Local(segment_id) answers from a cache refreshed with ListSegments when an unknown id
-// shows up (at most every 100 ms), so a new node is learnt on first use without a call per read.
-// Segment ids are never reused by the master, so a cached entry can go stale but never wrong.
-// Thread safety: any thread.
+// shows up (at most every 100 ms), and also when the cache is older than kMaxAge, so a new node is
+// learnt on first use without a call per read and a vanished one is forgotten within kMaxAge of a
+// use. Segment ids are never reused by the master, so a cached entry can go stale but never
+// wrong; the mount token that makes a replica usable is checked against the segment's
+// shared-memory header by ReplicaIo, not here. After every successful refresh the listener set
+// with OnRefresh is called (outside the lock) with the shm names of this host's live segments:
+// ReplicaIo unmaps the others.
+// Thread safety: any thread. The listener must be set before the directory is shared.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,6 +41,12 @@ class SegmentDirectory {
   // unknown even after a refresh.
   std::optional<LocalSegment> Local(uint64_t segment_id);
   Status Refresh();
+  using RefreshListener = std::function<void(const std::set<std::string>& live_local_shm_names)>;
+  void OnRefresh(RefreshListener listener) { listener_ = std::move(listener); }
+  // For tests without a master: records segment_id as a segment of this host.
+  void Learn(uint64_t segment_id, LocalSegment segment);
+
+  static constexpr std::chrono::milliseconds kMaxAge{5000};
 
  private:
   struct Entry {
@@ -46,6 +59,9 @@ class SegmentDirectory {
   std::mutex mu_;
   std::unordered_map<uint64_t, Entry> entries_;
   std::chrono::steady_clock::time_point last_refresh_{};
+  std::chrono::steady_clock::time_point last_success_{};
+  std::chrono::steady_clock::time_point age_claim_{};  // a caller is refreshing an old cache
+  RefreshListener listener_;
 };
 
 }  // namespace granary::client

@@ -1,8 +1,13 @@
 // common/checksum.h - the object checksum: XXH3-64 over the object's bytes, in order.
 //
-// Checksum(parts) hashes a gathered object; CopyAndChecksum copies and hashes in cache-sized
-// chunks, so the hash reads bytes the copy just brought into cache instead of memory again.
-// Thread safety: pure functions.
+// Checksum(parts) hashes a gathered object. ChecksumStream copies and hashes in cache-sized
+// chunks, so the hash reads bytes the copy just brought into cache instead of memory again; it
+// always hashes the PRIVATE side of the copy, never the shared one: CopyAndUpdate (reads: shared
+// memory -> the caller's buffer) hashes the destination, the bytes handed to the caller;
+// CopyAndUpdateSource (writes: the caller's buffer -> shared memory) hashes the source, the bytes
+// the caller asked to store. Hashing shared memory after a copy would certify whatever a foreign
+// writer put there meanwhile (issue 13: "same-host puts hash the destination").
+// Thread safety: pure functions; a ChecksumStream is used by one thread at a time.
 #pragma once
 
 #ifndef XXH_STATIC_LINKING_ONLY
@@ -39,7 +44,8 @@ class ChecksumStream {
   void Update(const void* data, size_t n) { XXH3_64bits_update(&state_, data, n); }
   uint64_t Digest() const { return XXH3_64bits_digest(&state_); }
 
-  // memcpy(dst, src, n), hashing the copied bytes while they are still in cache.
+  // memcpy(dst, src, n), hashing the copied bytes while they are still in cache. Hashes dst:
+  // use it when dst is private (a read out of shared memory into the caller's buffer).
   void CopyAndUpdate(void* dst, const void* src, size_t n) {
     constexpr size_t kChunk = 64 << 10;
     auto* d = static_cast<std::byte*>(dst);
@@ -48,6 +54,20 @@ class ChecksumStream {
       size_t len = n - done < kChunk ? n - done : kChunk;
       CopyBytes(d + done, s + done, len);
       Update(d + done, len);
+    }
+  }
+
+  // memcpy(dst, src, n), hashing src, chunk by chunk right after copying it (so still in cache).
+  // Use it when dst is shared (a put into a segment): the digest is that of the caller's bytes
+  // whatever another process writes into dst meanwhile, and a reader's checksum then catches it.
+  void CopyAndUpdateSource(void* dst, const void* src, size_t n) {
+    constexpr size_t kChunk = 64 << 10;
+    auto* d = static_cast<std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    for (size_t done = 0; done < n; done += kChunk) {
+      size_t len = n - done < kChunk ? n - done : kChunk;
+      CopyBytes(d + done, s + done, len);
+      Update(s + done, len);
     }
   }
 

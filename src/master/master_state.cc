@@ -161,6 +161,12 @@ MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
       existing->token != op.segment.token) {
     ApplyUnmount(UnmountSegmentOp{"", op.segment.name}, now);
   }
+  // The same node remounts under a new token (the master lost or replaced its mount, or told it
+  // to remount): replicas quoting the old token are refused by the node now, so they go; the
+  // memory they held is quarantined by the new mount unless it is fresh.
+  if (existing && existing->client_id == op.client_id && existing->token != op.segment.token) {
+    ApplyUnmount(UnmountSegmentOp{"", op.segment.name}, now);
+  }
   auto id = segments_.Mount(op.client_id, op.segment, now, policy_.mount_quarantine_ms);
   if (!id.ok()) return {id.status(), 0};
   std::lock_guard lock(clients_mu_);

@@ -260,7 +260,8 @@ void DataServer::Serve(Conn* conn) {
     }
     // Token first: with a stale token the range means nothing here. Overflow-safe range check.
     ErrorCode refusal = ErrorCode::OK;
-    if (h.segment_token != token_) {
+    const uint64_t current = token_.load(std::memory_order_acquire);
+    if (h.segment_token == 0 || h.segment_token != current) {  // 0: not mounted yet
       refusal = ErrorCode::SEGMENT_NOT_FOUND;
     } else if (h.offset > size_ || h.length > size_ - h.offset) {
       refusal = ErrorCode::INVALID_PARAMS;

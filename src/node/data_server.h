@@ -3,8 +3,11 @@
 // Promise: after Start(), remote clients READ and WRITE ranges of [base, base + size) and PING.
 // Every header is checked before any memory is touched: a malformed one (magic, version, opcode,
 // reserved, length > kMaxRequestBytes) closes that connection only; a well-formed one that is
-// refused (wrong segment token, range outside the segment) is answered with an error status and
-// the connection stays usable. No byte outside the segment is ever read or written. Bytes move
+// refused (a segment token other than the current mount's, range outside the segment) is answered
+// with an error status and the connection stays usable. The accepted token changes at every
+// mount (SetToken, called by the node before it mounts): a request quoting an older mount's token
+// is refused with SEGMENT_NOT_FOUND, so a late reader or writer of a previous mount never touches
+// memory the master may have handed out again. No byte outside the segment is ever read or written. Bytes move
 // with no staging copy: recv() lands in the segment, send() leaves from it.
 //
 // Threads: one acceptor and one thread per connection with blocking I/O (simple, and as fast as
@@ -15,8 +18,8 @@
 // Ownership: the caller owns the segment memory and must keep it mapped until Stop() returns.
 // The server locks nothing on the bytes: the master's protocol guarantees nobody reads a range
 // while it is being written.
-// Thread safety: Start, Stop, port and stats may be called from any thread; Stop is idempotent
-// and the destructor calls it.
+// Thread safety: Start, Stop, SetToken, token, port and stats may be called from any thread; Stop
+// is idempotent and the destructor calls it.
 #pragma once
 
 #include <atomic>
@@ -54,7 +57,7 @@ class DataServer {
     uint64_t rejected_connections = 0;  // closed on accept: max_connections reached
   };
 
-  // `segment_token` identifies this node process's segment; requests carrying another are stale.
+  // `segment_token` identifies the segment's current mount; requests carrying another are stale.
   DataServer(uint8_t* base, uint64_t size, uint64_t segment_token, Options options = {});
   ~DataServer();
   DataServer(const DataServer&) = delete;
@@ -70,6 +73,10 @@ class DataServer {
   // all threads. Idempotent; returns promptly even when peers are stalled.
   void Stop();
   Stats stats() const;
+  // Accepts `token` from now on, and refuses every other (a request already past its token check
+  // finishes: the caller orders SetToken before handing the memory out again).
+  void SetToken(uint64_t token) { token_.store(token, std::memory_order_release); }
+  uint64_t token() const { return token_.load(std::memory_order_acquire); }
 
  private:
   struct Conn {
@@ -84,7 +91,7 @@ class DataServer {
 
   uint8_t* const base_;
   const uint64_t size_;
-  const uint64_t token_;
+  std::atomic<uint64_t> token_;
   const Options options_;
 
   std::atomic<uint16_t> port_{0};

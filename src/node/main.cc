@@ -28,6 +28,7 @@ struct NodeConfig {
   std::string log_level = "info";
   bool prefault = true;
   int64_t heartbeat_interval_ms = 1000;
+  int64_t reclaim_interval_ms = 30'000;
   bool standalone = false;
   uint16_t master_port = 50051;
   uint16_t http_port = 9003;
@@ -63,11 +64,14 @@ int main(int argc, char** argv) {
   schema.AddString("advertise_host", &c.advertise_host,
                    "address clients reach the data plane at (default: host)");
   schema.AddPort("port", &c.port, "data-plane TCP port (0 picks a free one)");
-  schema.AddString("name", &c.name, "segment name, unique in the store (default: hostname-pid)");
+  schema.AddString("name", &c.name, "segment name, unique in the store (default: hostname-pid-<random>)");
   schema.AddString("log_level", &c.log_level, "trace, debug, info, warn, error or off");
   schema.AddBool("prefault", &c.prefault,
                  "reserve every page of the segment at start (--prefault=false to skip)");
   schema.AddDurationMs("heartbeat_interval", &c.heartbeat_interval_ms, "how often to ping the master");
+  schema.AddDurationMs("reclaim_interval", &c.reclaim_interval_ms,
+                       "how often to unlink /dev/shm segments of dead nodes on this host "
+                       "(0: only at start)");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
   schema.AddPort("master_port", &c.master_port, "with --standalone: the master's gRPC port");
   schema.AddPort("http_port", &c.http_port, "with --standalone: the master's HTTP port");
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
   options.port = c.port;
   options.prefault = c.prefault;
   options.heartbeat_interval_ms = c.heartbeat_interval_ms;
+  options.reclaim_interval_ms = c.reclaim_interval_ms;
   auto node = node::StorageNode::Start(options);
   if (!node.ok()) {
     GLOG_ERROR("{}", node.status().ToString());

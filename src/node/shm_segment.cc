@@ -1,5 +1,6 @@
 #include "node/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -9,6 +10,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
+#include <string_view>
+#include <vector>
 #include <utility>
 
 #include "common/logging.h"
@@ -30,7 +34,11 @@ Status SysError(const std::string& what, const std::string& name, int err) {
 // free, and the three ways out, with values ready to paste.
 Status NoRoom(const std::string& name, uint64_t size, const std::string& dir, ShmSpace space) {
   uint64_t used = space.total_bytes > space.free_bytes ? space.total_bytes - space.free_bytes : 0;
-  uint64_t needed_total = used + size;
+  // The file is the segment plus its header page.
+  uint64_t needed_total = used + size + transfer::kShmHeaderBytes;
+  const uint64_t fits = space.free_bytes > transfer::kShmHeaderBytes
+                            ? space.free_bytes - transfer::kShmHeaderBytes
+                            : 0;
   uint64_t needed_mib = (needed_total + kMiB - 1) / kMiB;
   return Status(
       ErrorCode::INVALID_PARAMS,
@@ -41,7 +49,7 @@ Status NoRoom(const std::string& name, uint64_t size, const std::string& dir, Sh
           "--shm-size=" + std::to_string(needed_mib) + "m`; on Kubernetes mount a volume " +
           "`emptyDir: {medium: Memory, sizeLimit: " + std::to_string(needed_mib) + "Mi}` at " +
           dir + "; or start the node with a smaller --segment-size (at most " +
-          FormatSize(space.free_bytes) + " fits now).");
+          FormatSize(fits) + " fits now).");
 }
 
 // Reserves every page of the segment in the tmpfs now, so running out shows up as ENOSPC here
@@ -60,38 +68,85 @@ int ReservePages(int fd, uint64_t size) {
 }
 
 // A segment already at `path`: stale (its node died without unlinking) if nobody holds its
-// flock, in which case it is unlinked; live otherwise.
+// flock, in which case it is unlinked; live otherwise. Another node's reclaim scan holds the lock
+// of a stale file for an instant, so a busy lock is looked at again for a moment before the name
+// is declared taken.
 Status RemoveStale(const std::string& name, const std::string& path) {
-  int fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::Ok();
-    return SysError("opening the existing instance", name, errno);
-  }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  constexpr int kLooks = 20;  // 20 x 10 ms
+  for (int look = 0; look < kLooks; ++look) {
+    int fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::Ok();
+      return SysError("opening the existing instance", name, errno);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      close(fd);
+      if (err != EWOULDBLOCK) return SysError("locking the existing instance", name, err);
+      usleep(10'000);
+      continue;
+    }
+    struct stat st {};
+    fstat(fd, &st);
+    GLOG_WARN(
+        "removing stale shared-memory segment '{}' ({} bytes) left by a node that did not "
+        "shut down cleanly; recreating it",
+        name, static_cast<uint64_t>(st.st_size));
+    int rc = shm_unlink(path.c_str());
     int err = errno;
     close(fd);
-    if (err == EWOULDBLOCK) {
-      return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
-                    "shared-memory segment '" + name +
-                        "' is held by a running node on this host; give each node its own "
-                        "segment name");
-    }
-    return SysError("locking the existing instance", name, err);
+    if (rc != 0 && err != ENOENT) return SysError("unlinking the stale instance", name, err);
+    return Status::Ok();
   }
-  struct stat st {};
-  fstat(fd, &st);
-  GLOG_WARN(
-      "removing stale shared-memory segment '{}' ({} bytes) left by a node that did not "
-      "shut down cleanly; recreating it",
-      name, static_cast<uint64_t>(st.st_size));
-  int rc = shm_unlink(path.c_str());
-  int err = errno;
-  close(fd);
-  if (rc != 0 && err != ENOENT) return SysError("unlinking the stale instance", name, err);
-  return Status::Ok();
+  return Status(ErrorCode::SEGMENT_ALREADY_EXISTS,
+                "shared-memory segment '" + name +
+                    "' is held by a running node on this host; give each node its own "
+                    "segment name");
 }
 
 }  // namespace
+
+size_t ShmSegment::ReclaimOrphans(const std::string& shm_dir, std::chrono::seconds min_age) {
+  DIR* dir = opendir(shm_dir.c_str());
+  if (dir == nullptr) return 0;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(dir)) {
+    std::string_view n(e->d_name);
+    if (n.starts_with(kNamePrefix)) names.emplace_back(n);
+  }
+  closedir(dir);
+  size_t removed = 0;
+  const auto now = std::chrono::system_clock::now();
+  for (const std::string& name : names) {
+    const std::string path = shm_dir + "/" + name;
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;  // gone meanwhile, or not ours to open
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      close(fd);
+      continue;
+    }
+    // Young files are left alone: a starting node creates its file, then locks it.
+    const auto changed = std::chrono::system_clock::time_point(
+        std::chrono::seconds(st.st_ctim.tv_sec) +
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::nanoseconds(st.st_ctim.tv_nsec)));
+    if (now - changed < min_age || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      close(fd);  // live (locked by its node, even a stopped one), or too young to judge
+      continue;
+    }
+    // Ours now; unlink only if the name still refers to this very file.
+    struct stat current {};
+    if (stat(path.c_str(), &current) == 0 && current.st_dev == st.st_dev &&
+        current.st_ino == st.st_ino && unlink(path.c_str()) == 0) {
+      GLOG_WARN("reclaimed shared-memory segment '{}' ({}) of a node that is gone", name,
+                FormatSize(static_cast<uint64_t>(st.st_size)));
+      ++removed;
+    }
+    close(fd);
+  }
+  return removed;
+}
 
 Result<ShmSpace> ShmSegment::StatSpace(const std::string& dir) {
   struct statvfs vfs {};
@@ -119,10 +174,11 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   if (size == 0) {
     return Status(ErrorCode::INVALID_PARAMS, "segment '" + name + "' must not be of size 0");
   }
-  if (size > static_cast<uint64_t>(INT64_MAX)) {
+  if (size > static_cast<uint64_t>(INT64_MAX) - transfer::kShmHeaderBytes) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "segment '" + name + "' size " + std::to_string(size) + " is too large");
   }
+  const uint64_t file_size = transfer::kShmHeaderBytes + size;
   const std::string path = "/" + name;
   // Stale first: its pages count as used until it is unlinked.
   if (Status s = RemoveStale(name, path); !s.ok()) return s;
@@ -130,7 +186,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   auto space =
       options.space_probe ? options.space_probe(options.shm_dir) : StatSpace(options.shm_dir);
   if (!space.ok()) return space.status();
-  if (space->free_bytes < size) return NoRoom(name, size, options.shm_dir, *space);
+  if (space->free_bytes < file_size) return NoRoom(name, size, options.shm_dir, *space);
 
   int fd = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -153,11 +209,11 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
     return status;
   };
   if (fchmod(fd, 0600) != 0) return fail(SysError("fchmod", name, errno));
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+  if (ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
     return fail(SysError("ftruncate", name, errno));
   }
   if (options.prefault) {
-    if (int err = ReservePages(fd, size); err != 0) {
+    if (int err = ReservePages(fd, file_size); err != 0) {
       if (err == ENOSPC) {
         ShmSpace now = space.value();
         if (auto again = options.space_probe ? options.space_probe(options.shm_dir)
@@ -174,15 +230,40 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   // (fallocate 1.6 s), and the node only touches its segment inside send/recv, where a minor
   // fault is cheap next to the copy. The reservation above is what prevents SIGBUS.
   int flags = MAP_SHARED;
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, fd, 0);
+  void* p = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, flags, fd, 0);
   if (p == MAP_FAILED) return fail(SysError("mmap", name, errno));
+  // The header, before any client can learn the name (the node mounts only after Create).
+  auto* header = new (p) transfer::ShmSegmentHeader{};
+  header->magic = transfer::kShmMagic;
+  header->layout_version = transfer::kShmLayoutVersion;
+  header->header_bytes = static_cast<uint32_t>(transfer::kShmHeaderBytes);
+  header->data_bytes = size;
+  header->owner_pid = static_cast<uint64_t>(getpid());
+  header->token.store(0, std::memory_order_release);
   GLOG_INFO("created shared-memory segment '{}' of {}{}", name, FormatSize(size),
             options.prefault ? " (pages reserved)" : "");
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, fd, static_cast<uint8_t*>(p), size));
 }
 
+ShmSegment::ShmSegment(std::string name, int fd, uint8_t* base, uint64_t size)
+    : name_(std::move(name)),
+      fd_(fd),
+      base_(base),
+      data_(base + transfer::kShmHeaderBytes),
+      size_(size) {}
+
+uint64_t ShmSegment::token() const {
+  return reinterpret_cast<const transfer::ShmSegmentHeader*>(base_)->token.load(
+      std::memory_order_acquire);
+}
+
+void ShmSegment::PublishToken(uint64_t token) {
+  reinterpret_cast<transfer::ShmSegmentHeader*>(base_)->token.store(token,
+                                                                     std::memory_order_release);
+}
+
 ShmSegment::~ShmSegment() {
-  munmap(data_, size_);
+  munmap(base_, transfer::kShmHeaderBytes + size_);
   // Unlink only if the name still refers to this segment; never someone else's newer one.
   const std::string path = "/" + name_;
   struct stat mine {};

@@ -1,8 +1,13 @@
 // node/shm_segment.h - a node's DRAM segment, held in named POSIX shared memory.
 //
-// Promise: Create() makes /dev/shm/<name> (mode 0600: same-user clients only), sized exactly
-// `size` bytes, and maps it read-write; clients on the same host attach it by name
-// (transfer::ShmMapping) and memcpy object bytes in and out. The node is the only process that
+// Promise: Create() makes /dev/shm/<name> (mode 0600: same-user clients only) holding a header
+// page (transfer::ShmSegmentHeader: magic, layout version, sizes, the current mount's token) and
+// then exactly `size` data bytes, and maps it read-write; clients on the same host attach it by
+// name (transfer::ShmMapping) and memcpy object bytes in and out of the data area. data() and
+// size() are the data area: what the master allocates in. PublishToken() writes the token of a
+// new mount into the header; the node calls it before every mount, so a client holding a replica
+// of an older mount (or of an older node process of the same name) sees the mismatch before it
+// copies. The node is the only process that
 // ever unlinks it: the destructor unmaps it and unlinks the name (if the name still refers to this
 // segment). A segment of the same name left behind by a crashed node is unlinked and recreated;
 // one still held by a live node (it keeps an exclusive flock on its descriptor) is refused with
@@ -18,15 +23,24 @@
 // start. Without it, the memory is used as objects fill the segment, and something else filling
 // /dev/shm meanwhile can still SIGBUS the node or a client. Production nodes should prefault.
 //
+// A node killed with -9 cannot unlink its file, and default names carry the pid, so nobody would
+// ever start under that name again: ReclaimOrphans() unlinks every "granary-*" file of this user
+// in /dev/shm whose flock is free (its owner is gone: a live node, even a stopped one, holds it)
+// and that is older than min_age (a starting node creates its file, then locks it). Nodes call it
+// at start and periodically.
+//
 // Ownership: ShmSegment owns the mapping, the descriptor and the name.
-// Thread safety: immutable after Create; data() may be used from any thread (the bytes are
-// coordinated by the master's protocol, not by this class).
+// Thread safety: immutable after Create except the header token (atomic); data(), token() and
+// PublishToken() may be used from any thread (the bytes are coordinated by the master's
+// protocol, not by this class).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "granary/status.h"
 
@@ -61,21 +75,33 @@ class ShmSegment {
                                                     const Options& options);
   // statvfs(dir): the default probe.
   static Result<ShmSpace> StatSpace(const std::string& dir);
+  // The prefix of every node's segment file ("granary-" + segment name).
+  static constexpr std::string_view kNamePrefix = "granary-";
+  // Unlinks orphaned segment files (see above); returns how many. Never throws; errors on one
+  // file skip that file. Any thread.
+  static size_t ReclaimOrphans(const std::string& shm_dir = "/dev/shm",
+                               std::chrono::seconds min_age = std::chrono::seconds(5));
 
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
+  // The data area and its size (the file is transfer::kShmHeaderBytes larger).
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
+  // The token in the header (0 until the first PublishToken).
+  uint64_t token() const;
+  // Stores `token` in the header (release): from now on, clients holding replicas with another
+  // token refuse to copy through this segment.
+  void PublishToken(uint64_t token);
 
  private:
-  ShmSegment(std::string name, int fd, uint8_t* data, uint64_t size)
-      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
+  ShmSegment(std::string name, int fd, uint8_t* base, uint64_t size);
 
   std::string name_;
   int fd_;  // kept open: its flock tells other nodes this segment is alive
+  uint8_t* base_;  // the whole mapping: header + data
   uint8_t* data_;
   uint64_t size_;
 };

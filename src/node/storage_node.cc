@@ -16,7 +16,7 @@ namespace {
 // real name is appended so that "a:1" and "a_1" still get distinct objects. Clients learn the
 // name from the master (SegmentSpec.shm_name); nothing else derives it.
 std::string ShmNameFor(const std::string& segment_name) {
-  std::string out = "granary-";
+  std::string out(ShmSegment::kNamePrefix);
   bool changed = false;
   uint64_t hash = 1469598103934665603ull;  // FNV-1a 64: stable across builds and runs
   for (char c : segment_name) {
@@ -43,10 +43,13 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
     return Status(ErrorCode::INVALID_PARAMS, "segment size must be positive");
   }
   if (options.segment_name.empty()) {
-    // hostname-pid, then hostname-pid-2, -3...: one process may embed several nodes (clients).
+    // hostname-pid-tag, then hostname-pid-tag-2, -3...: one process may embed several nodes
+    // (clients). The tag is random per process start: a node with the same pid in another
+    // container (same hostname, same pid) gets another name, so neither takes over the other's
+    // segment; an explicit name stays stable across restarts, so a restarted node does.
     static std::atomic<uint32_t> nodes_in_process{0};
     const uint32_t n = ++nodes_in_process;
-    options.segment_name = Hostname() + "-" + std::to_string(getpid()) +
+    options.segment_name = Hostname() + "-" + std::to_string(getpid()) + "-" + ProcessStartTag() +
                            (n == 1 ? "" : "-" + std::to_string(n));
   }
   if (options.advertise_host.empty()) {
@@ -56,8 +59,10 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   std::unique_ptr<StorageNode> node(new StorageNode(std::move(options)));
   const StorageNodeOptions& o = node->options_;
   node->client_id_ = UniqueProcessId("node");
-  node->token_ = RandomU64() | 1;  // never 0: 0 is "no token" to a careless caller
 
+  // Dead nodes' files first: their pages count as used in /dev/shm until unlinked.
+  ShmSegment::ReclaimOrphans();
+  node->last_reclaim_ = std::chrono::steady_clock::now();
   auto segment = ShmSegment::Create(ShmNameFor(o.segment_name), o.segment_size, o.prefault);
   if (!segment.ok()) return segment.status();
   node->segment_ = std::move(*segment);
@@ -66,8 +71,9 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   server_options.host = o.listen_host;
   server_options.port = o.port;
   server_options.idle_timeout_ms = o.data_idle_timeout_ms;
+  // Token 0 until the first mount: nothing is accepted before the master knows the segment.
   node->server_ = std::make_unique<DataServer>(node->segment_->data(), node->segment_->size(),
-                                               node->token_, server_options);
+                                               0, server_options);
   if (Status s = node->server_->Start(); !s.ok()) return s;
   node->endpoint_ = o.advertise_host + ":" + std::to_string(node->server_->port());
 
@@ -96,26 +102,34 @@ proto::SegmentSpec StorageNode::Spec() const {
   spec.set_endpoint(endpoint_);
   spec.set_shm_name(segment_->name());
   spec.set_host_id(HostId());
-  spec.set_token(token_);
+  spec.set_token(token_.load());
   // Only the first mount offers memory nobody has been handed: later ones are quarantined.
-  spec.set_fresh(!mounted_once_);
+  spec.set_fresh(!maybe_mounted_);
   return spec;
 }
 
 Status StorageNode::Mount() {
+  // A new token for every attempt, published before the master can hand out space under it:
+  // the header first (same-host clients), then the data server (TCP clients).
+  uint64_t token = 0;
+  while (token == 0 || token == token_.load()) token = RandomU64() | 1;  // never 0: "no token"
+  token_ = token;
+  segment_->PublishToken(token);
+  server_->SetToken(token);
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
   proto::ReMountSegmentRequest req;
   req.set_client_id(client_id_);
   *req.add_segments() = Spec();
   proto::ReMountSegmentResponse resp;
-  if (Status s = rpc::FromGrpc(master_->ReMountSegment(&ctx, req, &resp), "mount"); !s.ok()) {
-    return s;
-  }
+  grpc::Status rpc_status = master_->ReMountSegment(&ctx, req, &resp);
+  // Unless the master was unreachable, it may have mounted this memory (a timed-out reply) and
+  // handed it out: every later mount is then a remount, quarantined by the master.
+  if (rpc_status.error_code() != grpc::StatusCode::UNAVAILABLE) maybe_mounted_ = true;
+  if (Status s = rpc::FromGrpc(rpc_status, "mount"); !s.ok()) return s;
   if (resp.results_size() != 1) return Status(ErrorCode::INTERNAL_ERROR, "malformed mount reply");
   Status s = rpc::FromCode(resp.results(0).code(), resp.results(0).message());
   mounted_ = s.ok();
-  if (s.ok()) mounted_once_ = true;
   return s;
 }
 
@@ -126,23 +140,35 @@ void StorageNode::HeartbeatLoop() {
                  [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
+    if (options_.reclaim_interval_ms > 0 &&
+        std::chrono::steady_clock::now() - last_reclaim_ >=
+            std::chrono::milliseconds(options_.reclaim_interval_ms)) {
+      ShmSegment::ReclaimOrphans();
+      last_reclaim_ = std::chrono::steady_clock::now();
+    }
     grpc::ClientContext ctx;
     rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
     proto::PingRequest req;
     req.set_client_id(client_id_);
+    proto::MountedSegment* mount = req.add_mounts();
+    mount->set_name(options_.segment_name);
+    mount->set_token(token_.load());
     proto::PingResponse resp;
     grpc::Status rpc_status = master_->Ping(&ctx, req, &resp);
     if (!rpc_status.ok()) {
       if (mounted_.exchange(false)) {
         GLOG_WARN("master unreachable: {}", rpc_status.error_message());
       }
-    } else if (resp.status() == proto::PingResponse::NEED_REMOUNT || !mounted_) {
+    } else if (resp.status() == proto::PingResponse::NEED_REMOUNT) {
       Status s = Mount();
       if (s.ok()) {
-        GLOG_INFO("segment {} remounted", options_.segment_name);
+        GLOG_INFO("segment {} remounted (new token)", options_.segment_name);
       } else {
         GLOG_WARN("remount of {} failed: {}", options_.segment_name, s.ToString());
       }
+    } else if (!mounted_.exchange(true)) {
+      // Reachable again and the master still holds our mount under our token: nothing to redo.
+      GLOG_INFO("master reachable again; segment {} still mounted", options_.segment_name);
     }
     lock.lock();
   }

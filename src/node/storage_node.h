@@ -1,15 +1,30 @@
 // node/storage_node.h - a storage node: one segment of shared memory offered to the store.
 //
 // Promise: Start() creates the segment (named POSIX shm), serves it on the data plane (TCP), and
-// mounts it with the master; a heartbeat thread then pings the master, remounts when the master
-// answers NEED_REMOUNT (it restarted, or had declared this node dead) and keeps retrying while
-// the master is unreachable. Stop() unmounts, stops serving and unlinks the segment.
+// mounts it with the master; a heartbeat thread then pings the master with the mounts it
+// believes current (name + token), remounts when the master answers NEED_REMOUNT (it restarted,
+// had declared this node dead, or holds the segment under another token) and keeps retrying
+// while the master is unreachable. Stop() unmounts, stops serving and unlinks the segment.
+//
+// Every mount attempt has its own random token (never 0). Before sending it, the node writes it
+// into the segment's shared-memory header and makes the data server accept it (and refuse every
+// other), so a reader or writer still holding a replica of a previous mount is refused by the
+// data server and by same-host clients' header check. The first mount attempt of the process is
+// sent with fresh=true (the memory was never handed to anyone); every later one with fresh=false
+// (late readers and writers of an earlier mount may exist: the master quarantines that space).
+// A heartbeat that reaches the master again after an outage does not remount by itself: Ping
+// carries the mounts, and only NEED_REMOUNT makes a new token.
+//
+// Shared memory of dead nodes: at start, and then every reclaim_interval_ms from the heartbeat
+// thread, the node unlinks Granary segment files on this host whose owner is gone (see
+// ShmSegment::ReclaimOrphans), so a node killed with -9 does not keep its memory charged forever.
 // Used by granary-node and, embedded, by a client that contributes memory.
 // Ownership: owns the segment, the data server and the heartbeat thread.
 // Thread safety: Start/Stop from one thread; the accessors from any.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -25,7 +40,7 @@ namespace granary::node {
 
 struct StorageNodeOptions {
   std::string master_address = "127.0.0.1:50051";
-  std::string segment_name;          // default: "<hostname>-<pid>"
+  std::string segment_name;          // default: "<hostname>-<pid>-<random per process>"
   uint64_t segment_size = 0;         // required
   std::string listen_host = "127.0.0.1";
   std::string advertise_host;        // address clients use; default: listen_host (hostname if 0.0.0.0)
@@ -34,6 +49,9 @@ struct StorageNodeOptions {
   int64_t heartbeat_interval_ms = 1000;
   int rpc_timeout_ms = 5000;
   int data_idle_timeout_ms = 60'000;
+  // How often to unlink orphaned segment files of dead nodes on this host (ShmSegment::
+  // ReclaimOrphans); also done once at start. 0: only at start.
+  int64_t reclaim_interval_ms = 30'000;
 };
 
 class StorageNode {
@@ -48,7 +66,8 @@ class StorageNode {
   const std::string& segment_name() const { return options_.segment_name; }
   const std::string& endpoint() const { return endpoint_; }
   uint16_t port() const { return server_->port(); }
-  uint64_t token() const { return token_; }
+  // The token of the current (last attempted) mount.
+  uint64_t token() const { return token_.load(); }
   ShmSegment& segment() { return *segment_; }
   DataServer& server() { return *server_; }
   bool mounted() const { return mounted_.load(); }
@@ -56,19 +75,23 @@ class StorageNode {
  private:
   explicit StorageNode(StorageNodeOptions options);
   proto::SegmentSpec Spec() const;
+  // Takes a new token (header, data server, then the master). Heartbeat thread, or Start().
   Status Mount();
   void HeartbeatLoop();
 
   StorageNodeOptions options_;
   std::string client_id_;
   std::string endpoint_;
-  uint64_t token_ = 0;
+  std::atomic<uint64_t> token_{0};
+  // Some mount attempt may have reached the master: later mounts are not fresh. Start() and then
+  // the heartbeat thread only.
+  bool maybe_mounted_ = false;
   std::unique_ptr<ShmSegment> segment_;
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<proto::Master::Stub> master_;
   std::atomic<bool> mounted_{false};
-  std::atomic<bool> mounted_once_{false};  // a mount succeeded: later ones are not fresh
 
+  std::chrono::steady_clock::time_point last_reclaim_{};  // heartbeat thread only
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -374,6 +374,7 @@ class PyClient {
     d["shm_bytes_read"] = s.shm_bytes_read;
     d["tcp_bytes_written"] = s.tcp_bytes_written;
     d["tcp_bytes_read"] = s.tcp_bytes_read;
+    d["shm_mappings"] = s.shm_mappings;
     return d;
   }
   const std::string& client_id() const { return client_->client_id(); }

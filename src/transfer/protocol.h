@@ -11,8 +11,9 @@
 // connection stays usable (a refused WRITE's payload is drained, never stored).
 //
 // Refusals (ResponseHeader::status, length 0), checked in this order:
-//   SEGMENT_NOT_FOUND (-101)  segment_token is not this node process's: the client's metadata is
-//                             stale (the node restarted); refresh it from the master.
+//   SEGMENT_NOT_FOUND (-101)  segment_token is not the node's current mount's: the client's
+//                             metadata is stale (the node restarted or remounted); refresh it
+//                             from the master.
 //   INVALID_PARAMS    (-600)  offset > segment size or length > size - offset (overflow-safe;
 //                             a range ending exactly at the segment's end is valid).
 // Closing without an answer (malformed header, not a refusal): magic != kRequestMagic,

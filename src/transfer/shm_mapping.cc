@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "common/units.h"
 
@@ -42,27 +43,48 @@ Result<std::unique_ptr<ShmMapping>> ShmMapping::Attach(const std::string& name,
     return Status(ErrorCode::TRANSFER_FAIL,
                   "cannot stat shared-memory segment '" + name + "': " + std::strerror(err));
   }
-  if (static_cast<uint64_t>(st.st_size) != expected_size) {
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  const uint64_t data_size = file_size >= kShmHeaderBytes ? file_size - kShmHeaderBytes : 0;
+  if (file_size < kShmHeaderBytes || data_size != expected_size) {
     close(fd);
     return Status(ErrorCode::INVALID_PARAMS,
-                  "shared-memory segment '" + name + "' is " +
-                      std::to_string(static_cast<uint64_t>(st.st_size)) + " bytes (" +
-                      FormatSize(static_cast<uint64_t>(st.st_size)) + ") but " +
+                  "shared-memory segment '" + name + "' holds " + std::to_string(data_size) +
+                      " data bytes (" + FormatSize(data_size) + ") but " +
                       std::to_string(expected_size) + " bytes (" + FormatSize(expected_size) +
                       ") were expected: stale metadata or another node's segment");
   }
-  void* p = mmap(nullptr, expected_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const uint64_t map_size = kShmHeaderBytes + expected_size;
+  void* p = mmap(nullptr, map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
   close(fd);  // the mapping keeps the object alive; the descriptor is not needed any more
   if (p == MAP_FAILED) {
     return Status(ErrorCode::TRANSFER_FAIL,
                   "cannot map shared-memory segment '" + name + "': " + std::strerror(err));
   }
-  return std::unique_ptr<ShmMapping>(
-      new ShmMapping(name, static_cast<std::byte*>(p), expected_size));
+  const auto* header = static_cast<const ShmSegmentHeader*>(p);
+  if (header->magic != kShmMagic || header->layout_version != kShmLayoutVersion ||
+      header->header_bytes != kShmHeaderBytes || header->data_bytes != expected_size) {
+    munmap(p, map_size);
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "shared-memory segment '" + name +
+                      "' has no Granary segment header of layout version " +
+                      std::to_string(kShmLayoutVersion) +
+                      " (another program's file, or a node of another version)");
+  }
+  return std::unique_ptr<ShmMapping>(new ShmMapping(name, p, expected_size, st.st_dev, st.st_ino));
 }
 
-ShmMapping::~ShmMapping() { munmap(data_, size_); }
+ShmMapping::~ShmMapping() { munmap(base_, kShmHeaderBytes + size_); }
+
+bool ShmMapping::StillLinked() const {
+  const std::string path = "/" + name_;
+  int fd = shm_open(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool same = fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  close(fd);
+  return same;
+}
 
 Result<std::shared_ptr<ShmMapping>> ShmMappingCache::Get(const std::string& name, uint64_t size) {
   {
@@ -89,6 +111,31 @@ void ShmMappingCache::Drop(const std::string& name) {
   if (it == mappings_.end()) return;
   released = std::move(it->second);
   mappings_.erase(it);
+}
+
+void ShmMappingCache::DropIf(const std::string& name, const ShmMapping* mapping) {
+  std::shared_ptr<ShmMapping> released;
+  std::lock_guard lock(mu_);
+  auto it = mappings_.find(name);
+  if (it == mappings_.end() || it->second.get() != mapping) return;
+  released = std::move(it->second);
+  mappings_.erase(it);
+}
+
+size_t ShmMappingCache::Retain(const std::set<std::string>& live) {
+  std::vector<std::shared_ptr<ShmMapping>> candidates;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [name, mapping] : mappings_) candidates.push_back(mapping);
+  }
+  size_t dropped = 0;
+  for (const auto& m : candidates) {  // the syscalls of StillLinked outside the lock
+    if (live.count(m->name()) == 0 || !m->StillLinked()) {
+      DropIf(m->name(), m.get());
+      ++dropped;
+    }
+  }
+  return dropped;
 }
 
 size_t ShmMappingCache::size() const {

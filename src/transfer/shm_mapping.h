@@ -1,24 +1,38 @@
 // transfer/shm_mapping.h - a client's view of a node's segment in named POSIX shared memory.
 //
+// Layout of a segment file (/dev/shm/<name>): a ShmSegmentHeader in its first kShmHeaderBytes,
+// then the data area of `data size` bytes, the range the master allocates in (offset 0 of a
+// replica is the first data byte). The header carries the token of the node's CURRENT mount,
+// which the node rewrites (before mounting) at every mount; a replica names the token of the
+// mount it was granted under.
+//
 // Promise: Attach() maps an existing segment (made by the node's node::ShmSegment) read-write, so a
 // client on the same host moves bytes with memcpy: puts write into it, gets read from it. It never
-// creates, resizes or unlinks the segment; the node alone owns its lifetime. A mapping outlives
-// the name (the kernel keeps the pages until the last munmap), so after a node restart a cached
-// mapping is a dead copy: the caller Drop()s a name when the master reports a new segment token
-// for it, or when a Get() through the mapping fails its checksum.
+// creates, resizes or unlinks the segment; the node alone owns its lifetime. Attach checks the
+// header (magic, layout version, sizes) and refuses anything else. A mapping outlives the name
+// (the kernel keeps the pages until the last munmap), so after a node restart a cached mapping is
+// a dead copy; its header token then never changes again, and StillLinked() says false. Callers
+// (client::ReplicaIo) compare token() with the replica's token before a copy, and for reads again
+// after it, so a stale replica never moves bytes in a remounted or restarted segment; they drop
+// mappings whose file is gone (ShmMappingCache::Retain).
 // SIGBUS: if the node did not prefault its segment and /dev/shm fills up, the first write to a
 // page not yet backed kills the writer with SIGBUS; nodes sharing memory with clients should
 // prefault (see node/shm_segment.h).
 // Ownership: a ShmMapping owns its mapping (munmap in the destructor). ShmMappingCache hands out
 // shared_ptrs, so Drop() never unmaps memory another thread is still copying from.
 // Thread safety: ShmMapping is immutable after Attach (the bytes are shared; the master's protocol
-// keeps readers and writers of a range apart). ShmMappingCache is safe from any thread.
+// keeps readers and writers of a range apart; the header token is read atomically).
+// ShmMappingCache is safe from any thread.
 #pragma once
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -34,10 +48,27 @@ inline Status ValidateShmName(std::string_view name) {
   return ValidateName("shared-memory segment name", name);
 }
 
+// The first bytes of every segment file. Written by the node (node::ShmSegment): all fields at
+// creation, `token` at every mount; read by clients.
+inline constexpr uint64_t kShmHeaderBytes = 4096;  // the data area starts page-aligned
+inline constexpr uint64_t kShmMagic = 0x314D485359524E47;  // "GNRYSHM1"
+inline constexpr uint32_t kShmLayoutVersion = 1;
+struct ShmSegmentHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_bytes;      // kShmHeaderBytes: where the data area starts
+  uint64_t data_bytes;        // size of the data area (the size the master knows)
+  std::atomic<uint64_t> token;  // the node's current mount; 0 before its first mount
+  uint64_t owner_pid;         // informational: the node process that created the file
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the token is shared between processes");
+static_assert(sizeof(ShmSegmentHeader) <= kShmHeaderBytes);
+
 class ShmMapping {
  public:
-  // Maps the segment "/<name>". SEGMENT_NOT_FOUND if no such segment exists on this host;
-  // INVALID_PARAMS if the name is invalid or its size is not `expected_size` (both named);
+  // Maps the segment "/<name>" whose data area is `expected_size` bytes. SEGMENT_NOT_FOUND if no
+  // such segment exists on this host; INVALID_PARAMS if the name is invalid, its data size is not
+  // `expected_size` (both named) or its header is not a Granary segment header of this layout;
   // TRANSFER_FAIL for other failures (e.g. permission: segments are mode 0600, same user only).
   static Result<std::unique_ptr<ShmMapping>> Attach(const std::string& name,
                                                     uint64_t expected_size);
@@ -45,17 +76,33 @@ class ShmMapping {
   ShmMapping(const ShmMapping&) = delete;
   ShmMapping& operator=(const ShmMapping&) = delete;
 
+  // The data area (offset 0 of a replica) and its size.
   std::byte* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
+  // The token of the node's current mount of this segment, read now (acquire).
+  uint64_t token() const { return header_->token.load(std::memory_order_acquire); }
+  // True while /dev/shm/<name> is still the file this mapping maps (the node has not unlinked
+  // it or been replaced by a newer node of the same name). Costs an open and an fstat.
+  bool StillLinked() const;
 
  private:
-  ShmMapping(std::string name, std::byte* data, uint64_t size)
-      : name_(std::move(name)), data_(data), size_(size) {}
+  ShmMapping(std::string name, void* base, uint64_t size, dev_t dev, ino_t ino)
+      : name_(std::move(name)),
+        base_(base),
+        header_(static_cast<ShmSegmentHeader*>(base)),
+        data_(static_cast<std::byte*>(base) + kShmHeaderBytes),
+        size_(size),
+        dev_(dev),
+        ino_(ino) {}
 
   std::string name_;
+  void* base_;                // the whole file: header + data
+  ShmSegmentHeader* header_;
   std::byte* data_;
-  uint64_t size_;
+  uint64_t size_;             // of the data area
+  dev_t dev_;
+  ino_t ino_;
 };
 
 // One mapping per segment name, made on first use and reused: attaching costs syscalls and page
@@ -67,6 +114,13 @@ class ShmMappingCache {
   Result<std::shared_ptr<ShmMapping>> Get(const std::string& name, uint64_t size);
   // Forgets `name`; the memory is unmapped when the last holder lets go.
   void Drop(const std::string& name);
+  // Forgets `name` only if it is still cached as `mapping` (not a newer attach by another thread).
+  void DropIf(const std::string& name, const ShmMapping* mapping);
+  // Forgets every mapping whose name is not in `live` or whose file is gone (StillLinked()
+  // false): what a client does after learning the current segments, so the memory of dead
+  // segments is released instead of staying mapped (and charged) for the client's lifetime.
+  // Returns how many were dropped.
+  size_t Retain(const std::set<std::string>& live);
   size_t size() const;
 
  private:

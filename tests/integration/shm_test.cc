@@ -69,7 +69,8 @@ TEST_F(ShmStoreTest, StaleSegmentIsReplacedAtStart) {
   NodeProcess& node = cluster_.node(0);
   struct stat st {};
   ASSERT_EQ(::stat(node.ShmPath().c_str(), &st), 0);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 32 * MiB) << "the segment was not recreated";
+  // The segment plus its header page (transfer::ShmSegmentHeader).
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 32 * MiB + 4096) << "the segment was not recreated";
 
   auto client = cluster_.MakeClient(true);
   ASSERT_NE(client, nullptr);

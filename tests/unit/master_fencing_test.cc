@@ -102,6 +102,21 @@ TEST_F(MasterFencingTest, ARemountIsQuarantinedAFreshMountIsNot) {
   EXPECT_TRUE(Start("w", "b", kMiB).status.ok());
 }
 
+TEST_F(MasterFencingTest, ARemountUnderANewTokenReplacesTheMountAndIsQuarantined) {
+  ASSERT_TRUE(state_.Mount({"node", Spec("seg", 4 * kMiB, 7)}).status.ok());
+  PutStartKeyResult put = Start("w", "k", kMiB);
+  ASSERT_TRUE(state_.PutEnd({"w", {"k"}, {1}, {put.put_gen}})[0].ok());
+  // The node was told to remount (e.g. its ping named a mount the master no longer holds).
+  MountResult again = state_.Mount({"node", Spec("seg", 4 * kMiB, 8, false)});
+  ASSERT_TRUE(again.status.ok()) << again.status.ToString();
+  EXPECT_EQ(state_.BatchExist({"k"})[0], 0) << "a replica quoting the old token survived";
+  EXPECT_FALSE(state_.Ping("node", {{"seg", 8}}).need_remount);
+  EXPECT_EQ(Start("w", "k2", kMiB).status.code(), ErrorCode::NO_AVAILABLE_HANDLE)
+      << "the old mount's memory was handed out at once";
+  clock_.Advance(Millis(10'001));
+  EXPECT_TRUE(Start("w", "k2", kMiB).status.ok());
+}
+
 TEST_F(MasterFencingTest, PingNamesMountsTheMasterNoLongerHolds) {
   ASSERT_TRUE(state_.Mount({"node", Spec("seg", 4 * kMiB, 7)}).status.ok());
   EXPECT_FALSE(state_.Ping("node", {{"seg", 7}}).need_remount);

@@ -309,6 +309,42 @@ TEST_F(DataServerTest, WrongTokenIsRefusedAndConnectionStaysUsable) {
   ExpectRefused(conn, Header(Opcode::kRead, UINT64_MAX, 64, 0), ErrorCode::SEGMENT_NOT_FOUND);
 }
 
+// Issue 13: every mount has its own token. After a remount (SetToken), a late write quoting the
+// previous mount's token is refused and changes nothing; the new token works on the same
+// connection. Token 0 ("no mount yet") is never accepted.
+TEST_F(DataServerTest, RemountRefusesThePreviousMountsToken) {
+  StartServer();
+  constexpr uint64_t kNewToken = kToken ^ 0xfeedULL;
+  server_->SetToken(kNewToken);
+  EXPECT_EQ(server_->token(), kNewToken);
+  RawConn conn(server_->port());
+  std::vector<uint8_t> before(seg(), seg() + kSegSize);
+  std::vector<uint8_t> payload(5000, 0xEE);
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 100, payload.size(), kToken, 3)));
+  ASSERT_TRUE(conn.Send(payload.data(), payload.size()));
+  auto refused = conn.RecvResponse();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND));
+  EXPECT_EQ(std::memcmp(before.data(), seg(), kSegSize), 0) << "a stale mount's write landed";
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kRead, 100, 64, kToken, 4)));
+  auto refused_read = conn.RecvResponse();
+  ASSERT_TRUE(refused_read.has_value());
+  EXPECT_EQ(refused_read->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND));
+
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 100, payload.size(), kNewToken, 5)));
+  ASSERT_TRUE(conn.Send(payload.data(), payload.size()));
+  auto ok = conn.RecvResponse();
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_EQ(std::memcmp(seg() + 100, payload.data(), payload.size()), 0);
+
+  server_->SetToken(0);
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kRead, 0, 8, 0, 6)));
+  auto zero = conn.RecvResponse();
+  ASSERT_TRUE(zero.has_value());
+  EXPECT_EQ(zero->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND));
+}
+
 TEST_F(DataServerTest, RefusedWritePayloadIsDrained) {
   StartServer();
   RawConn conn(server_->port());

@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -36,6 +38,8 @@ bool ShmExists(const std::string& name) {
   return stat(("/dev/shm/" + name).c_str(), &st) == 0;
 }
 
+using transfer::kShmHeaderBytes;
+
 TEST(ShmSegmentTest, CreatesSegmentOfExactSizeWithMode0600) {
   const std::string name = UniqueName("create");
   auto seg = ShmSegment::Create(name, 3 * kMiB + 123);
@@ -45,7 +49,8 @@ TEST(ShmSegmentTest, CreatesSegmentOfExactSizeWithMode0600) {
   ASSERT_NE((*seg)->data(), nullptr);
   struct stat st {};
   ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 3 * kMiB + 123);
+  // A header page, then exactly the data area the master allocates in.
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), kShmHeaderBytes + 3 * kMiB + 123);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(st.st_uid, getuid());
   // The whole range is usable, up to the last byte.
@@ -86,7 +91,7 @@ TEST(ShmSegmentTest, StaleSegmentIsUnlinkedAndRecreated) {
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
   struct stat st {};
   ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 2 * kMiB);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), kShmHeaderBytes + 2 * kMiB);
   EXPECT_EQ(std::memcmp((*seg)->data(), "\0\0\0", 3), 0) << "old contents survived";
 }
 
@@ -141,20 +146,21 @@ TEST(ShmSegmentTest, TooSmallShmGivesActionableMessage) {
   auto seg = ShmSegment::Create(name, 1024 * kMiB, options);
   ASSERT_EQ(seg.code(), ErrorCode::INVALID_PARAMS);
   const std::string& msg = seg.status().message();
+  // 1 GiB of segment plus its 4 KiB header page: 1025 MiB, rounded up.
   for (const char* part :
-       {"1 GiB", "64 MiB free", "/dev/shm", "docker run --shm-size=1024m",
-        "emptyDir: {medium: Memory, sizeLimit: 1024Mi}", "smaller --segment-size", name.c_str()}) {
+       {"1 GiB", "64 MiB free", "/dev/shm", "docker run --shm-size=1025m",
+        "emptyDir: {medium: Memory, sizeLimit: 1025Mi}", "smaller --segment-size", name.c_str()}) {
     EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' missing from: " << msg;
   }
   EXPECT_FALSE(ShmExists(name)) << "a refused segment must not be left behind";
 
-  // Space already used by others counts: 54 MiB used + 100 MiB needed = 154 MiB.
+  // Space already used by others counts: 54 MiB used + 100 MiB + the header page = 155 MiB.
   options.space_probe = [](const std::string&) -> Result<ShmSpace> {
     return ShmSpace{10 * kMiB, 64 * kMiB};
   };
   auto used = ShmSegment::Create(name, 100 * kMiB, options);
   ASSERT_EQ(used.code(), ErrorCode::INVALID_PARAMS);
-  EXPECT_NE(used.status().message().find("--shm-size=154m"), std::string::npos)
+  EXPECT_NE(used.status().message().find("--shm-size=155m"), std::string::npos)
       << used.status().message();
   EXPECT_NE(used.status().message().find("at most 10 MiB fits"), std::string::npos);
 
@@ -184,7 +190,7 @@ TEST(ShmSegmentTest, PrefaultReservesEveryPageUpFront) {
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
   struct stat st {};
   ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
-  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kMiB);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kShmHeaderBytes + 4 * kMiB);
   ASSERT_EQ(stat(("/dev/shm/" + lazy_name).c_str(), &st), 0);
   EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, kMiB) << "lazy segment was populated";
   EXPECT_EQ((*seg)->data()[4 * kMiB - 1], 0);
@@ -200,6 +206,112 @@ TEST(ShmMappingTest, AttachWithWrongSizeNamesBothSizes) {
   EXPECT_NE(msg.find(std::to_string(2 * kMiB)), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(3 * kMiB)), std::string::npos) << msg;
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
+}
+
+TEST(ShmMappingTest, AttachRefusesAFileWithoutASegmentHeader) {
+  // Not "granary-*": a reclaim scan of a test running in parallel must not take it.
+  const std::string name = "gtest-foreign-" + std::to_string(getpid());
+  int fd = shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(kShmHeaderBytes + kMiB)), 0);
+  close(fd);
+  auto att = ShmMapping::Attach(name, kMiB);
+  EXPECT_EQ(att.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_NE(att.status().message().find("header"), std::string::npos) << att.status().ToString();
+  shm_unlink(("/" + name).c_str());
+}
+
+// Issue 13: the segment's header carries the current mount's token, rewritten at every mount;
+// a client sees the new one at once through its existing mapping, and a mapping of a file that
+// a new node of the same name replaced reports itself gone.
+TEST(ShmMappingTest, HeaderTokenIsPublishedAndReplacedFilesAreDetected) {
+  const std::string name = UniqueName("token");
+  auto seg = ShmSegment::Create(name, kMiB);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  EXPECT_EQ((*seg)->token(), 0u) << "no mount yet";
+  auto client = ShmMapping::Attach(name, kMiB);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ((*client)->token(), 0u);
+  (*seg)->PublishToken(0x1111);
+  EXPECT_EQ((*client)->token(), 0x1111u);
+  (*seg)->PublishToken(0x2222);  // a remount
+  EXPECT_EQ((*client)->token(), 0x2222u);
+  EXPECT_TRUE((*client)->StillLinked());
+  // The data area starts after the header: replica offset 0 is data()[0] on both sides.
+  (*seg)->data()[0] = 0x5a;
+  EXPECT_EQ(static_cast<uint8_t>((*client)->data()[0]), 0x5a);
+
+  // The node restarts under the same name: a new file, whose header the old mapping never sees.
+  seg = Result<std::unique_ptr<ShmSegment>>(Status(ErrorCode::INTERNAL_ERROR, "reset"));
+  auto restarted = ShmSegment::Create(name, kMiB);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  (*restarted)->PublishToken(0x3333);
+  EXPECT_FALSE((*client)->StillLinked());
+  EXPECT_EQ((*client)->token(), 0x2222u);
+  auto fresh = ShmMapping::Attach(name, kMiB);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ((*fresh)->token(), 0x3333u);
+  EXPECT_TRUE((*fresh)->StillLinked());
+}
+
+TEST(ShmMappingTest, CacheRetainDropsMappingsOfVanishedAndReplacedSegments) {
+  const std::string kept = UniqueName("kept");
+  const std::string vanished = UniqueName("vanished");
+  const std::string replaced = UniqueName("replaced");
+  auto a = ShmSegment::Create(kept, kMiB);
+  auto b = ShmSegment::Create(vanished, kMiB);
+  auto c = ShmSegment::Create(replaced, kMiB);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ShmMappingCache cache;
+  ASSERT_TRUE(cache.Get(kept, kMiB).ok());
+  ASSERT_TRUE(cache.Get(vanished, kMiB).ok());
+  ASSERT_TRUE(cache.Get(replaced, kMiB).ok());
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.Retain({kept, vanished, replaced}), 0u);
+  EXPECT_EQ(cache.size(), 3u);
+  c = Result<std::unique_ptr<ShmSegment>>(Status(ErrorCode::INTERNAL_ERROR, "reset"));
+  auto c2 = ShmSegment::Create(replaced, kMiB);  // same name, new file
+  ASSERT_TRUE(c2.ok());
+  // `vanished` is no longer a live segment; `replaced` still is, but our mapping is of its old file.
+  EXPECT_EQ(cache.Retain({kept, replaced}), 2u);
+  EXPECT_EQ(cache.size(), 1u);
+  auto again = cache.Get(kept, kMiB);
+  ASSERT_TRUE(again.ok());
+}
+
+// Issue 13: a node killed with -9 leaves its file; any node on the host reclaims it once its lock
+// is free, and never one whose owner still holds it or a file too young to judge (created, not yet
+// locked). Runs in a private directory: files of other tests running now are never touched.
+TEST(ShmSegmentTest, ReclaimOrphansRemovesOnlyUnlockedOldSegmentFiles) {
+  char dir_template[] = "/tmp/granary-reclaim-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  auto make = [&](const std::string& name) {
+    int fd = open((dir + "/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0) << name;
+    EXPECT_EQ(ftruncate(fd, 8192), 0);
+    return fd;
+  };
+  auto exists = [&](const std::string& name) {
+    struct stat st {};
+    return stat((dir + "/" + name).c_str(), &st) == 0;
+  };
+  close(make("granary-orphan"));     // its node died: nobody holds the lock
+  int live = make("granary-live");   // its node runs (or is stopped): holds the lock
+  ASSERT_EQ(flock(live, LOCK_EX | LOCK_NB), 0);
+  close(make("other-program"));      // not ours by name
+
+  EXPECT_EQ(ShmSegment::ReclaimOrphans(dir, std::chrono::seconds(3600)), 0u) << "too young";
+  EXPECT_TRUE(exists("granary-orphan"));
+  EXPECT_EQ(ShmSegment::ReclaimOrphans(dir, std::chrono::seconds(0)), 1u);
+  EXPECT_FALSE(exists("granary-orphan"));
+  EXPECT_TRUE(exists("granary-live"));
+  EXPECT_TRUE(exists("other-program"));
+  close(live);  // the owner is gone now
+  EXPECT_EQ(ShmSegment::ReclaimOrphans(dir, std::chrono::seconds(0)), 1u);
+  EXPECT_FALSE(exists("granary-live"));
+  unlink((dir + "/other-program").c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(ShmMappingTest, AttachToMissingNameIsSegmentNotFound) {
