@@ -129,13 +129,23 @@ inline Verdict VerifyValue(std::string_view key, std::span<const std::byte> byte
   if (head.magic != kMagic || head.key_hash != h || head.length != bytes.size() ||
       head.block != 0) {
     std::snprintf(buf, sizeof buf,
-                  "block 0 tag is not this key's (key_hash %016llx, %zu bytes): %s%s; first 64 "
+                  "block 0 tag is not this key's (key_hash %016llx, %zu bytes): %s%s; first 32 "
                   "bytes %s",
                   static_cast<unsigned long long>(h), bytes.size(),
                   head.magic == kMagic ? "" : "no magic, raw ", DescribeTag(head).c_str(),
-                  Hex(bytes.data(), std::min<size_t>(64, bytes.size())).c_str());
+                  Hex(bytes.data(), std::min<size_t>(32, bytes.size())).c_str());
     v.version = head.magic == kMagic && head.key_hash == h ? head.version : 0;
     v.what = buf;
+    // Whose bytes these are: the first tags at any 8-byte alignment (offset in what was read).
+    int tags = 0;
+    for (size_t i = 8; i + kTagBytes <= bytes.size() && tags < 4; i += 8) {
+      Tag t = ReadTag(bytes.data() + i);
+      if (t.magic != kMagic) continue;
+      ++tags;
+      std::snprintf(buf, sizeof buf, "; tag at %zu: %s", i, DescribeTag(t).c_str());
+      v.what += buf;
+    }
+    if (tags == 0) v.what += "; no tag anywhere in the bytes";
     return v;
   }
   v.version = head.version;

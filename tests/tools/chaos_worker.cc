@@ -327,13 +327,28 @@ class Worker {
       }
       Verdict v = VerifyValue(key, raw);
       out += v.ok ? "bytes verify as version " + std::to_string(v.version) + "\n"
-                  : "bytes do NOT verify: " + v.what + "\n";
+                  : "bytes do NOT verify: " + NameHashes(v.what) + "\n";
     }
     return out;
   }
 
+  // "key_hash <hex>" followed by "(= <key>)" for every key this worker knows.
+  std::string NameHashes(std::string text) const {
+    for (const auto& k : universe_) {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "key_hash %016llx", static_cast<unsigned long long>(KeyHash(k)));
+      const std::string needle = hex;
+      for (size_t at = text.find(needle); at != std::string::npos;
+           at = text.find(needle, at + needle.size())) {
+        text.insert(at + needle.size(), " (= " + k + ")");
+      }
+    }
+    return text;
+  }
+
   void Report(const std::string& key, const char* op, int64_t started, size_t size,
-              const std::string& problem) {
+              const std::string& problem_in) {
+    const std::string problem = NameHashes(problem_in);
     std::string text = "=== " + o_.id + " (" + (o_.use_shm ? "shm" : "tcp") + ") " + op + " of " +
                        key + " started at " + std::to_string(started) + " ms, answered OK at " +
                        std::to_string(WallMs()) + " ms with " + std::to_string(size) +
