@@ -9,6 +9,8 @@
 //   worker --master A --id I --objects N --size S    a same-host client: BatchPut N objects
 //                                                    "worker-I-j" of S bytes, BatchGetInto them
 //                                                    back and compare byte for byte.
+//   chaos --master A --id I --dir D ...              the chaos test's mixed load until D/stop
+//                                                    exists (tests/tools/chaos_worker.h).
 //
 // Exit codes: 0 done, 2 bad usage, 3 an RPC failed or answered an error, 4 wrong bytes read back,
 // 5 a required shared-memory mapping was not made. The hang subcommands exit 6 if nobody killed
@@ -26,6 +28,7 @@
 
 #include "granary/client.h"
 #include "granary/proto/master.grpc.pb.h"
+#include "chaos_worker.h"
 #include "test_pattern.h"
 
 namespace {
@@ -225,6 +228,22 @@ int main(int argc, char** argv) {
   worker->add_flag("--require-shm-mapping", require_shm,
                    "fail unless a node's segment got mapped into this process");
 
+  granary::chaos::WorkerOptions chaos_options;
+  bool chaos_no_shm = false;
+  auto* chaos = app.add_subcommand("chaos", "mixed verified load until <dir>/stop exists");
+  chaos->add_option("--master", chaos_options.master)->required();
+  chaos->add_option("--id", chaos_options.id)->required();
+  chaos->add_option("--dir", chaos_options.dir, "where the attempt/read logs go")->required();
+  chaos->add_option("--read-ids", chaos_options.read_ids, "other workers whose keys to read")
+      ->delimiter(',');
+  chaos->add_option("--seconds", chaos_options.seconds, "stop after this long at the latest");
+  chaos->add_option("--threads", chaos_options.threads)->check(CLI::Range(1, 16));
+  chaos->add_option("--keys", chaos_options.keys, "own keys")->check(CLI::Range(1, 100000));
+  chaos->add_option("--seed", chaos_options.seed);
+  chaos->add_option("--min-size", chaos_options.min_size)->check(CLI::Range(64u, 1u << 30));
+  chaos->add_option("--max-size", chaos_options.max_size)->check(CLI::Range(64u, 1u << 30));
+  chaos->add_flag("--no-shm", chaos_no_shm, "use TCP even on this host");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -232,9 +251,18 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   // Whatever happens, the worker does not outlive a broken test for long.
+  if (chaos->parsed()) max_hang_s = chaos_options.seconds;
   alarm(static_cast<unsigned>(max_hang_s + 60));
   if (put->parsed()) return PutStartAndHang(master, key, size, replicas, max_hang_s);
   if (get->parsed()) return GetAndHang(master, get_keys, max_hang_s);
+  if (chaos->parsed()) {
+    chaos_options.use_shm = !chaos_no_shm;
+    if (chaos_options.min_size > chaos_options.max_size) {
+      std::fprintf(stderr, "--min-size exceeds --max-size\n");
+      return kExitUsage;
+    }
+    return granary::chaos::RunWorker(chaos_options);
+  }
   if (worker->parsed()) {
     if (objects == 0 || size == 0) {
       std::fprintf(stderr, "--objects and --size must be positive\n");
