@@ -4,6 +4,7 @@
 
 #include "common/checksum.h"
 #include "common/copy.h"
+#include "common/tsan.h"
 
 namespace granary::client {
 
@@ -45,13 +46,16 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
   if (LocalView view = MapLocal(replica); view.bytes) {
     std::byte* base = view.bytes;
     uint64_t offset = 0;
-    for (const auto& part : parts) {
-      if (checksum) {
-        checksum->CopyAndUpdate(base + offset, part.data(), part.size());
-      } else {
-        CopyBytes(base + offset, part.data(), part.size());
+    {
+      ScopedSegmentWrite payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
+      for (const auto& part : parts) {
+        if (checksum) {
+          checksum->CopyAndUpdate(base + offset, part.data(), part.size());
+        } else {
+          CopyBytes(base + offset, part.data(), part.size());
+        }
+        offset += part.size();
       }
-      offset += part.size();
     }
     shm_written_.fetch_add(offset, std::memory_order_relaxed);
     return Status::Ok();
@@ -78,9 +82,12 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
   if (LocalView view = MapLocal(replica); view.bytes) {
     const std::byte* base = view.bytes;
     uint64_t offset = 0;
-    for (const auto& part : dst) {
-      checksum.CopyAndUpdate(part.data(), base + offset, part.size());
-      offset += part.size();
+    {
+      ScopedSegmentRead payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
+      for (const auto& part : dst) {
+        checksum.CopyAndUpdate(part.data(), base + offset, part.size());
+        offset += part.size();
+      }
     }
     shm_read_.fetch_add(offset, std::memory_order_relaxed);
     return checksum.Digest();
