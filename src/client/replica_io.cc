@@ -6,6 +6,7 @@
 
 #include "common/checksum.h"
 #include "common/copy.h"
+#include "common/tsan.h"
 
 namespace granary::client {
 
@@ -58,14 +59,17 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
   if (LocalView view = MapLocal(replica); view.bytes) {
     std::byte* base = view.bytes;
     uint64_t offset = 0;
-    for (const auto& part : parts) {
-      if (checksum) {
-        // The source: the shared memory may be written by someone else while we copy.
-        checksum->CopyAndUpdateSource(base + offset, part.data(), part.size());
-      } else {
-        CopyBytes(base + offset, part.data(), part.size());
+    {
+      ScopedSegmentWrite payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
+      for (const auto& part : parts) {
+        if (checksum) {
+          // The source: the shared memory may be written by someone else while we copy.
+          checksum->CopyAndUpdateSource(base + offset, part.data(), part.size());
+        } else {
+          CopyBytes(base + offset, part.data(), part.size());
+        }
+        offset += part.size();
       }
-      offset += part.size();
     }
     if (view.mapping->token() != replica.token()) {
       // The node remounted while we copied: the put must not be committed.
@@ -97,9 +101,12 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
   if (LocalView view = MapLocal(replica); view.bytes) {
     const std::byte* base = view.bytes;
     uint64_t offset = 0;
-    for (const auto& part : dst) {
-      checksum.CopyAndUpdate(part.data(), base + offset, part.size());
-      offset += part.size();
+    {
+      ScopedSegmentRead payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
+      for (const auto& part : dst) {
+        checksum.CopyAndUpdate(part.data(), base + offset, part.size());
+        offset += part.size();
+      }
     }
     // The copy's loads before the second look at the token (a seqlock's reader side).
     std::atomic_thread_fence(std::memory_order_acquire);

@@ -22,9 +22,12 @@ Result<std::unique_ptr<HistoryFile>> HistoryFile::Create(const std::string& path
   }
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
   std::unique_ptr<HistoryFile> file(new HistoryFile(f));
+  // Encoded before taking mu_: Append takes mu_ under the state's apply lock, so taking the apply
+  // lock (EncodeSnapshot) under mu_ would be the reverse order (a lock cycle TSan reports).
+  std::string snapshot = state.EncodeSnapshot();
   {
     std::lock_guard lock(file->mu_);
-    file->Write(state.EncodeSnapshot());
+    file->Write(snapshot);
   }
   if (Status s = file->Flush(); !s.ok()) return s;
   return file;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 #include "transfer/protocol.h"
 
 namespace granary::node {
@@ -286,14 +287,24 @@ void DataServer::Serve(Conn* conn) {
     }
     uint8_t* range = base_ + h.offset;
     if (is_write) {
-      if (!RecvAll(fd, range, h.length)) {
+      bool received;
+      {
+        ScopedSegmentWrite payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
+        received = RecvAll(fd, range, h.length);
+      }
+      if (!received) {
         errors_++;  // the put stays uncommitted; the client reports the failure
         break;
       }
       bytes_written_ += h.length;
       if (!SendResponse(fd, h.request_id, ErrorCode::OK, nullptr, 0)) break;
     } else {
-      if (!SendResponse(fd, h.request_id, ErrorCode::OK, range, h.length)) {
+      bool sent;
+      {
+        ScopedSegmentRead payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
+        sent = SendResponse(fd, h.request_id, ErrorCode::OK, range, h.length);
+      }
+      if (!sent) {
         errors_++;
         break;
       }
