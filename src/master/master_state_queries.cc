@@ -1,0 +1,129 @@
+// MasterState: the queries (no operation; they take shard locks and change nothing).
+#include "master/master_state.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "master/state_internal.h"
+
+namespace granary::master {
+
+using namespace internal;
+
+// ---------------------------------------------------------------------------------------------
+// Queries
+
+std::vector<int32_t> MasterState::BatchExist(const std::vector<std::string>& keys) const {
+  std::vector<int32_t> results(keys.size(), 0);
+  if (Status limit = BatchLimit(keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), static_cast<int32_t>(limit.code()));
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(keys)) {
+    const Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      if (Status s = ValidateKey(keys[i]); !s.ok()) {
+        results[i] = static_cast<int32_t>(s.code());
+        continue;
+      }
+      auto it = shard.objects.find(keys[i]);
+      results[i] = (it != shard.objects.end() && it->second.committed) ? 1 : 0;
+    }
+  }
+  return results;
+}
+
+std::vector<int64_t> MasterState::BatchGetSize(const std::vector<std::string>& keys) const {
+  std::vector<int64_t> results(keys.size());
+  if (Status limit = BatchLimit(keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), static_cast<int64_t>(limit.code()));
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(keys)) {
+    const Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      if (Status s = ValidateKey(keys[i]); !s.ok()) {
+        results[i] = static_cast<int64_t>(s.code());
+        continue;
+      }
+      auto it = shard.objects.find(keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = static_cast<int64_t>(ErrorCode::OBJECT_NOT_FOUND);
+      } else if (!it->second.committed) {
+        results[i] = static_cast<int64_t>(ErrorCode::REPLICA_IS_NOT_READY);
+      } else {
+        results[i] = static_cast<int64_t>(it->second.committed->size);
+      }
+    }
+  }
+  return results;
+}
+
+Result<uint32_t> MasterState::PrefixMatch(const std::vector<std::string>& keys) const {
+  if (Status limit = BatchLimit(keys.size()); !limit.ok()) return limit;
+  std::vector<int32_t> exist = BatchExist(keys);
+  uint32_t matched = 0;
+  while (matched < exist.size() && exist[matched] == 1) ++matched;
+  return matched;
+}
+
+Result<ObjectStat> MasterState::Stat(const std::string& key) const {
+  if (Status s = ValidateKey(key); !s.ok()) return s;
+  const Shard& shard = *shards_[ShardOf(key)];
+  std::lock_guard lock(shard.mu);
+  auto it = shard.objects.find(key);
+  if (it == shard.objects.end()) return NotFound(key);
+  const ObjectMeta& meta = it->second;
+  const int64_t now = clock_->NowMs();
+  ObjectStat stat;
+  stat.committed = meta.committed.has_value();
+  stat.pending = meta.pending.has_value();
+  if (!meta.committed && !meta.pending) return NotFound(key);  // only a demotion's leftovers
+  const Version& shown = meta.committed ? *meta.committed : meta.pending->version;
+  stat.size = shown.size;
+  stat.checksum = shown.checksum;
+  stat.replicas = shown.replicas;
+  for (const auto& lock_entry : meta.readers) {
+    if (lock_entry.expiry_ms > now) stat.read_locks += lock_entry.count;
+  }
+  stat.hard_pinned = meta.hard_pinned;
+  stat.soft_pinned = meta.IsSoftPinned(now);
+  stat.idle_ms = meta.last_access_ms ? now - meta.last_access_ms : 0;
+  stat.put_gen = meta.pending ? meta.pending->gen : 0;
+  stat.disk = shown.disk;
+  stat.demoting = meta.demotion.has_value();
+  return stat;
+}
+
+Result<QueryResult> MasterState::QueryByRegex(const std::string& pattern, size_t limit) const {
+  auto re = CompilePattern(pattern);
+  if (!re.ok()) return re.status();
+  QueryResult result;
+  size_t reply_bytes = 0;
+  for (const auto& shard_ptr : shards_) {
+    std::lock_guard lock(shard_ptr->mu);
+    for (const auto& [key, meta] : shard_ptr->objects) {
+      if (!meta.committed || !RE2::PartialMatch(key, **re)) continue;
+      if (result.objects.size() >= limit || reply_bytes + key.size() > kMaxQueryReplyBytes) {
+        result.truncated = true;
+        return result;
+      }
+      reply_bytes += key.size();
+      result.objects.push_back(
+          {key, meta.committed->size, static_cast<uint32_t>(meta.committed->replicas.size())});
+    }
+  }
+  return result;
+}
+
+void MasterState::ScanShard(size_t i,
+                            const std::function<void(const std::string&, const ObjectMeta&)>& fn) const {
+  const Shard& shard = *shards_[i];
+  std::lock_guard lock(shard.mu);
+  for (const auto& [key, meta] : shard.objects) fn(key, meta);
+}
+
+}  // namespace granary::master

@@ -1,0 +1,147 @@
+// MasterState: demotion of memory replicas to a node's disk (the SSD tier's share of the core).
+#include "master/master_state.h"
+
+#include <algorithm>
+
+#include "master/state_internal.h"
+
+namespace granary::master {
+
+using namespace internal;
+
+// ---------------------------------------------------------------------------------------------
+// Tiers: demotion of memory replicas to a node's disk
+
+std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStartOp& op,
+                                                                int64_t now) {
+  std::vector<DemoteStartKeyResult> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.node_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "node id is empty");
+  if (!batch_error.ok()) {
+    for (auto& r : results) r.status = batch_error;
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      DemoteStartKeyResult& out = results[i];
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.committed) {
+        out.status = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (meta.demotion) {
+        out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being demoted");
+        continue;
+      }
+      const Version& v = *meta.committed;
+      if (std::any_of(v.disk.begin(), v.disk.end(),
+                      [&](const DiskReplica& d) { return d.node_id == op.node_id; })) {
+        out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "already on this node's disk");
+        continue;
+      }
+      if (v.replicas.empty()) {
+        out.status = Status(ErrorCode::INVALID_PARAMS, "no memory replica to copy from");
+        continue;
+      }
+      meta.demotion = Demotion{op.node_id, v.gen, now, {}};
+      shard.demoting_keys.insert(std::string_view(it->first));
+      out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas};
+    }
+  }
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyDemoteEnd(const DemoteEndOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.version_gens.size() != op.keys.size() || op.locations.size() != op.keys.size()) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys, versions and locations differ in length");
+  }
+  if (!batch_error.ok()) {
+    std::fill(results.begin(), results.end(), batch_error);
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.demotion) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (meta.demotion->node_id != op.node_id || meta.demotion->version_gen != op.version_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
+        continue;
+      }
+      if (meta.committed && meta.committed->gen == meta.demotion->version_gen) {
+        meta.committed->disk.push_back({op.node_id, op.locations[i], meta.committed->size});
+        disk_replica_count_++;
+      } else {
+        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
+                            "the demoted version was replaced or removed: delete the disk copy");
+      }
+      ResolveDemotion(shard, it, now);
+    }
+  }
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.version_gens.size() != op.keys.size()) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys and versions differ in length");
+  }
+  if (!batch_error.ok()) {
+    std::fill(results.begin(), results.end(), batch_error);
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.demotion) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
+        continue;
+      }
+      if (it->second.demotion->node_id != op.node_id ||
+          it->second.demotion->version_gen != op.version_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
+        continue;
+      }
+      ResolveDemotion(shard, it, now);
+    }
+  }
+  return results;
+}
+
+void MasterState::ResolveDemotion(Shard& shard, ObjectIter it, int64_t now) {
+  ObjectMeta& meta = it->second;
+  if (!meta.demotion) return;
+  // Readers of the replaced version may still be on the held memory too.
+  FreeLater(meta.demotion->held, std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry()),
+            now);
+  shard.demoting_keys.erase(std::string_view(it->first));
+  meta.demotion.reset();
+  EraseIfEmpty(shard, it);
+}
+
+uint64_t MasterState::EvictMemory(Shard& shard, ObjectIter it, int64_t now) {
+  ObjectMeta& meta = it->second;
+  const uint64_t bytes = OccupiedBytes(meta.committed->replicas);
+  if (meta.committed->disk.empty()) {
+    DropCommitted(shard, it, now);
+  } else {  // demoted: readers now find it on disk
+    FreeExtents(meta.committed->replicas);  // evictable: no lock, no demotion on them
+    meta.committed->replicas.clear();
+  }
+  return bytes;
+}
+
+}  // namespace granary::master
