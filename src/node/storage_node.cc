@@ -113,6 +113,8 @@ Status StorageNode::Mount() {
   // the header first (same-host clients), then the data server (TCP clients).
   uint64_t token = 0;
   while (token == 0 || token == token_.load()) token = RandomU64() | 1;  // never 0: "no token"
+  // Not mounted under the new token until the master says so (mounted() waits on this).
+  mounted_ = false;
   token_ = token;
   segment_->PublishToken(token);
   server_->SetToken(token);

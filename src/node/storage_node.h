@@ -70,6 +70,7 @@ class StorageNode {
   uint64_t token() const { return token_.load(); }
   ShmSegment& segment() { return *segment_; }
   DataServer& server() { return *server_; }
+  // The master confirmed the mount under the current token (false while a remount is in flight).
   bool mounted() const { return mounted_.load(); }
 
  private:
