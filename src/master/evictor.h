@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 
 #include "master/master_state.h"
 
@@ -31,21 +32,35 @@ class Evictor {
  public:
   explicit Evictor(MasterState* state) : state_(state) {}
 
-  // Evicts the least recently used objects worth at least target_bytes.
-  EvictResult EvictBytes(uint64_t target_bytes);
+  // Evicts the least recently used objects worth at least target_bytes; with `segment`, only
+  // objects that have a replica there, counting the bytes they occupy there.
+  EvictResult EvictBytes(uint64_t target_bytes, std::optional<uint64_t> segment = std::nullopt);
   // Evicts down below the high watermark, plus eviction_ratio of the capacity, if usage is above
   // the watermark; otherwise does nothing.
   EvictResult RunIfAboveWatermark();
   // After allocations of `needed` bytes in all (the largest `largest_request`) failed: unless
   // that space has come free meanwhile, frees max(needed, ratio * capacity), capped at
-  // max(ratio, 1/4) of the capacity.
+  // max(ratio, 1/4) of the capacity. If the bytes are there but no segment has a block of
+  // `largest_request`, it evicts the objects of one adjacent run on the segment with the most
+  // free bytes: the run (with free holes) of the request's size whose newest object is oldest.
   EvictResult EvictForAllocation(uint64_t needed, uint64_t largest_request);
 
   uint64_t runs() const { return runs_; }
 
  private:
-  EvictResult EvictPass(uint64_t target_bytes, bool allow_soft_pinned);
-  EvictResult S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned);
+  struct Room {
+    uint64_t free_bytes = 0;
+    uint64_t largest_free = 0;
+  };
+  // Free space of the segments open to allocation (not quarantined).
+  Room FreeRoom() const;
+  // Frees one contiguous range of `request` bytes (evicting at most `budget` bytes) on the
+  // segment closest to having it; nothing if no such range holds only evictable objects.
+  EvictResult EvictOnShortSegment(uint64_t request, uint64_t budget);
+  EvictResult EvictPass(uint64_t target_bytes, bool allow_soft_pinned,
+                        std::optional<uint64_t> segment);
+  EvictResult S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned,
+                         std::optional<uint64_t> segment);
 
   MasterState* state_;
   std::mutex mu_;

@@ -676,7 +676,7 @@ EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
       ObjectMeta& meta = it->second;
       if (!meta.IsEvictable(now, op.allow_soft_pinned)) continue;
       // Read since the evictor chose it: under s3fifo that earns it another pass.
-      if (s3fifo && meta.reads > 0) continue;
+      if (s3fifo && meta.reads > 0 && !op.whole_run) continue;
       const bool leaves = meta.committed->disk.empty();  // else it stays, on disk
       if (s3fifo && !meta.in_main && leaves) GhostAdd(op.keys[i]);
       result.objects++;

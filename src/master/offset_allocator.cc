@@ -242,6 +242,16 @@ OffsetAllocator::Stats OffsetAllocator::GetStats() const {
   return s;
 }
 
+std::vector<OffsetAllocator::Block> OffsetAllocator::FreeBlocks() const {
+  std::vector<Block> out;
+  out.reserve(free_block_count_);
+  for (const Node& n : nodes_) {
+    if (n.state == State::kFree) out.push_back({n.offset * kUnit, n.size * kUnit});
+  }
+  std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
+  return out;
+}
+
 // ---- snapshot ----
 
 void OffsetAllocator::Encode(Encoder& out) const {

@@ -78,6 +78,13 @@ class OffsetAllocator {
 
   uint64_t capacity() const { return capacity_; }
 
+  struct Block {
+    uint64_t offset;  // bytes
+    uint64_t size;    // bytes
+  };
+  // Every free block, by address. O(blocks): for eviction planning, off the Allocate/Free path.
+  std::vector<Block> FreeBlocks() const;
+
   // The allocator's whole state (node table, free lists in their order, counters), so that a
   // decoded copy makes exactly the same choices from then on: part of a master snapshot.
   // Decode replaces *this only if the bytes describe a consistent allocator; false otherwise.

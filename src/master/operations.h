@@ -95,6 +95,10 @@ struct EvictOp {
   // probation queue that was read moves to the main queue; one in the main queue with reads left
   // goes to its tail with one read fewer. A key may appear more than once.
   std::vector<std::string> requeue;
+  // The keys are one run of a segment chosen to free a contiguous block: a read since the choice
+  // does not spare a key under s3fifo (the run was chosen by recency already, and half a run
+  // frees no block).
+  bool whole_run = false;
 };
 // Applies the timeouts: zombie puts, deferred frees, expired read locks, stalled demotions.
 struct SweepOp {};

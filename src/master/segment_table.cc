@@ -200,6 +200,14 @@ std::vector<SegmentUsage> SegmentTable::Usage() const {
   return out;
 }
 
+std::vector<OffsetAllocator::Block> SegmentTable::FreeBlocks(uint64_t id) const {
+  std::shared_lock lock(mu_);
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return {};
+  std::lock_guard seg_lock(it->second->mu);
+  return it->second->allocator.FreeBlocks();
+}
+
 size_t SegmentTable::segment_count() const {
   std::shared_lock lock(mu_);
   return segments_.size();

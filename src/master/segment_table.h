@@ -107,6 +107,8 @@ class SegmentTable {
   std::vector<uint64_t> SegmentsOf(const std::string& client_id) const;
   std::vector<std::string> NamesOf(const std::string& client_id) const;
   std::vector<SegmentUsage> Usage() const;
+  // The free blocks of one segment by address (empty if it is not mounted).
+  std::vector<OffsetAllocator::Block> FreeBlocks(uint64_t id) const;
 
   uint64_t total_capacity() const { return total_capacity_.load(std::memory_order_relaxed); }
   uint64_t used_bytes() const { return used_bytes_.load(std::memory_order_relaxed); }

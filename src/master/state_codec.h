@@ -68,7 +68,7 @@ template <typename IO> void Fields(IO& io, RemoveOp& o) { io(o.keys); io(o.force
 template <typename IO> void Fields(IO& io, RemoveByRegexOp& o) { io(o.pattern); io(o.force); }
 template <typename IO> void Fields(IO& io, RemoveAllOp& o) { io(o.force); }
 template <typename IO> void Fields(IO& io, EvictOp& o) {
-  io(o.keys); io(o.allow_soft_pinned); io(o.requeue);
+  io(o.keys); io(o.allow_soft_pinned); io(o.requeue); io(o.whole_run);
 }
 template <typename IO> void Fields(IO& io, SweepOp&) {}
 template <typename IO> void Fields(IO& io, DemoteStartOp& o) { io(o.node_id); io(o.keys); }

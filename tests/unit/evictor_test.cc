@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace granary::master {
 namespace {
 
@@ -172,6 +174,42 @@ TEST_F(EvictorTest, OneAllocationNeverFlushesMoreThanAQuarterOfTheCache) {
   EXPECT_GE(state_.object_count(), 74u);
 }
 
+// Half the cache free but in 1 MiB holes, every other remaining object read recently: the bytes
+// are there, one segment lacks a block. Evicting the globally oldest bytes would leave 3 MiB holes;
+// eviction must instead clear one run of the short segment, the run whose newest object is oldest.
+void FragmentWithHotObjectsEvery4MiB(MasterState& state,
+                                     const std::function<void(const std::string&)>& put,
+                                     const std::function<void(const std::string&)>& touch) {
+  for (int i = 0; i < 100; ++i) put("k" + std::to_string(i));
+  for (int i = 0; i < 100; i += 2) ASSERT_TRUE(state.Remove({{"k" + std::to_string(i)}, false})[0].ok());
+  for (int i = 3; i < 100; i += 4) touch("k" + std::to_string(i));
+}
+
+TEST_F(EvictorTest, ScatteredFreeSpaceEvictsOneRunOnTheShortSegment) {
+  FragmentWithHotObjectsEvery4MiB(
+      state_, [&](const std::string& k) { Put(k, kMiB); }, [&](const std::string& k) { Touch(k); });
+  ASSERT_EQ(state_.segments().Usage()[0].stats.free_bytes, 50 * kMiB);
+  ASSERT_LT(state_.segments().Usage()[0].stats.largest_free_block, 8 * kMiB);
+  EvictResult r = evictor_.EvictForAllocation(8 * kMiB, 8 * kMiB);
+  EXPECT_LE(r.objects, 5u) << "evicted more than one run's objects";
+  EXPECT_GE(state_.segments().Usage()[0].stats.largest_free_block, 8 * kMiB);
+  auto placed = state_.PutStart({"w", {"big"}, {8 * kMiB}, {}, false});
+  EXPECT_TRUE(placed[0].status.ok()) << placed[0].status.ToString();
+  EXPECT_TRUE(Exists("k99")) << "the most recently read object went";
+  EXPECT_TRUE(Exists("k97"));
+}
+
+TEST_F(EvictorTest, ScatteredFreeSpaceAmongPinnedObjectsEvictsNothing) {
+  // Every other MiB hard-pinned: no run of 8 MiB can be freed, so nothing is evicted for it.
+  PlacementConfig pinned;
+  pinned.with_hard_pin = true;
+  for (int i = 0; i < 100; ++i) Put("k" + std::to_string(i), kMiB, i % 2 ? pinned : PlacementConfig{});
+  for (int i = 0; i < 100; i += 2) ASSERT_TRUE(state_.Remove({{"k" + std::to_string(i)}, false})[0].ok());
+  EvictResult r = evictor_.EvictForAllocation(8 * kMiB, 8 * kMiB);
+  EXPECT_EQ(r.objects, 0u);
+  EXPECT_EQ(state_.object_count(), 50u);
+}
+
 TEST_F(EvictorTest, ReplicasCountTowardsFreedBytes) {
   ASSERT_TRUE(state_.Mount({"node2", {"seg2", 100 * kMiB, "", "", "", 0, true}}).status.ok());
   PlacementConfig two;
@@ -332,5 +370,20 @@ TEST(EvictionPolicyConfig, S3FifoByDefaultLruOnRequestNothingElse) {
   EXPECT_EQ(ValidateMasterConfig(config).code(), ErrorCode::INVALID_PARAMS);
 }
 
+}  // namespace
+}  // namespace granary::master
+
+namespace granary::master {
+namespace {
+TEST_F(S3FifoTest, ScatteredFreeSpaceEvictsOneRunOnTheShortSegment) {
+  FragmentWithHotObjectsEvery4MiB(
+      state_, [&](const std::string& k) { Put(k, kMiB); }, [&](const std::string& k) { Touch(k); });
+  EvictResult r = evictor_.EvictForAllocation(8 * kMiB, 8 * kMiB);
+  EXPECT_LE(r.objects, 5u);
+  EXPECT_GE(state_.segments().Usage()[0].stats.largest_free_block, 8 * kMiB);
+  auto placed = state_.PutStart({"w", {"big"}, {8 * kMiB}, {}, false});
+  EXPECT_TRUE(placed[0].status.ok()) << placed[0].status.ToString();
+  EXPECT_TRUE(Exists("k99"));
+}
 }  // namespace
 }  // namespace granary::master
