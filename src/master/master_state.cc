@@ -92,6 +92,8 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const DemoteStartOp& o) -> OpResult { return ApplyDemoteStart(o, now); },
           [&](const DemoteEndOp& o) -> OpResult { return ApplyDemoteEnd(o, now); },
           [&](const DemoteAbortOp& o) -> OpResult { return ApplyDemoteAbort(o, now); },
+          [&](const DiskRegisterOp& o) -> OpResult { return ApplyDiskRegister(o, now); },
+          [&](const DiskDropOp& o) -> OpResult { return ApplyDiskDrop(o, now); },
       },
       op.body);
   for (const auto& observer : observers_) observer(op, result);
@@ -394,6 +396,7 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
         continue;
       }
       if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
+        disk_replica_count_ -= meta.committed->disk.size();  // stale copies: the node's to delete
         if (meta.demotion) {  // ...nor the demotion copying them to disk
           auto& held = meta.demotion->held;
           held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());

@@ -184,6 +184,12 @@ class MasterState {
   std::vector<Status> DemoteAbort(DemoteAbortOp op) {
     return Do<DemoteAbortOp, std::vector<Status>>(std::move(op));
   }
+  std::vector<Status> DiskRegister(DiskRegisterOp op) {
+    return Do<DiskRegisterOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> DiskDrop(DiskDropOp op) {
+    return Do<DiskDropOp, std::vector<Status>>(std::move(op));
+  }
 
   // ---- queries ----
   // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
@@ -260,6 +266,8 @@ class MasterState {
   std::vector<DemoteStartKeyResult> ApplyDemoteStart(const DemoteStartOp& op, int64_t now);
   std::vector<Status> ApplyDemoteEnd(const DemoteEndOp& op, int64_t now);
   std::vector<Status> ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now);
+  std::vector<Status> ApplyDiskRegister(const DiskRegisterOp& op, int64_t now);
+  std::vector<Status> ApplyDiskDrop(const DiskDropOp& op, int64_t now);
   // Ends the demotion of it (attached or not): its held memory is freed once no read lock can
   // cover it.
   void ResolveDemotion(Shard& shard, ObjectIter it, int64_t now);

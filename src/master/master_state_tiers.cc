@@ -121,6 +121,102 @@ std::vector<Status> MasterState::ApplyDemoteAbort(const DemoteAbortOp& op, int64
   return results;
 }
 
+std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int64_t now) {
+  std::vector<Status> results(op.entries.size());
+  Status batch_error = BatchLimit(op.entries.size());
+  if (batch_error.ok()) {
+    std::lock_guard lock(clients_mu_);
+    // Only a live node: its disk replicas must go when it expires.
+    if (!client_last_seen_ms_.contains(op.node_id)) {
+      batch_error = Status(ErrorCode::ILLEGAL_CLIENT, "node '" + op.node_id.substr(0, 128) +
+                                                          "' is not a live client: ping first");
+    }
+  }
+  if (!batch_error.ok()) {
+    std::fill(results.begin(), results.end(), batch_error);
+    return results;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(op.entries.size());
+  for (const auto& e : op.entries) keys.push_back(e.key);
+  for (const auto& [shard_index, indices] : GroupByShard(keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      const DiskEntry& entry = op.entries[i];
+      if (Status s = ValidateKey(entry.key); !s.ok()) {
+        results[i] = s;
+        continue;
+      }
+      if (entry.size == 0 || entry.size > kMaxObjectBytes) {
+        results[i] = Status(ErrorCode::INVALID_PARAMS, "disk copy of invalid size");
+        continue;
+      }
+      auto [it, inserted] = shard.objects.try_emplace(entry.key);
+      ObjectMeta& meta = it->second;
+      if (!meta.committed) {
+        if (meta.pending) {  // a put of new bytes is under way: they win
+          results[i] = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "a put of this key is in flight");
+          continue;
+        }
+        meta.committed = Version{entry.size, entry.checksum, next_put_gen_++, {}, {}};
+        meta.in_main = false;
+        meta.reads = 0;
+        meta.queue_stamp = QueueStamp(now, i);
+        meta.last_access_ms = now;
+        committed_count_++;
+      } else if (meta.committed->size != entry.size || meta.committed->checksum != entry.checksum) {
+        results[i] = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "other bytes are committed under this key");
+        continue;
+      }
+      auto& disk = meta.committed->disk;
+      auto mine = std::find_if(disk.begin(), disk.end(),
+                               [&](const DiskReplica& d) { return d.node_id == op.node_id; });
+      if (mine != disk.end()) {
+        mine->location = entry.location;  // the node knows best where its copy is now
+        continue;
+      }
+      disk.push_back({op.node_id, entry.location, entry.size});
+      disk_replica_count_++;
+    }
+  }
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.locations.size() != op.keys.size()) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys and locations differ in length");
+  }
+  if (!batch_error.ok()) {
+    std::fill(results.begin(), results.end(), batch_error);
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.committed) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      auto& disk = it->second.committed->disk;
+      size_t dropped = std::erase_if(disk, [&](const DiskReplica& d) {
+        return d.node_id == op.node_id && d.location == op.locations[i];
+      });
+      if (dropped == 0) {
+        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND, "no such disk copy of this node");
+        continue;
+      }
+      disk_replica_count_ -= dropped;
+      if (disk.empty() && it->second.committed->replicas.empty()) DropCommitted(shard, it, now);
+    }
+  }
+  return results;
+}
+
 void MasterState::ResolveDemotion(Shard& shard, ObjectIter it, int64_t now) {
   ObjectMeta& meta = it->second;
   if (!meta.demotion) return;

@@ -122,12 +122,35 @@ struct DemoteAbortOp {
   std::vector<uint64_t> version_gens;
 };
 
+// What a node's disk holds, as it tells the master: after the node restarts (its recovery scan)
+// or when a restarted master asks it to remount. A key the master does not know becomes a
+// disk-only object; a key committed with the same size and checksum gets the disk replica; a key
+// being written or holding other bytes refuses the copy (the node deletes it).
+struct DiskEntry {
+  std::string key;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t location = 0;
+};
+struct DiskRegisterOp {
+  std::string node_id;
+  std::vector<DiskEntry> entries;
+};
+// Disk copies the node evicted or lost: the master stops naming them to readers at once. An
+// object left with no replica at all is gone.
+struct DiskDropOp {
+  std::string node_id;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> locations;
+};
+
 struct Operation {
   int64_t now_ms = 0;  // wall-clock ms; Apply raises it to the previous operation's if earlier
   uint64_t seq = 0;    // position in the total order, set by Apply (1, 2, 3...)
   std::variant<MountSegmentOp, UnmountSegmentOp, PingOp, ExpireClientOp, PutStartOp, PutEndOp,
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
-               EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp>
+               EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp, DiskRegisterOp,
+               DiskDropOp>
       body;
 };
 

@@ -78,6 +78,13 @@ template <typename IO> void Fields(IO& io, DemoteEndOp& o) {
 template <typename IO> void Fields(IO& io, DemoteAbortOp& o) {
   io(o.node_id); io(o.keys); io(o.version_gens);
 }
+template <typename IO> void Fields(IO& io, DiskEntry& e) {
+  io(e.key); io(e.size); io(e.checksum); io(e.location);
+}
+template <typename IO> void Fields(IO& io, DiskRegisterOp& o) { io(o.node_id); io(o.entries); }
+template <typename IO> void Fields(IO& io, DiskDropOp& o) {
+  io(o.node_id); io(o.keys); io(o.locations);
+}
 
 // The operation record of the ordered history: sequence, time, which body, the body.
 std::string EncodeOperation(const Operation& op);

@@ -10,6 +10,7 @@ namespace granary::master {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kKiB = 1 << 10;
 
 class MasterTiersTest : public ::testing::Test {
  protected:
@@ -128,6 +129,95 @@ TEST_F(MasterTiersTest, AnObjectOnDiskOnlySurvivesItsSegmentsUnmount) {
   ASSERT_TRUE(state_.Unmount({"node", "seg"}).status.ok());
   EXPECT_EQ(state_.BatchExist({"k"})[0], 1) << "the disk replica still holds it";
   EXPECT_TRUE(state_.Stat("k")->replicas.empty());
+}
+
+// A node that restarts (or a restarted master) learns what the node's disk holds again: unknown
+// keys come back as disk-only objects; a committed key with the same bytes gains the replica; a
+// key being written or holding other bytes refuses the copy.
+TEST_F(MasterTiersTest, DiskRegisterBringsCopiesBackAndRefusesOtherBytes) {
+  state_.Ping("node");
+  Put("same", kKiB);
+  Put("other", kKiB);
+  auto writing = state_.PutStart({"w", {"writing"}, {kKiB}, {}, false})[0];
+  ASSERT_TRUE(writing.status.ok());
+  const uint64_t same_sum = state_.Stat("same")->checksum;
+  const uint64_t other_sum = state_.Stat("other")->checksum;
+  auto results = state_.DiskRegister({"node",
+                                      {{"fresh", 3 * kMiB, 77, 1},
+                                       {"same", kKiB, same_sum, 2},
+                                       {"other", kKiB, other_sum + 1, 3},
+                                       {"writing", kMiB, 5, 4},
+                                       {"", kMiB, 5, 5},
+                                       {"zero", 0, 5, 6}}});
+  ASSERT_EQ(results.size(), 6u);
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_TRUE(results[1].ok()) << results[1].ToString();
+  EXPECT_EQ(results[2].code(), ErrorCode::OBJECT_ALREADY_EXISTS);
+  EXPECT_EQ(results[3].code(), ErrorCode::OBJECT_ALREADY_EXISTS);
+  EXPECT_EQ(results[4].code(), ErrorCode::INVALID_KEY);
+  EXPECT_EQ(results[5].code(), ErrorCode::INVALID_PARAMS);
+
+  // A disk-only object larger than any segment is readable (from disk) and takes no memory.
+  auto fresh = state_.GetReplicaList({"r", {"fresh"}})[0];
+  ASSERT_TRUE(fresh.status.ok()) << fresh.status.ToString();
+  EXPECT_EQ(fresh.size, 3 * kMiB);
+  EXPECT_EQ(fresh.checksum, 77u);
+  EXPECT_TRUE(fresh.replicas.empty());
+  ASSERT_EQ(fresh.disk.size(), 1u);
+  EXPECT_EQ(fresh.disk[0].location, 1u);
+  EXPECT_EQ(state_.Stat("same")->disk.size(), 1u);
+  EXPECT_EQ(state_.Stat("same")->replicas.size(), 1u);
+  EXPECT_TRUE(state_.Stat("other")->disk.empty());
+  // Registering again is idempotent (a retried RPC), and a moved copy updates its location.
+  EXPECT_TRUE(state_.DiskRegister({"node", {{"fresh", 3 * kMiB, 77, 11}}})[0].ok());
+  ASSERT_EQ(state_.Stat("fresh")->disk.size(), 1u);
+  EXPECT_EQ(state_.Stat("fresh")->disk[0].location, 11u);
+  // An unknown node cannot register: its copies would never expire with it.
+  EXPECT_EQ(state_.DiskRegister({"stranger", {{"x", kMiB, 1, 1}}})[0].code(),
+            ErrorCode::ILLEGAL_CLIENT);
+  EXPECT_EQ(state_.BatchExist({"x"})[0], 0);
+}
+
+// The node's disk eviction: the master stops naming a dropped copy at once; an object left with
+// no copy is gone; a copy in memory keeps it.
+TEST_F(MasterTiersTest, DiskDropForgetsTheCopyAndTheObjectWhenNothingElseHoldsIt) {
+  state_.Ping("node");
+  Put("both", kMiB);
+  const uint64_t sum = state_.Stat("both")->checksum;
+  ASSERT_TRUE(state_.DiskRegister({"node", {{"both", kMiB, sum, 8}, {"disk", kMiB, 9, 9}}})[0].ok());
+  auto dropped = state_.DiskDrop({"node", {"both", "disk", "disk", "nope"}, {8, 10, 9, 1}});
+  EXPECT_TRUE(dropped[0].ok());
+  EXPECT_EQ(dropped[1].code(), ErrorCode::OBJECT_NOT_FOUND) << "wrong location dropped a copy";
+  EXPECT_TRUE(dropped[2].ok());
+  EXPECT_EQ(dropped[3].code(), ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(state_.BatchExist({"both", "disk"}), (std::vector<int32_t>{1, 0}));
+  EXPECT_TRUE(state_.Stat("both")->disk.empty());
+  EXPECT_EQ(state_.DiskDrop({"node", {"a", "b"}, {1}})[0].code(), ErrorCode::INVALID_PARAMS);
+}
+
+// Replay and snapshots carry the disk inventory like every other operation.
+TEST_F(MasterTiersTest, DiskInventoryReplaysToTheSameDigest) {
+  ManualClock clock;
+  MasterState leader(Policy(), &clock, 1000);
+  std::vector<Operation> log;
+  leader.AddObserver([&](const Operation& op, const OpResult&) { log.push_back(op); });
+  ASSERT_TRUE(leader.Mount({"node", {"seg", 2 * kMiB, "127.0.0.1:1", "granary-seg", "h", 1, true}})
+                  .status.ok());
+  leader.Ping("node");
+  auto started = leader.PutStart({"w", {"k"}, {kMiB}, {}, false})[0];
+  ASSERT_TRUE(leader.PutEnd({"w", {"k"}, {42}, {started.put_gen}})[0].ok());
+  clock.Advance(Millis(5));
+  leader.DiskRegister({"node", {{"k", kMiB, 42, 5}, {"d", 4096, 1, 6}, {"e", 4096, 2, 7}}});
+  leader.DiskDrop({"node", {"d"}, {6}});
+
+  MasterState follower(Policy(), &clock, 1000);
+  for (const auto& op : log) ASSERT_TRUE(follower.Replay(op).ok());
+  EXPECT_EQ(follower.Digest(), leader.Digest());
+  EXPECT_EQ(follower.Stat("k")->disk.size(), 1u);
+  EXPECT_EQ(follower.BatchExist({"d", "e"}), (std::vector<int32_t>{0, 1}));
+  MasterState restored(Policy(), &clock, 1000);
+  ASSERT_TRUE(restored.LoadSnapshot(leader.EncodeSnapshot()).ok());
+  EXPECT_EQ(restored.Digest(), leader.Digest());
 }
 
 }  // namespace

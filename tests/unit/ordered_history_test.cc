@@ -133,6 +133,14 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
             state.DemoteEnd({node, demoting, versions, locations});
           } else if (fate == 2) {
             state.DemoteAbort({node, demoting, versions});
+          } else {
+            // The node's disk evicts one copy, and re-registers what it holds (a restart).
+            state.DiskDrop({node, {demoting[0]}, {locations[0]}});
+            std::vector<DiskEntry> inventory;
+            for (size_t k = 0; k < demoting.size(); ++k) {
+              inventory.push_back({demoting[k], 1 + rng() % (64 * kKiB), rng() % 4, locations[k]});
+            }
+            state.DiskRegister({node, inventory});
           }
         } else {
           clock.Advance(Millis(1 + rng() % 7));
