@@ -38,6 +38,11 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                    "s3fifo: share of the evictable bytes the probation queue keeps", 0.0, 1.0);
   schema.AddDouble("eviction_ghost_ratio", &p.eviction_ghost_ratio,
                    "s3fifo: evicted keys remembered, as a multiple of the objects held", 0.0, 64.0);
+  schema.AddString("persistence", &c->persistence,
+                   "SSD tier: eager (nodes copy every object to disk soon after its put), lazy "
+                   "(objects near eviction, so eviction keeps them on disk) or none");
+  schema.AddDouble("offload_watermark", &c->offload_watermark,
+                   "SSD tier, lazy: a node's memory usage above which it offloads", 0.0, 1.0);
   schema.AddUint("shard_count", &c->shard_count, "metadata shards, each with its own lock", 1024,
                  1 << 20);
 }
@@ -57,6 +62,9 @@ Status ValidateMasterConfig(const MasterConfig& c) {
   if (c.eviction_policy != "lru" && c.eviction_policy != "s3fifo") {
     return Status(ErrorCode::INVALID_PARAMS,
                   "eviction_policy '" + c.eviction_policy + "' is neither lru nor s3fifo");
+  }
+  if (auto persistence = ParsePersistence(c.persistence); !persistence.ok()) {
+    return persistence.status();
   }
   if (p.put_release_timeout_ms < p.put_discard_timeout_ms) {
     return Status(ErrorCode::INVALID_PARAMS,

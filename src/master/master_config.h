@@ -10,6 +10,7 @@
 
 #include "common/config_schema.h"
 #include "master/master_state.h"
+#include "master/offload_planner.h"
 
 namespace granary::master {
 
@@ -23,6 +24,17 @@ struct MasterConfig {
   std::string history_file;        // empty: no history file
   std::string eviction_policy = "s3fifo";  // s3fifo or lru; see EvictionPolicy
   MasterPolicy policy;             // policy.shard_count and eviction_policy are taken from above
+  // The SSD tier: which memory objects nodes with a disk copy to it (see OffloadPlanner).
+  std::string persistence = "lazy";  // eager, lazy or none
+  double offload_watermark = 0.80;
+
+  OffloadPolicy EffectiveOffload() const {
+    OffloadPolicy o;
+    auto parsed = ParsePersistence(persistence);  // validated by ValidateMasterConfig
+    o.persistence = parsed.ok() ? *parsed : Persistence::kLazy;
+    o.offload_watermark = offload_watermark;
+    return o;
+  }
 
   MasterPolicy EffectivePolicy() const {
     MasterPolicy p = policy;

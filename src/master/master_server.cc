@@ -17,7 +17,8 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
       clock_(clock),
       state_(std::make_unique<MasterState>(config_.EffectivePolicy(), clock_)),
       evictor_(std::make_unique<Evictor>(state_.get())) {
-  service_ = std::make_unique<MasterService>(state_.get(), evictor_.get(), &metrics_);
+  service_ = std::make_unique<MasterService>(state_.get(), evictor_.get(), &metrics_,
+                                             config_.EffectiveOffload());
   RegisterMetrics();
 }
 

@@ -1,4 +1,5 @@
 #include "master/master_service.h"
+#include "master/rpc_results.h"
 
 #include <chrono>
 
@@ -11,29 +12,8 @@ const char* const kMethods[] = {
     "MountSegment",  "UnmountSegment",      "ReMountSegment",  "ListSegments", "Ping",
     "BatchPutStart", "BatchPutEnd",         "BatchPutRevoke",  "BatchGetReplicaList",
     "BatchFinishRead", "BatchExist",        "BatchGetSize",    "BatchPrefixMatch",
-    "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll"};
-
-int32_t Code(const Status& s) { return static_cast<int32_t>(s.code()); }
-
-void SetStatus(const Status& s, proto::KeyStatus* out) {
-  out->set_code(Code(s));
-  if (!s.ok()) out->set_message(s.message());
-}
-
-template <typename Repeated>
-std::vector<std::string> Keys(const Repeated& keys) {
-  return std::vector<std::string>(keys.begin(), keys.end());
-}
-
-size_t FillStatuses(const std::vector<Status>& statuses, proto::BatchStatusResponse* out) {
-  size_t errors = 0;
-  out->mutable_results()->Reserve(static_cast<int>(statuses.size()));
-  for (const auto& s : statuses) {
-    SetStatus(s, out->add_results());
-    errors += !s.ok();
-  }
-  return errors;
-}
+    "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll",
+    "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd"};
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
   return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token(), s.fresh()};
@@ -50,8 +30,9 @@ PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
 }
 }  // namespace
 
-MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics)
-    : state_(state), evictor_(evictor), registry_(metrics) {
+MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
+                             OffloadPolicy offload)
+    : state_(state), evictor_(evictor), registry_(metrics), planner_(state, offload) {
   const std::vector<double> bounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                       0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
   for (const char* method : kMethods) {
@@ -95,6 +76,23 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
     r->set_offset(e.offset);
     r->set_length(e.length);
     r->set_token(segment->token);
+  }
+}
+
+void MasterService::FillDiskReplicas(
+    const std::vector<DiskReplica>& disk,
+    google::protobuf::RepeatedPtrField<proto::DiskReplica>* out) const {
+  for (const auto& d : disk) {
+    proto::DiskReplica* r = out->Add();
+    r->set_node_id(d.node_id);
+    for (uint64_t id : state_->segments().SegmentsOf(d.node_id)) {
+      if (auto segment = state_->segments().Find(id)) {
+        r->set_endpoint(segment->endpoint);
+        break;
+      }
+    }
+    r->set_location(d.location);
+    r->set_length(d.length);
   }
 }
 
@@ -271,9 +269,14 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
   for (const auto& r : results) {
     proto::GetReplicaResult* out = resp->add_results();
     FillReplicas(r.replicas, out->mutable_replicas());
+    FillDiskReplicas(r.disk, out->mutable_disk_replicas());
     Status status = r.status;
     if (status.ok() && out->replicas_size() == 0) {
-      status = Status(ErrorCode::OBJECT_NOT_FOUND, "every replica's segment is gone");
+      // Reads from the disk tier go through the owning node's data server (docs/disk.md); until
+      // the client does them, a disk-only object reads as a miss.
+      status = Status(ErrorCode::OBJECT_NOT_FOUND, out->disk_replicas_size() > 0
+                                                       ? "only on disk, not read from there yet"
+                                                       : "every replica's segment is gone");
     }
     out->set_code(Code(status));
     if (!status.ok()) out->set_message(status.message());
@@ -337,6 +340,7 @@ grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req
   resp->set_size(stat->size);
   resp->set_checksum(stat->checksum);
   FillReplicas(stat->replicas, resp->mutable_replicas());
+  FillDiskReplicas(stat->disk, resp->mutable_disk_replicas());
   resp->set_read_locks(stat->read_locks);
   resp->set_hard_pinned(stat->hard_pinned);
   resp->set_soft_pinned(stat->soft_pinned);

@@ -17,12 +17,14 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "master/evictor.h"
 #include "master/master_state.h"
+#include "master/offload_planner.h"
 
 namespace granary::master {
 
 class MasterService final : public proto::Master::Service {
  public:
-  MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics);
+  MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
+                OffloadPolicy offload = {});
 
   using Ctx = grpc::ServerContext;
   grpc::Status MountSegment(Ctx*, const proto::MountSegmentRequest*,
@@ -60,6 +62,14 @@ class MasterService final : public proto::Master::Service {
                             proto::QueryByRegexResponse*) override;
   grpc::Status RemoveAll(Ctx*, const proto::RemoveAllRequest*,
                          proto::RemoveCountResponse*) override;
+  // The SSD tier (master_service_disk.cc).
+  grpc::Status DiskRegister(Ctx*, const proto::DiskRegisterRequest*,
+                            proto::BatchStatusResponse*) override;
+  grpc::Status DiskDrop(Ctx*, const proto::DiskDropRequest*, proto::BatchStatusResponse*) override;
+  grpc::Status OffloadStart(Ctx*, const proto::OffloadStartRequest*,
+                            proto::OffloadStartResponse*) override;
+  grpc::Status OffloadEnd(Ctx*, const proto::OffloadEndRequest*,
+                          proto::BatchStatusResponse*) override;
 
  private:
   struct RpcMetrics {
@@ -83,10 +93,13 @@ class MasterService final : public proto::Master::Service {
   RpcMetrics& Metrics(const char* method);
   void FillReplicas(const std::vector<Extent>& extents,
                     google::protobuf::RepeatedPtrField<proto::Replica>* out) const;
+  void FillDiskReplicas(const std::vector<DiskReplica>& disk,
+                        google::protobuf::RepeatedPtrField<proto::DiskReplica>* out) const;
 
   MasterState* state_;
   Evictor* evictor_;
   MetricsRegistry* registry_;
+  OffloadPlanner planner_;
   std::map<std::string, RpcMetrics> rpc_metrics_;  // filled in the constructor, read-only after
 };
 

@@ -368,6 +368,13 @@ TEST(EvictionPolicyConfig, S3FifoByDefaultLruOnRequestNothingElse) {
   EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kLru);
   config.eviction_policy = "arc";
   EXPECT_EQ(ValidateMasterConfig(config).code(), ErrorCode::INVALID_PARAMS);
+  config.eviction_policy = "lru";
+  EXPECT_EQ(config.EffectiveOffload().persistence, Persistence::kLazy);
+  config.persistence = "eager";
+  EXPECT_TRUE(ValidateMasterConfig(config).ok());
+  EXPECT_EQ(config.EffectiveOffload().persistence, Persistence::kEager);
+  config.persistence = "always";
+  EXPECT_EQ(ValidateMasterConfig(config).code(), ErrorCode::INVALID_PARAMS);
 }
 
 }  // namespace

@@ -1,0 +1,114 @@
+// MasterService: the SSD tier's RPCs. A node registers what its disk holds, drops what its disk
+// eviction removed, and offloads memory objects the master picks (OffloadPlanner) as demotions.
+#include "master/master_service.h"
+#include "master/rpc_results.h"
+
+namespace granary::master {
+
+namespace {
+constexpr uint32_t kMaxOffloadKeys = 4096;
+}  // namespace
+
+grpc::Status MasterService::DiskRegister(Ctx*, const proto::DiskRegisterRequest* req,
+                                         proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("DiskRegister"), req->copies_size());
+  DiskRegisterOp op{req->client_id(), {}};
+  op.entries.reserve(req->copies_size());
+  for (const auto& c : req->copies()) {
+    op.entries.push_back({c.key(), c.size(), c.checksum(), c.location()});
+  }
+  scope.KeyErrors(FillStatuses(state_->DiskRegister(std::move(op)), resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::DiskDrop(Ctx*, const proto::DiskDropRequest* req,
+                                     proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("DiskDrop"), req->keys_size());
+  auto statuses = state_->DiskDrop(
+      {req->client_id(), Keys(req->keys()),
+       std::vector<uint64_t>(req->locations().begin(), req->locations().end())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest* req,
+                                         proto::OffloadStartResponse* resp) {
+  CallScope scope(Metrics("OffloadStart"), 0);
+  const std::vector<uint64_t> own = state_->segments().SegmentsOf(req->client_id());
+  if (req->client_id().empty() || own.empty()) {
+    resp->set_code(Code(Status(ErrorCode::ILLEGAL_CLIENT, "")));
+    resp->set_message("offload is for a node with a mounted segment");
+    return grpc::Status::OK;
+  }
+  const size_t max_keys = std::min(req->max_keys(), kMaxOffloadKeys);
+  std::vector<std::string> plan = planner_.Plan(req->client_id(), max_keys, req->max_bytes());
+  if (plan.empty()) return grpc::Status::OK;
+  std::vector<DemoteStartKeyResult> started = state_->DemoteStart({req->client_id(), plan});
+  std::vector<std::string> unusable;
+  std::vector<uint64_t> unusable_gens;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const DemoteStartKeyResult& r = started[i];
+    if (!r.status.ok()) continue;  // changed since the plan: skipped
+    // The node copies from its own memory: one of the version's replicas is on its segment.
+    const Extent* source = nullptr;
+    for (const auto& e : r.replicas) {
+      if (std::find(own.begin(), own.end(), e.segment_id) != own.end()) source = &e;
+    }
+    google::protobuf::RepeatedPtrField<proto::Replica> filled;
+    if (source) FillReplicas({*source}, &filled);
+    if (filled.empty()) {  // unmounted meanwhile
+      unusable.push_back(plan[i]);
+      unusable_gens.push_back(r.version_gen);
+      continue;
+    }
+    proto::OffloadItem* item = resp->add_items();
+    item->set_key(plan[i]);
+    item->set_version_gen(r.version_gen);
+    item->set_size(r.size);
+    item->set_checksum(r.checksum);
+    *item->mutable_source() = std::move(filled[0]);
+  }
+  if (!unusable.empty()) state_->DemoteAbort({req->client_id(), unusable, unusable_gens});
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::OffloadEnd(Ctx*, const proto::OffloadEndRequest* req,
+                                       proto::BatchStatusResponse* resp) {
+  const int n = req->keys_size();
+  CallScope scope(Metrics("OffloadEnd"), n);
+  std::vector<Status> results(n);
+  if (req->version_gens_size() != n || req->locations_size() != n || req->written_size() != n) {
+    std::fill(results.begin(), results.end(),
+              Status(ErrorCode::INVALID_PARAMS,
+                     "keys, version_gens, locations and written differ in length"));
+    scope.KeyErrors(FillStatuses(results, resp));
+    return grpc::Status::OK;
+  }
+  DemoteEndOp end{req->client_id(), {}, {}, {}};
+  DemoteAbortOp abort{req->client_id(), {}, {}};
+  std::vector<int> end_index, abort_index;
+  for (int i = 0; i < n; ++i) {
+    if (req->written(i)) {
+      end.keys.push_back(req->keys(i));
+      end.version_gens.push_back(req->version_gens(i));
+      end.locations.push_back(req->locations(i));
+      end_index.push_back(i);
+    } else {
+      abort.keys.push_back(req->keys(i));
+      abort.version_gens.push_back(req->version_gens(i));
+      abort_index.push_back(i);
+    }
+  }
+  if (!end.keys.empty()) {
+    std::vector<Status> ended = state_->DemoteEnd(std::move(end));
+    for (size_t j = 0; j < ended.size(); ++j) results[end_index[j]] = std::move(ended[j]);
+  }
+  if (!abort.keys.empty()) {
+    std::vector<Status> aborted = state_->DemoteAbort(std::move(abort));
+    for (size_t j = 0; j < aborted.size(); ++j) results[abort_index[j]] = std::move(aborted[j]);
+  }
+  scope.KeyErrors(FillStatuses(results, resp));
+  return grpc::Status::OK;
+}
+
+}  // namespace granary::master

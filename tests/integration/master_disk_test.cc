@@ -1,0 +1,204 @@
+// The SSD tier's master RPCs against the real granary-master: a node (played over gRPC) offloads
+// the objects the persistence policy picks, registers its disk inventory after a master restart,
+// and drops copies its disk evicted. The node's own disk I/O is tested with the node.
+#include <gtest/gtest.h>
+
+#include "master_fixture.h"
+
+namespace granary::it {
+namespace {
+
+class MasterDiskTest : public MasterTest {
+ protected:
+  template <typename Req, typename Resp>
+  Resp Call(grpc::Status (pb::Master::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+            const Req& req) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    Resp resp;
+    grpc::Status s = (master_.stub()->*method)(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+  pb::OffloadStartResponse OffloadStart(const std::string& node, uint32_t max_keys = 100,
+                                        uint64_t max_bytes = 1ull << 40) {
+    pb::OffloadStartRequest req;
+    req.set_client_id(node);
+    req.set_max_keys(max_keys);
+    req.set_max_bytes(max_bytes);
+    return Call(&pb::Master::Stub::OffloadStart, req);
+  }
+  pb::BatchStatusResponse OffloadEnd(const std::string& node,
+                                     const google::protobuf::RepeatedPtrField<pb::OffloadItem>& items,
+                                     uint64_t first_location, bool written = true) {
+    pb::OffloadEndRequest req;
+    req.set_client_id(node);
+    for (const auto& item : items) {
+      req.add_keys(item.key());
+      req.add_version_gens(item.version_gen());
+      req.add_locations(first_location++);
+      req.add_written(written);
+    }
+    return Call(&pb::Master::Stub::OffloadEnd, req);
+  }
+  pb::BatchStatusResponse Register(const std::string& node, const std::vector<pb::DiskCopy>& copies) {
+    pb::DiskRegisterRequest req;
+    req.set_client_id(node);
+    for (const auto& c : copies) *req.add_copies() = c;
+    return Call(&pb::Master::Stub::DiskRegister, req);
+  }
+  static pb::DiskCopy Copy(const std::string& key, uint64_t size, uint64_t checksum,
+                           uint64_t location) {
+    pb::DiskCopy c;
+    c.set_key(key);
+    c.set_size(size);
+    c.set_checksum(checksum);
+    c.set_location(location);
+    return c;
+  }
+};
+
+TEST_F(MasterDiskTest, EagerOffloadNamesEveryObjectOnTheNodesSegmentOnce) {
+  ASSERT_TRUE(StartMaster({"--persistence", "eager"}));
+  MasterClient node = Client("node-1");
+  MasterClient other = Client("node-2");
+  ASSERT_EQ(node.Mount("seg-1", 4 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  ASSERT_EQ(other.Mount("seg-2", 4 * MiB, "127.0.0.1:7002").code(), code::kOk);
+  MasterClient w = Client("writer");
+  pb::ReplicateConfig on_1 = Replicas(1);
+  on_1.add_preferred_segments("seg-1");
+  pb::ReplicateConfig on_2 = Replicas(1);
+  on_2.add_preferred_segments("seg-2");
+  ASSERT_EQ(w.Put("a", 1000, 11, on_1), code::kOk);
+  ASSERT_EQ(w.Put("b", 2000, 22, on_1), code::kOk);
+  ASSERT_EQ(w.Put("elsewhere", 3000, 33, on_2), code::kOk);
+  ASSERT_EQ(w.PutStartOne("writing", 4000, on_1).code(), code::kOk);
+
+  auto started = OffloadStart("node-1");
+  ASSERT_EQ(started.code(), code::kOk) << started.message();
+  ASSERT_EQ(started.items_size(), 2) << "only complete objects in node-1's own memory";
+  EXPECT_EQ(started.items(0).key(), "a") << "eager goes in commit order";
+  EXPECT_EQ(started.items(0).size(), 1000u);
+  EXPECT_EQ(started.items(0).checksum(), 11u);
+  EXPECT_EQ(started.items(0).source().segment_name(), "seg-1");
+  EXPECT_EQ(started.items(1).key(), "b");
+  EXPECT_EQ(OffloadStart("node-1").items_size(), 0) << "a key under offload was named twice";
+
+  // "a" written, "b" given up: only "a" gains a disk replica, and "b" is offered again.
+  pb::OffloadEndRequest end;
+  end.set_client_id("node-1");
+  for (int i = 0; i < 2; ++i) {
+    end.add_keys(started.items(i).key());
+    end.add_version_gens(started.items(i).version_gen());
+    end.add_locations(100 + i);
+    end.add_written(i == 0);
+  }
+  auto ended = Call(&pb::Master::Stub::OffloadEnd, end);
+  ASSERT_EQ(ended.results_size(), 2);
+  EXPECT_EQ(ended.results(0).code(), code::kOk) << ended.results(0).message();
+  EXPECT_EQ(ended.results(1).code(), code::kOk) << ended.results(1).message();
+  auto stat = w.Stat("a");
+  ASSERT_EQ(stat.disk_replicas_size(), 1);
+  EXPECT_EQ(stat.disk_replicas(0).node_id(), "node-1");
+  EXPECT_EQ(stat.disk_replicas(0).location(), 100u);
+  EXPECT_EQ(stat.disk_replicas(0).endpoint(), "127.0.0.1:7001");
+  EXPECT_EQ(w.Stat("b").disk_replicas_size(), 0);
+  auto again = OffloadStart("node-1");
+  ASSERT_EQ(again.items_size(), 1);
+  EXPECT_EQ(again.items(0).key(), "b");
+
+  // The object upserted while it was being copied: the copy is refused, the new bytes stay.
+  ASSERT_EQ(w.Put("b", 2500, 25, on_1, /*upsert=*/true), code::kOk);
+  auto stale = OffloadEnd("node-1", again.items(), 200);
+  ASSERT_EQ(stale.results_size(), 1);
+  EXPECT_EQ(stale.results(0).code(), code::kObjectNotFound) << "a stale copy was attached";
+  EXPECT_EQ(w.Stat("b").disk_replicas_size(), 0);
+  EXPECT_EQ(w.Stat("b").size(), 2500u);
+}
+
+TEST_F(MasterDiskTest, LazyOffloadWaitsForTheWatermarkAndTakesTheLeastRecentlyReadFirst) {
+  ASSERT_TRUE(StartMaster({"--offload-watermark", "0.5"}));  // lazy is the default
+  MasterClient node = Client("node-1");
+  ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  MasterClient w = Client("writer");
+  ASSERT_EQ(w.Put("k0", 200 * KiB), code::kOk);
+  ASSERT_EQ(w.Put("k1", 200 * KiB), code::kOk);
+  EXPECT_EQ(OffloadStart("node-1").items_size(), 0) << "offloaded below the watermark";
+  ASSERT_EQ(w.Put("k2", 200 * KiB), code::kOk);
+  ASSERT_EQ(w.Touch("k0"), code::kOk);  // k0 is now the most recently read
+  auto started = OffloadStart("node-1", 2);
+  ASSERT_EQ(started.items_size(), 2);
+  EXPECT_EQ(started.items(0).key(), "k1");
+  EXPECT_EQ(started.items(1).key(), "k2");
+}
+
+TEST_F(MasterDiskTest, TheDiskInventoryComesBackAfterAMasterRestart) {
+  ASSERT_TRUE(StartMaster());
+  MasterClient node = Client("node-1");
+  ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  // Memory contents are lost with the master (until HA); what the node's disk holds is not.
+  ASSERT_TRUE(master_.Restart());
+  ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  auto registered = Register("node-1", {Copy("d1", 5 * MiB, 7, 1), Copy("d2", 4096, 8, 2),
+                                        Copy("", 1, 1, 3), Copy("huge", 1ull << 62, 1, 4)});
+  ASSERT_EQ(registered.results_size(), 4);
+  EXPECT_EQ(registered.results(0).code(), code::kOk) << registered.results(0).message();
+  EXPECT_EQ(registered.results(1).code(), code::kOk);
+  EXPECT_EQ(registered.results(2).code(), code::kInvalidKey);
+  EXPECT_EQ(registered.results(3).code(), code::kInvalidParams);
+  MasterClient r = Client("reader");
+  EXPECT_EQ(r.Exist({"d1", "d2", "huge"}), (std::vector<int32_t>{1, 1, 0}));
+  EXPECT_EQ(r.GetSize({"d1"})[0], static_cast<int64_t>(5 * MiB)) << "larger than memory: fine";
+  auto got = r.GetOne("d1");
+  ASSERT_EQ(got.disk_replicas_size(), 1);
+  EXPECT_EQ(got.disk_replicas(0).location(), 1u);
+  EXPECT_EQ(got.replicas_size(), 0);
+  EXPECT_EQ(got.code(), code::kObjectNotFound) << "this client cannot read disk copies yet";
+  EXPECT_EQ(r.FinishReadOne("d1"), code::kOk);
+
+  // The node's disk evicts d1: gone at once; a wrong location drops nothing.
+  pb::DiskDropRequest drop;
+  drop.set_client_id("node-1");
+  drop.add_keys("d1");
+  drop.add_locations(1);
+  drop.add_keys("d2");
+  drop.add_locations(99);
+  auto dropped = Call(&pb::Master::Stub::DiskDrop, drop);
+  ASSERT_EQ(dropped.results_size(), 2);
+  EXPECT_EQ(dropped.results(0).code(), code::kOk);
+  EXPECT_EQ(dropped.results(1).code(), code::kObjectNotFound);
+  EXPECT_EQ(r.Exist({"d1", "d2"}), (std::vector<int32_t>{0, 1}));
+
+  // A stranger registers nothing; a node's copies go when it expires.
+  EXPECT_EQ(Register("stranger", {Copy("x", 1, 1, 1)}).results(0).code(), code::kIllegalClient);
+}
+
+TEST_F(MasterDiskTest, MalformedOffloadCallsAreRefusedWholesale) {
+  ASSERT_TRUE(StartMaster({"--persistence", "eager"}));
+  EXPECT_EQ(OffloadStart("nobody").code(), code::kIllegalClient);
+  MasterClient node = Client("node-1");
+  ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  ASSERT_EQ(Client("w").Put("k", 100), code::kOk);
+  auto started = OffloadStart("node-1");
+  ASSERT_EQ(started.items_size(), 1);
+  pb::OffloadEndRequest bad;
+  bad.set_client_id("node-1");
+  bad.add_keys("k");
+  bad.add_version_gens(started.items(0).version_gen());
+  auto refused = Call(&pb::Master::Stub::OffloadEnd, bad);  // no location, no outcome
+  ASSERT_EQ(refused.results_size(), 1);
+  EXPECT_EQ(refused.results(0).code(), code::kInvalidParams);
+  // Another node may not end node-1's offload, nor a wrong version.
+  auto foreign = OffloadEnd("node-2", started.items(), 5);
+  EXPECT_EQ(foreign.results(0).code(), code::kIllegalClient);
+  auto item = started.items(0);
+  item.set_version_gen(item.version_gen() + 1);
+  google::protobuf::RepeatedPtrField<pb::OffloadItem> wrong;
+  *wrong.Add() = item;
+  EXPECT_EQ(OffloadEnd("node-1", wrong, 5).results(0).code(), code::kIllegalClient);
+  EXPECT_EQ(OffloadEnd("node-1", started.items(), 5).results(0).code(), code::kOk);
+  ExpectServing();
+}
+
+}  // namespace
+}  // namespace granary::it
