@@ -64,11 +64,20 @@ struct ReplicaInfo {
   uint64_t length = 0;
 };
 
+// A copy on a node's local disk (the SSD tier).
+struct DiskReplicaInfo {
+  std::string node_id;
+  std::string endpoint;
+  uint64_t location = 0;  // the node's own handle
+  uint64_t length = 0;
+};
+
 struct ObjectStat {
   std::string state;  // COMPLETE, PROCESSING or COMPLETE+PROCESSING
   uint64_t size = 0;
   uint64_t checksum = 0;
-  std::vector<ReplicaInfo> replicas;
+  std::vector<ReplicaInfo> replicas;  // in memory
+  std::vector<DiskReplicaInfo> disk_replicas;
   uint32_t read_locks = 0;
   bool hard_pinned = false;
   bool soft_pinned = false;
@@ -100,6 +109,10 @@ struct SegmentStatus {
   uint64_t free_bytes = 0;
   uint64_t largest_free_block = 0;
   uint64_t replicas = 0;
+  // The owning node's disk tier (all 0 without one).
+  uint64_t disk_capacity = 0;
+  uint64_t disk_used = 0;
+  uint64_t disk_objects = 0;
 };
 
 class Client {

@@ -248,6 +248,9 @@ class ClientImpl final : public Client {
     for (const auto& r : resp.replicas()) {
       stat.replicas.push_back({r.segment_name(), r.endpoint(), r.offset(), r.length()});
     }
+    for (const auto& d : resp.disk_replicas()) {
+      stat.disk_replicas.push_back({d.node_id(), d.endpoint(), d.location(), d.length()});
+    }
     stat.read_locks = resp.read_locks();
     stat.hard_pinned = resp.hard_pinned();
     stat.soft_pinned = resp.soft_pinned();
@@ -322,7 +325,9 @@ class ClientImpl final : public Client {
     std::vector<SegmentStatus> out;
     for (const auto& i : resp.segments()) {
       out.push_back({i.name(), i.node_id(), i.endpoint(), i.size(), i.used_bytes(),
-                     i.free_bytes(), i.largest_free_block(), i.object_count()});
+                     i.free_bytes(), i.largest_free_block(), i.object_count(),
+                     i.node_disk().capacity_bytes(), i.node_disk().used_bytes(),
+                     i.node_disk().object_count()});
     }
     return out;
   }

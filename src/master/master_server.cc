@@ -211,6 +211,10 @@ std::string MasterServer::StatusJson() const {
   doc["pending_puts"] = state_->pending_count();
   doc["clients"] = state_->client_count();
   doc["view_version"] = state_->segments().view_version();
+  const proto::DiskStats disk = service_->DiskTotals();
+  doc["disk_capacity_bytes"] = disk.capacity_bytes();
+  doc["disk_used_bytes"] = disk.used_bytes();
+  doc["disk_objects"] = disk.object_count();
   nlohmann::json segments = nlohmann::json::array();
   for (const auto& u : state_->segments().Usage()) {
     segments.push_back({{"id", u.identity->id},

@@ -163,9 +163,25 @@ grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*
     info->set_shm_name(u.identity->shm_name);
     info->set_host_id(u.identity->host_id);
     info->set_token(u.identity->token);
+    std::lock_guard lock(disks_mu_);
+    if (auto d = disks_.find(u.identity->client_id); d != disks_.end()) {
+      *info->mutable_node_disk() = d->second;
+    }
   }
   resp->set_view_version(state_->segments().view_version());
   return grpc::Status::OK;
+}
+
+proto::DiskStats MasterService::DiskTotals() const {
+  proto::DiskStats total;
+  std::lock_guard lock(disks_mu_);
+  for (const auto& [node, d] : disks_) {
+    if (state_->segments().SegmentsOf(node).empty()) continue;  // gone (expired or unmounted)
+    total.set_capacity_bytes(total.capacity_bytes() + d.capacity_bytes());
+    total.set_used_bytes(total.used_bytes() + d.used_bytes());
+    total.set_object_count(total.object_count() + d.object_count());
+  }
+  return total;
 }
 
 grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::PingResponse* resp) {
@@ -177,6 +193,10 @@ grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::Pin
   std::vector<MountRef> mounts;
   for (const auto& m : req->mounts()) mounts.push_back({m.name(), m.token()});
   PingResult r = state_->Ping(req->client_id(), std::move(mounts));
+  if (req->has_disk()) {  // kept until replaced: shown only while the node has a segment
+    std::lock_guard lock(disks_mu_);
+    disks_[req->client_id()] = req->disk();
+  }
   resp->set_code(0);
   resp->set_status(r.need_remount ? proto::PingResponse::NEED_REMOUNT : proto::PingResponse::OK);
   resp->set_view_version(state_->segments().view_version());

@@ -11,6 +11,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <map>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 
 #include "common/metrics.h"
@@ -62,6 +64,8 @@ class MasterService final : public proto::Master::Service {
                             proto::QueryByRegexResponse*) override;
   grpc::Status RemoveAll(Ctx*, const proto::RemoveAllRequest*,
                          proto::RemoveCountResponse*) override;
+  // The disk tiers of the nodes that have mounted segments, summed (for /status).
+  proto::DiskStats DiskTotals() const;
   // The SSD tier (master_service_disk.cc).
   grpc::Status DiskRegister(Ctx*, const proto::DiskRegisterRequest*,
                             proto::BatchStatusResponse*) override;
@@ -100,6 +104,9 @@ class MasterService final : public proto::Master::Service {
   Evictor* evictor_;
   MetricsRegistry* registry_;
   OffloadPlanner planner_;
+  // Each node's disk tier as its last ping reported it: soft state, not in the history.
+  mutable std::mutex disks_mu_;
+  std::unordered_map<std::string, proto::DiskStats> disks_;
   std::map<std::string, RpcMetrics> rpc_metrics_;  // filled in the constructor, read-only after
 };
 

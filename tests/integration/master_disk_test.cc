@@ -3,6 +3,9 @@
 // and drops copies its disk evicted. The node's own disk I/O is tested with the node.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "master_fixture.h"
 
 namespace granary::it {
@@ -121,10 +124,15 @@ TEST_F(MasterDiskTest, LazyOffloadWaitsForTheWatermarkAndTakesTheLeastRecentlyRe
   MasterClient node = Client("node-1");
   ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
   MasterClient w = Client("writer");
+  // Access times are wall-clock milliseconds: a few apart, so that the order is the test's.
+  auto step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
   ASSERT_EQ(w.Put("k0", 200 * KiB), code::kOk);
+  step();
   ASSERT_EQ(w.Put("k1", 200 * KiB), code::kOk);
+  step();
   EXPECT_EQ(OffloadStart("node-1").items_size(), 0) << "offloaded below the watermark";
   ASSERT_EQ(w.Put("k2", 200 * KiB), code::kOk);
+  step();
   ASSERT_EQ(w.Touch("k0"), code::kOk);  // k0 is now the most recently read
   auto started = OffloadStart("node-1", 2);
   ASSERT_EQ(started.items_size(), 2);
@@ -169,8 +177,21 @@ TEST_F(MasterDiskTest, TheDiskInventoryComesBackAfterAMasterRestart) {
   EXPECT_EQ(dropped.results(1).code(), code::kObjectNotFound);
   EXPECT_EQ(r.Exist({"d1", "d2"}), (std::vector<int32_t>{0, 1}));
 
-  // A stranger registers nothing; a node's copies go when it expires.
+  // A stranger registers nothing.
   EXPECT_EQ(Register("stranger", {Copy("x", 1, 1, 1)}).results(0).code(), code::kIllegalClient);
+
+  // The node's pings carry its disk tier's size and use; segments list them with the node.
+  pb::PingRequest ping;
+  ping.set_client_id("node-1");
+  ping.mutable_disk()->set_capacity_bytes(100 * MiB);
+  ping.mutable_disk()->set_used_bytes(5 * MiB);
+  ping.mutable_disk()->set_object_count(2);
+  EXPECT_EQ(Call(&pb::Master::Stub::Ping, ping).code(), code::kOk);
+  pb::SegmentInfo info;
+  ASSERT_TRUE(node.FindSegment("seg-1", &info));
+  EXPECT_EQ(info.node_disk().capacity_bytes(), 100 * MiB);
+  EXPECT_EQ(info.node_disk().used_bytes(), 5 * MiB);
+  EXPECT_EQ(info.node_disk().object_count(), 2u);
 }
 
 TEST_F(MasterDiskTest, MalformedOffloadCallsAreRefusedWholesale) {

@@ -154,18 +154,28 @@ int main(int argc, char** argv) {
                   r.endpoint.c_str(), static_cast<unsigned long long>(r.offset),
                   static_cast<unsigned long long>(r.length));
     }
+    std::printf("disk_replicas: %zu\n", st->disk_replicas.size());
+    for (const auto& d : st->disk_replicas) {
+      std::printf("  - disk of node %s at %s, location %llu, length %llu\n", d.node_id.c_str(),
+                  d.endpoint.empty() ? "-" : d.endpoint.c_str(),
+                  static_cast<unsigned long long>(d.location),
+                  static_cast<unsigned long long>(d.length));
+    }
     return kExitOk;
   }
   if (nodes->parsed()) {
     auto segments = client.ListSegments();
     if (!segments.ok()) return Fail("nodes", segments.status());
-    std::printf("%-28s %-22s %12s %12s %7s %9s\n", "SEGMENT", "ENDPOINT", "CAPACITY", "USED",
-                "USED%", "REPLICAS");
+    std::printf("%-28s %-22s %12s %12s %7s %9s %12s %12s\n", "SEGMENT", "ENDPOINT", "CAPACITY",
+                "USED", "USED%", "REPLICAS", "DISK", "DISK-USED");
     for (const auto& s : *segments) {
       double pct = s.size ? 100.0 * s.used_bytes / s.size : 0;
-      std::printf("%-28s %-22s %12s %12s %6.1f%% %9llu\n", s.name.c_str(), s.endpoint.c_str(),
-                  FormatSize(s.size).c_str(), FormatSize(s.used_bytes).c_str(), pct,
-                  static_cast<unsigned long long>(s.replicas));
+      const bool disk = s.disk_capacity > 0;  // the node's disk tier, if it has one
+      std::printf("%-28s %-22s %12s %12s %6.1f%% %9llu %12s %12s\n", s.name.c_str(),
+                  s.endpoint.c_str(), FormatSize(s.size).c_str(), FormatSize(s.used_bytes).c_str(),
+                  pct, static_cast<unsigned long long>(s.replicas),
+                  disk ? FormatSize(s.disk_capacity).c_str() : "-",
+                  disk ? FormatSize(s.disk_used).c_str() : "-");
     }
     return kExitOk;
   }
