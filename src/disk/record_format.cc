@@ -105,7 +105,8 @@ std::string EncodeBucketMeta(const BucketMeta& meta, uint64_t salt) {
   Put<uint64_t>(out, meta.data_bytes);
   Put<uint64_t>(out, body.size());
   Put<uint64_t>(out, Hash(body.data(), body.size(), salt));
-  Put<uint64_t>(out, Hash(out.data(), out.size(), salt));
+  Put<uint64_t>(out, 0);  // reserved
+  Put<uint64_t>(out, Hash(out.data(), out.size(), salt));  // over the 56 bytes before it
   out += body;
   return out;
 }

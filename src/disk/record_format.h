@@ -46,7 +46,7 @@ std::optional<RecordHeader> DecodeRecordPrefix(std::span<const std::byte> bytes,
 
 // --- bucket metadata file: a 64-byte header [magic u32 "GRBM" | version u16 | pad u16 |
 // count u32 | pad u32 | bucket_id u64 | data_bytes u64 | body_bytes u64 | body_checksum u64 |
-// header_checksum u64], then `count` entries [key_len u32 | pad u32 | gen u64 | offset u64 |
+// reserved u64 | header_checksum u64], then `count` entries [key_len u32 | pad u32 | gen u64 | offset u64 |
 // size u64 | checksum u64 | key].
 inline constexpr uint32_t kBucketMetaMagic = 0x4d425247;  // "GRBM"
 inline constexpr size_t kBucketMetaHeaderBytes = 64;
