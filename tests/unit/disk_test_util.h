@@ -50,11 +50,11 @@ class TempDir {
 inline std::vector<std::byte> ValueFor(const std::string& key, uint64_t gen, size_t size) {
   std::vector<std::byte> out(size);
   uint64_t x = std::hash<std::string>{}(key) ^ (gen * 0x9E3779B97F4A7C15ull) ^ size;
-  for (size_t i = 0; i < size; ++i) {
+  for (size_t i = 0; i < size; i += 8) {  // xorshift64, a word at a time
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    out[i] = static_cast<std::byte>(x);
+    std::memcpy(out.data() + i, &x, std::min<size_t>(8, size - i));
   }
   return out;
 }
