@@ -56,7 +56,7 @@ namespace {
 Status Invalid(std::string message) { return Status(ErrorCode::INVALID_PARAMS, std::move(message)); }
 
 // Whether files in `dir` take O_DIRECT: opening one and writing a block through it. EINVAL is
-// the filesystem saying no (tmpfs before Linux 6.6, ramfs, some FUSE and network filesystems).
+// the filesystem saying no (tmpfs on older kernels, ramfs, some FUSE and network filesystems).
 // Also proves the directory writable (EROFS / EACCES come out here).
 Result<bool> ProbeDirectIo(const std::string& dir) {
   const std::string path = dir + "/.granary-probe";
