@@ -81,9 +81,10 @@ class BucketLayout final : public Layout {
   Result<LayoutRecovery> Recover() override;
 
   Status CheckLocation(uint64_t location) const override {
+    // Structure only: the slot is not checked against bucket_max_keys, which may have been larger
+    // when a recovered bucket was written. Whether the copy exists is the index's answer.
     uint64_t id = (location & ~kTagMask) >> kSlotBits;
-    uint64_t slot = location & ((1ull << kSlotBits) - 1);
-    if ((location & kTagMask) >> kTagShift != kTagBucket || id == 0 || slot >= ctx_.bucket_max_keys) {
+    if ((location & kTagMask) >> kTagShift != kTagBucket || id == 0) {
       return Status(ErrorCode::INVALID_PARAMS, "disk location " + Hex(location) + " is not a bucket location");
     }
     return Status::Ok();

@@ -476,6 +476,24 @@ TEST(DiskOpenTest, BadOptionsAreRefused) {
   EXPECT_EQ(*ParseEvictionPolicy("lru"), EvictionPolicy::kLru);
 }
 
+TEST(DiskOpenTest, LocationsStayValidWhenReopenedWithOtherLimits) {
+  TempDir dir;
+  DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kBucket);
+  o.bucket_max_keys = 8;
+  std::vector<StoredObject> objects;
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    objects = WriteKeys(**store, {"s0", "s1", "s2", "s3", "s4"}, 5000);  // slots 0..4 of bucket 1
+  }
+  o.bucket_max_keys = 2;
+  o.eviction = EvictionPolicy::kLru;
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(CheckReadable(**store, objects), "") << "slot 4 is valid although the limit is now 2";
+  EXPECT_TRUE((*store)->Remove("s4", objects[4].location).ok());
+}
+
 TEST(DiskOpenTest, ReadOnlyDirectoryIsAClearError) {
   TempDir dir;
   if (!dir.Mount("tmpfs", "size=1m", MS_RDONLY)) {
