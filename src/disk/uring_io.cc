@@ -17,11 +17,35 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 #include "disk/disk_io.h"
+
+#ifdef GRANARY_TSAN
+extern "C" {
+void AnnotateHappensBefore(const char* file, int line, const volatile void* addr);
+void AnnotateHappensAfter(const char* file, int line, const volatile void* addr);
+}
+#endif
 
 namespace granary::disk {
 
 namespace {
+
+// liburing maps and unmaps a ring's memory with raw system calls, which ThreadSanitizer does not
+// see: a ring created at the address where an exited thread's ring was looks to it like that
+// thread's memory, written again without synchronisation. The kernel orders the old unmap before
+// the new map; these two calls tell TSan so. Nothing without TSan.
+[[maybe_unused]] char ring_memory_handoff;
+void RingMemoryReleased() {
+#ifdef GRANARY_TSAN
+  AnnotateHappensBefore(__FILE__, __LINE__, &ring_memory_handoff);
+#endif
+}
+void RingMemoryAcquired() {
+#ifdef GRANARY_TSAN
+  AnnotateHappensAfter(__FILE__, __LINE__, &ring_memory_handoff);
+#endif
+}
 
 constexpr unsigned kRingEntries = 256;     // >= the largest queue depth MakeDiskIo accepts
 constexpr uint64_t kMaxPiece = 1ull << 30;  // larger requests continue in pieces
@@ -34,6 +58,7 @@ struct ThreadRing {
 
   ThreadRing() {
     ring_ok = io_uring_queue_init(kRingEntries, &ring, 0) == 0;
+    if (ring_ok) RingMemoryAcquired();
     void* p = mmap(nullptr, kStagingBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return;
     staging = static_cast<std::byte*>(p);
@@ -46,7 +71,10 @@ struct ThreadRing {
     staging_registered = io_uring_register_buffers(&ring, &iov, 1) == 0;
   }
   ~ThreadRing() {
-    if (ring_ok) io_uring_queue_exit(&ring);
+    if (ring_ok) {
+      RingMemoryReleased();
+      io_uring_queue_exit(&ring);
+    }
     if (staging) munmap(staging, kStagingBytes);
   }
   bool InStaging(const std::byte* p, uint64_t n) const {
@@ -156,6 +184,7 @@ class UringIo final : public DiskIo {
 bool ProbeUring() {
   io_uring ring{};
   if (io_uring_queue_init(4, &ring, 0) != 0) return false;
+  RingMemoryAcquired();
   bool ok = false;
   if (io_uring_sqe* sqe = io_uring_get_sqe(&ring)) {
     io_uring_prep_nop(sqe);
@@ -166,6 +195,7 @@ bool ProbeUring() {
       io_uring_cqe_seen(&ring, cqe);
     }
   }
+  RingMemoryReleased();
   io_uring_queue_exit(&ring);
   return ok;
 }
