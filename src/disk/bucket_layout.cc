@@ -202,7 +202,10 @@ Result<LayoutRecovery> BucketLayout::Recover() {
   std::map<uint64_t, std::pair<bool, bool>> seen;
   uint64_t max_id = 0;
   std::error_code ec;
-  for (const auto& dirent : std::filesystem::directory_iterator(dir_, ec)) {
+  // increment(ec), not a range-for: the latter's ++ throws, and no exception leaves this library.
+  std::filesystem::directory_iterator it(dir_, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::directory_entry& dirent = *it;
     const std::string name = dirent.path().filename().string();
     uint64_t id = 0;
     char suffix[16] = {0};
@@ -212,7 +215,7 @@ Result<LayoutRecovery> BucketLayout::Recover() {
     if (ext == ".meta.tmp") {
       problem("bucket " + name + ": metadata never completed (crash mid-write), deleted");
       rec.report.units_discarded++;
-      std::filesystem::remove(dirent.path(), ec);
+      ::unlink(dirent.path().c_str());
     } else if (ext == ".data") {
       seen[id].first = true;
     } else if (ext == ".meta") {
