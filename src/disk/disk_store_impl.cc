@@ -223,6 +223,7 @@ void DiskStoreImpl::DestroyUnits(const std::vector<uint64_t>& unit_ids) {
       auto it = units_.find(id);
       if (it == units_.end()) continue;
       handle = std::move(it->second.handle);
+      if (handle) --cached_handles_;
     }
     handle.reset();  // no read pins the unit: this was the last holder, the fd closes here
     if (Status st = layout_->Destroy(id); !st.ok()) {
@@ -312,9 +313,28 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
     }
     p.handle = std::move(*opened);
     if (layout_->CacheHandles()) {
+      std::shared_ptr<FileHandle> dropped;  // declared first: released after the lock
       std::lock_guard lock(units_mu_);
       auto it = units_.find(p.entry.placement.unit_id);
-      if (it != units_.end() && !it->second.handle) it->second.handle = p.handle;
+      if (it != units_.end() && !it->second.handle) {
+        it->second.handle = p.handle;
+        ++cached_handles_;
+        handle_order_.push_back(it->first);
+        while (cached_handles_ > kMaxCachedHandles && !handle_order_.empty()) {
+          auto oldest = units_.find(handle_order_.front());
+          handle_order_.pop_front();
+          if (oldest == units_.end() || !oldest->second.handle || oldest == it) continue;
+          dropped = std::move(oldest->second.handle);
+          --cached_handles_;
+          break;
+        }
+        if (handle_order_.size() > 2 * kMaxCachedHandles) {  // forget units gone meanwhile
+          std::erase_if(handle_order_, [&](uint64_t id) {
+            auto u = units_.find(id);
+            return u == units_.end() || !u->second.handle;
+          });
+        }
+      }
     }
   }
   if (options_.test_hook_after_pin) options_.test_hook_after_pin();

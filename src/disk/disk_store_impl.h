@@ -13,6 +13,7 @@
 
 #include <array>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,9 @@ class DiskStoreImpl final : public DiskStore {
     std::vector<std::string> keys;  // every key placed here (some may have moved on)
   };
   static constexpr size_t kShards = 16;
+  // Open descriptors kept with units between reads (buckets): beyond this many, the oldest cached
+  // one is dropped (it closes once no read holds it), so many small buckets cannot exhaust fds.
+  static constexpr size_t kMaxCachedHandles = 1024;
 
   Shard& ShardOf(std::string_view key) const;
   static StoredObject ToStored(std::string_view key, const Entry& e);
@@ -97,6 +101,8 @@ class DiskStoreImpl final : public DiskStore {
   uint64_t reserved_ = 0;    // charged by writes in progress
   uint64_t reclaiming_ = 0;  // of used_: doomed units
   uint64_t read_tick_ = 0;
+  size_t cached_handles_ = 0;           // units with a handle
+  std::deque<uint64_t> handle_order_;   // units in the order their handle was cached
 };
 
 }  // namespace granary::disk

@@ -494,6 +494,57 @@ TEST(DiskOpenTest, LocationsStayValidWhenReopenedWithOtherLimits) {
   EXPECT_TRUE((*store)->Remove("s4", objects[4].location).ok());
 }
 
+size_t OpenDescriptors() {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc/self/fd", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(DiskBucketTest, CachedDescriptorsAreBounded) {
+  TempDir dir;
+  DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kBucket);
+  o.bucket_max_keys = 1;  // one bucket per object: 1,200 buckets
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  std::vector<StoredObject> objects;
+  for (int b = 0; b < 12; ++b) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 100; ++i) keys.push_back("fd" + std::to_string(b * 100 + i));
+    auto more = WriteKeys(**store, keys, 100);
+    objects.insert(objects.end(), more.begin(), more.end());
+  }
+  ASSERT_EQ(objects.size(), 1200u);
+  const size_t before = OpenDescriptors();
+  EXPECT_EQ(CheckReadable(**store, objects), "");
+  const size_t after = OpenDescriptors();
+  EXPECT_LE(after, before + 1024) << "a descriptor per bucket read would be 1,200 more";
+  EXPECT_GE(after, before + 1000) << "recently read buckets keep theirs";
+  EXPECT_EQ(CheckReadable(**store, objects), "") << "dropped handles are reopened";
+}
+
+TEST(DiskOpenTest, SyncWritesWriteReadAndRecover) {
+  for (DiskBackend backend : {DiskBackend::kBucket, DiskBackend::kFilePerKey, DiskBackend::kOffset}) {
+    TempDir dir;
+    DiskStoreOptions o = TornOptions(dir.path(), backend);
+    o.sync_writes = true;
+    std::vector<StoredObject> objects;
+    {
+      auto store = DiskStore::Open(o);
+      ASSERT_TRUE(store.ok());
+      objects = WriteKeys(**store, {"s1", "s2", "s3"}, 70000);
+      ASSERT_EQ(objects.size(), 3u) << BackendName(backend);
+    }
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->ListObjects().size(), 3u) << BackendName(backend);
+    EXPECT_EQ(CheckReadable(**store, objects), "") << BackendName(backend);
+  }
+}
+
 TEST(DiskOpenTest, ReadOnlyDirectoryIsAClearError) {
   TempDir dir;
   if (!dir.Mount("tmpfs", "size=1m", MS_RDONLY)) {
