@@ -3,6 +3,7 @@
 #include "disk/disk_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -151,6 +152,15 @@ Result<std::unique_ptr<DiskStore>> DiskStore::Open(DiskStoreOptions options) {
   }
   const bool direct_io = options.direct_io && *direct;
 
+  // One store per directory: a second process (or a second Open in this one) would reuse ids,
+  // offsets and files under the first. flock: released by the kernel when its holder dies.
+  const std::string lock_path = options.dir + "/LOCK";
+  auto dir_lock = std::make_unique<FileHandle>(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (dir_lock->fd < 0) return R(Invalid("cannot open " + lock_path + ": " + std::strerror(errno)));
+  if (::flock(dir_lock->fd, LOCK_EX | LOCK_NB) != 0) {
+    return R(Invalid("disk dir " + options.dir + " is in use by another store (" + lock_path + " is locked)"));
+  }
+
   auto salt = LoadOrCreateFormat(options.dir, options.backend);
   if (!salt.ok()) return R(salt.status());
 
@@ -184,8 +194,8 @@ Result<std::unique_ptr<DiskStore>> DiskStore::Open(DiskStoreOptions options) {
   if (!layout.ok()) return R(layout.status());
   if ((*layout)->Capacity() != 0) capacity = (*layout)->Capacity();
 
-  auto store = std::make_unique<DiskStoreImpl>(std::move(options), std::move(*io), std::move(*layout),
-                                               capacity, direct_io);
+  auto store = std::make_unique<DiskStoreImpl>(std::move(options), std::move(dir_lock), std::move(*io),
+                                               std::move(*layout), capacity, direct_io);
   if (Status rs = store->LoadRecovery(); !rs.ok()) return R(rs);
   const RecoveryReport& rec = store->recovery();
   if (rec.units_discarded > 0) {

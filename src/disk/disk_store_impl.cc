@@ -26,9 +26,11 @@ std::string Shown(std::string_view key) {
 
 }  // namespace
 
-DiskStoreImpl::DiskStoreImpl(DiskStoreOptions options, std::unique_ptr<DiskIo> io,
-                             std::unique_ptr<Layout> layout, uint64_t capacity, bool direct_io)
+DiskStoreImpl::DiskStoreImpl(DiskStoreOptions options, std::unique_ptr<FileHandle> dir_lock,
+                             std::unique_ptr<DiskIo> io, std::unique_ptr<Layout> layout, uint64_t capacity,
+                             bool direct_io)
     : options_(std::move(options)),
+      dir_lock_(std::move(dir_lock)),
       io_(std::move(io)),
       layout_(std::move(layout)),
       capacity_(capacity),

@@ -27,8 +27,9 @@ namespace granary::disk {
 
 class DiskStoreImpl final : public DiskStore {
  public:
-  DiskStoreImpl(DiskStoreOptions options, std::unique_ptr<DiskIo> io, std::unique_ptr<Layout> layout,
-                uint64_t capacity, bool direct_io);
+  // dir_lock: the held flock of <dir>/LOCK, released when the store is destroyed.
+  DiskStoreImpl(DiskStoreOptions options, std::unique_ptr<FileHandle> dir_lock, std::unique_ptr<DiskIo> io,
+                std::unique_ptr<Layout> layout, uint64_t capacity, bool direct_io);
   ~DiskStoreImpl() override;
 
   // Fills the index from the layout's recovery scan. Called once, by Open.
@@ -87,6 +88,7 @@ class DiskStoreImpl final : public DiskStore {
   void DestroyUnits(const std::vector<uint64_t>& unit_ids);
 
   DiskStoreOptions options_;
+  std::unique_ptr<FileHandle> dir_lock_;
   std::unique_ptr<DiskIo> io_;
   std::unique_ptr<Layout> layout_;
   const uint64_t capacity_;

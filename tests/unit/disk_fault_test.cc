@@ -455,6 +455,20 @@ TEST(DiskOpenTest, MissingFileOrForeignDirectoryIsAClearError) {
   EXPECT_NE(foreign.status().message().find("holds a 'bucket' store"), std::string::npos);
 }
 
+TEST(DiskOpenTest, OneStorePerDirectory) {
+  TempDir dir;
+  DiskStoreOptions o;
+  o.dir = dir.path();
+  o.disk_size = 8 << 20;
+  auto first = DiskStore::Open(o);
+  ASSERT_TRUE(first.ok());
+  auto second = DiskStore::Open(o);
+  EXPECT_EQ(second.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_NE(second.status().message().find("in use"), std::string::npos) << second.status().ToString();
+  first->reset();
+  EXPECT_TRUE(DiskStore::Open(o).ok()) << "the lock goes with the store";
+}
+
 TEST(DiskOpenTest, BadOptionsAreRefused) {
   TempDir dir;
   auto with = [&](auto change) {
@@ -601,6 +615,7 @@ TEST(DiskOpenTest, AutoPicksIoUringWhereTheKernelAllowsIt) {
   auto store = DiskStore::Open(o);
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->io_mode(), UringUsable() ? IoMode::kUring : IoMode::kPosix);
+  store->reset();  // one store per directory at a time
   o.io = IoMode::kUring;
   auto uring = DiskStore::Open(o);
   if (UringUsable()) {
