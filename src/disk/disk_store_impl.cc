@@ -305,12 +305,14 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
 
   // Failed reads drop their entry: a torn or corrupt copy is never offered again.
   std::vector<std::pair<size_t, uint64_t>> drops;  // (request, unit)
+  std::vector<uint64_t> vanished;                   // units whose file is gone
   for (auto& p : pinned) {
     if (p.handle) continue;
     auto opened = layout_->OpenUnit(p.entry.placement.unit_id);
     if (!opened.ok()) {
       results[p.index].status = opened.status();
       drops.emplace_back(p.index, p.entry.placement.unit_id);
+      if (opened.code() == ErrorCode::OBJECT_NOT_FOUND) vanished.push_back(p.entry.placement.unit_id);
       continue;
     }
     p.handle = std::move(*opened);
@@ -381,6 +383,28 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
       continue;
     }
     results[p.index] = ReadResult{Status::Ok(), p.entry.size, p.entry.gen};
+  }
+
+  // A unit whose file vanished takes all its objects with it (a bucket holds many), not only the
+  // ones this batch asked for. Doomed while still pinned here: the unpin below destroys it.
+  std::vector<std::pair<uint64_t, std::vector<std::string>>> vanished_keys;
+  if (!vanished.empty()) {
+    std::lock_guard lock(units_mu_);
+    for (uint64_t id : vanished) {
+      auto it = units_.find(id);
+      if (it == units_.end() || it->second.doomed) continue;
+      DoomLocked(id, it->second, /*destroy_now=*/false);
+      vanished_keys.emplace_back(id, std::move(it->second.keys));
+      it->second.keys.clear();
+    }
+  }
+  for (const auto& [id, keys] : vanished_keys) {
+    for (const auto& key : keys) {
+      Shard& shard = ShardOf(key);
+      std::lock_guard lock(shard.mu);
+      auto it = shard.entries.find(key);
+      if (it != shard.entries.end() && it->second.placement.unit_id == id) shard.entries.erase(it);
+    }
   }
 
   std::vector<uint64_t> destroy;

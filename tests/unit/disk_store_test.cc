@@ -360,14 +360,22 @@ TEST_P(DiskStoreTest, DeletedFileReadsAsMiss) {
   }
   auto store = Open();
   ASSERT_TRUE(store);
-  auto objects = WriteAll(*store, "d", {65536});
+  auto objects = WriteAll(*store, "d", {65536, 65536});  // one bucket, or two files
   auto at = FindValue(dir_.path(), ValueFor("d0", 1, 65536));
   ASSERT_TRUE(at);
   std::filesystem::remove(at->path);
   auto result = ReadOne(*store, "d0");
   EXPECT_EQ(result.status.code(), ErrorCode::OBJECT_NOT_FOUND) << result.status.ToString();
   EXPECT_FALSE(store->Lookup("d0"));
-  EXPECT_EQ(store->Usage().used, 0u) << "the vanished file's charge is released";
+  if (GetParam().backend == DiskBackend::kBucket) {
+    EXPECT_FALSE(store->Lookup("d1")) << "the bucket's other objects went with its file";
+    EXPECT_EQ(store->Usage().used, 0u) << "the vanished file's charge is released";
+    EXPECT_EQ(store->Usage().files, 0u);
+  } else {
+    ExpectReadable(*store, {objects[1]});
+    EXPECT_EQ(store->Usage().objects, 1u);
+    EXPECT_EQ(store->Usage().files, 1u);
+  }
 }
 
 // Reads pinned by the test hook: Remove and eviction must wait for them, and they must still get
