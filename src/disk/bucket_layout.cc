@@ -178,8 +178,12 @@ void BucketLayout::WriteBucket(std::span<const PreparedObject> objects, size_t b
   failures = writer.Flush();
   if (failures.empty() && ctx_.sync_writes && ::fdatasync(meta_fd) != 0) failures.emplace(1, errno);
   if (failures.empty() && ::rename(tmp_path.c_str(), meta_path.c_str()) != 0) failures.emplace(1, errno);
+  if (failures.empty() && ctx_.sync_writes) {
+    if (int err = SyncDirectory(dir_); err != 0) failures.emplace(1, err);
+  }
   if (!failures.empty()) {
     ::unlink(tmp_path.c_str());
+    ::unlink(meta_path.c_str());  // renamed already when only the directory sync failed
     ::unlink(data_path.c_str());
     return fail_all(ErrnoStatus(failures.begin()->second, "writing bucket metadata " + meta_path));
   }

@@ -147,8 +147,10 @@ void FileLayout::WriteSome(std::span<const PreparedObject> objects, size_t begin
     if (!err && ctx_.sync_writes && ::fdatasync(p.file->fd) != 0) err = errno;
     p.file.reset();
     if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+    if (!err && ctx_.sync_writes) err = SyncDirectory(DirOf(p.id));
     if (err) {
       ::unlink(tmp.c_str());
+      ::unlink(path.c_str());  // renamed already when only the directory sync failed
       out->placements[p.index] = ErrnoStatus(err, "writing " + path);
       continue;
     }

@@ -119,6 +119,8 @@ class Layout {
 
 // Opens a file of the store with O_DIRECT when ctx.direct_io (flags: O_RDONLY, O_RDWR|O_CREAT...).
 int OpenStoreFile(const LayoutContext& ctx, const std::string& path, int flags);
+// fsync of a directory, so a rename in it survives power loss (sync_writes). 0 or an errno.
+int SyncDirectory(const std::string& dir);
 // "what path: strerror" with the error code that fits errno (ENOSPC/EDQUOT: NO_AVAILABLE_HANDLE).
 Status ErrnoStatus(int err, std::string_view what, ErrorCode otherwise = ErrorCode::WRITE_FAIL);
 

@@ -1,5 +1,6 @@
 // disk/layout_common.cc - helpers the three layouts share.
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -15,6 +16,14 @@ int OpenStoreFile(const LayoutContext& ctx, const std::string& path, int flags) 
     fd = ::open(path.c_str(), flags | O_CLOEXEC | (ctx.direct_io ? O_DIRECT : 0), 0644);
   } while (fd < 0 && errno == EINTR);
   return fd;
+}
+
+int SyncDirectory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return err;
 }
 
 Status ErrnoStatus(int err, std::string_view what, ErrorCode otherwise) {
