@@ -557,6 +557,101 @@ TEST_P(DiskStoreTest, ConcurrentWritersAndReaders) {
   EXPECT_EQ(store->Usage().objects, 4u * 5 * 6 - 4 * 2);
 }
 
+// Writers, readers, removers and a two-phase evictor at once, for a bounded number of rounds: a
+// read is either the exact bytes of the generation it reports or a miss, never anything else; at
+// the end, evicting everything leaves no bytes charged and no files behind.
+TEST_P(DiskStoreTest, EveryoneAtOnceNeverServesWrongBytes) {
+  DiskStoreOptions o = Options();
+  o.bucket_max_keys = 3;
+  o.disk_size = 8ull << 20;
+  o.eviction = GetParam().io == IoMode::kUring ? EvictionPolicy::kLru : EvictionPolicy::kFifo;
+  auto store = Open(o);
+  ASSERT_TRUE(store);
+  constexpr int kKeys = 24;
+  auto size_of = [](int k, uint64_t gen) { return size_t(4096 * (1 + (k + gen) % 24) + k); };
+  std::atomic<bool> writers_done{false};
+  std::atomic<int> wrong{0}, reads_ok{0}, writes_ok{0};
+  std::vector<std::thread> writers, threads;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (uint64_t gen = 1 + w * 1000; gen < 40 + uint64_t(w) * 1000; ++gen) {
+        std::vector<std::string> keys;
+        std::vector<std::vector<std::byte>> values;
+        for (int k = w; k < kKeys; k += 4) {
+          keys.push_back("key" + std::to_string(k));
+          values.push_back(ValueFor(keys.back(), gen, size_of(k, gen)));
+        }
+        std::vector<ObjectWrite> batch;
+        for (size_t i = 0; i < keys.size(); ++i) batch.push_back(ObjectWrite{keys[i], gen, values[i], {}});
+        for (auto& r : store->Write(batch)) {
+          if (r.ok()) ++writes_ok;
+          else if (r.code() != ErrorCode::NO_AVAILABLE_HANDLE) ++wrong;
+        }
+      }
+    });
+  }
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<AlignedBuffer> buffers;
+      for (int i = 0; i < 8; ++i) buffers.emplace_back(AlignUp(size_of(kKeys, 24) + 4096 * 24));
+      // Until the writers are done (bounded: 20,000 rounds), and at least 60 rounds.
+      for (int round = 0; round < 20000 && (round < 60 || !writers_done); ++round) {
+        std::vector<std::string> keys;
+        std::vector<ReadRequest> reads;
+        for (int i = 0; i < 8; ++i) keys.push_back("key" + std::to_string((round * 8 + i + r) % kKeys));
+        for (int i = 0; i < 8; ++i) reads.push_back(ReadRequest{keys[i], 0, buffers[i].span()});
+        auto results = store->Read(reads);
+        for (int i = 0; i < 8; ++i) {
+          if (!results[i].status.ok()) {
+            if (results[i].status.code() != ErrorCode::OBJECT_NOT_FOUND) ++wrong;
+            continue;
+          }
+          const int k = std::stoi(keys[i].substr(3));
+          auto want = ValueFor(keys[i], results[i].gen, size_of(k, results[i].gen));
+          if (results[i].size != want.size() || std::memcmp(buffers[i].data(), want.data(), want.size()) != 0) {
+            ++wrong;
+          } else {
+            ++reads_ok;
+          }
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int round = 0; round < 5000 && (round < 60 || !writers_done); ++round) {
+      if (round % 3 == 0) (void)store->Remove("key" + std::to_string(round % kKeys));
+      if (store->Usage().used > store->Usage().capacity / 2) {
+        store->SelectVictims(1 << 20);
+        Status st = store->ReclaimVictims(std::chrono::milliseconds(200));
+        if (!st.ok() && st.code() != ErrorCode::OBJECT_HAS_LEASE) ++wrong;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  for (auto& t : writers) t.join();
+  writers_done = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(writes_ok.load(), 0);
+  EXPECT_GT(reads_ok.load(), 0);
+  EXPECT_LE(store->Usage().used, store->Usage().capacity);
+  for (const auto& o : store->ListObjects()) {
+    EXPECT_EQ(o.size, size_of(std::stoi(o.key.substr(3)), o.gen)) << o.key;
+  }
+  store->SelectVictims(UINT64_MAX);
+  ASSERT_TRUE(store->ReclaimVictims(std::chrono::milliseconds(2000)).ok());
+  DiskUsage usage = store->Usage();
+  EXPECT_EQ(usage.used, 0u);
+  EXPECT_EQ(usage.objects, 0u);
+  EXPECT_EQ(usage.files, 0u);
+  size_t data_files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.path())) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name != "FORMAT" && name != "LOCK" && name != "offset.data") ++data_files;
+  }
+  EXPECT_EQ(data_files, 0u) << "every bucket and object file is deleted";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Disk, DiskStoreTest,
     ::testing::Values(StoreParam{DiskBackend::kBucket, IoMode::kUring, true},
