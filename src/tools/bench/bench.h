@@ -123,4 +123,18 @@ struct ScaleBenchOptions {
 };
 int RunScaleBench(const ScaleBenchOptions& options);
 
+// The disk tier in process (src/disk): write GB/s (batches of `batch` objects) and batched read
+// GB/s (random keys, `batch` per call) per backend, I/O engine and object size; see disk_bench.cc.
+struct DiskBenchOptions {
+  std::string dir = "/tmp";  // each case gets a fresh directory in it, removed afterwards
+  std::vector<std::string> backends = {"bucket", "file", "offset"};
+  std::vector<std::string> io = {"io_uring", "posix"};
+  std::vector<std::string> sizes = {"64KiB", "256KiB", "1MiB", "4MiB"};
+  uint32_t batch = 32;
+  std::string bytes = "512MiB";  // written per case
+  double seconds = 2;                    // of reads per case
+  std::string json_path;
+};
+int RunDiskBench(const DiskBenchOptions& options);
+
 }  // namespace granary::bench

@@ -112,7 +112,24 @@ int main(int argc, char** argv) {
   trace->add_option("--label", tro.label, "free text copied into the JSON");
   trace->add_option("--json", tro.json_path, "also write the results as JSON to this file");
 
+  DiskBenchOptions dko;
+  auto* disk = app.add_subcommand("disk", "the disk tier in process: write and batched read GB/s");
+  disk->add_option("--dir", dko.dir, "directory to write in (a fresh subdirectory per case)")
+      ->capture_default_str();
+  disk->add_option("--backends", dko.backends, "bucket, file, offset")->capture_default_str()
+      ->delimiter(',')->check(CLI::IsMember({"bucket", "file", "offset"}));
+  disk->add_option("--io", dko.io, "io_uring, posix")->capture_default_str()->delimiter(',')
+      ->check(CLI::IsMember({"io_uring", "posix"}));
+  disk->add_option("--sizes", dko.sizes, "object sizes")->capture_default_str()->delimiter(',');
+  disk->add_option("--batch", dko.batch, "objects per write and per read call")
+      ->capture_default_str()->check(CLI::Range(1u, 4096u));
+  disk->add_option("--bytes", dko.bytes, "bytes written per case")->capture_default_str();
+  disk->add_option("--seconds", dko.seconds, "duration of each read case")->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  disk->add_option("--json", dko.json_path, "also write the results as JSON to this file");
+
   CLI11_PARSE(app, argc, argv);
+  if (disk->parsed()) return RunDiskBench(dko);
   if (master->parsed()) return RunMasterBench(mo);
   if (limits->parsed()) return RunLimits(lo);
   if (state->parsed()) return RunStateBench(so);

@@ -1,0 +1,303 @@
+// disk/bucket_layout.cc - the bucket backend (the default): objects written in groups.
+//
+// A bucket is two files in <dir>/buckets/: <id>.data holds the values back to back, each at a
+// 4 KiB-aligned offset and padded to 4 KiB; <id>.meta lists the keys, generations, offsets, sizes
+// and checksums (record_format.h). Ids (16 hex digits) come from one increasing sequence, so they
+// order buckets by creation. A Write() closes a bucket at bucket_max_bytes of data or
+// bucket_max_keys objects, whichever comes first; buckets are never appended to afterwards.
+//
+// Crash safety comes from the order of writes: the data file is complete before the metadata is
+// written, to <id>.meta.tmp, and renamed to <id>.meta. So a crash mid-write leaves a data file
+// without metadata, or a .tmp: recovery deletes both. A data file shorter than its metadata says
+// (truncated) is discarded whole. Destroy removes the metadata first, for the same reason.
+//
+// Location: tag 1 in bits 60..63 | bucket id in bits 24..59 | the object's index in the bucket
+// in bits 0..23 (bucket_max_keys is capped at 2^24 - 1 accordingly).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "common/logging.h"
+#include "disk/layout.h"
+#include "disk/record_format.h"
+#include "disk/staged_writer.h"
+
+namespace granary::disk {
+
+namespace {
+
+constexpr int kIdBits = 36;
+constexpr int kSlotBits = 24;
+constexpr uint64_t kMaxBucketId = (1ull << kIdBits) - 1;
+constexpr uint64_t kMaxMetaBytes = 256ull << 20;  // refuse to load anything larger at recovery
+
+uint64_t BucketLocation(uint64_t id, uint64_t slot) {
+  return (kTagBucket << kTagShift) | (id << kSlotBits) | slot;
+}
+
+class BucketLayout final : public Layout {
+ public:
+  explicit BucketLayout(LayoutContext ctx) : ctx_(std::move(ctx)), dir_(ctx_.dir + "/buckets") {}
+
+  Status Init() {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) return Status(ErrorCode::INVALID_PARAMS, "cannot create " + dir_ + ": " + ec.message());
+    return Status::Ok();
+  }
+
+  DiskBackend kind() const override { return DiskBackend::kBucket; }
+
+  uint64_t Footprint(uint32_t key_len, uint64_t size) const override {
+    // Its value, its metadata entry, and at most a block of metadata header and padding.
+    return AlignUp(size) + kBucketEntryBytes + key_len + kBlockSize;
+  }
+
+  LayoutWrite Write(std::span<const PreparedObject> objects) override {
+    LayoutWrite out;
+    out.placements.assign(objects.size(), Result<Placement>(ErrorCode::INTERNAL_ERROR, "unwritten"));
+    size_t begin = 0;
+    while (begin < objects.size()) {
+      size_t end = begin;
+      uint64_t data_bytes = 0;
+      while (end < objects.size() && end - begin < ctx_.bucket_max_keys &&
+             (end == begin || data_bytes + AlignUp(objects[end].value.size()) <= ctx_.bucket_max_bytes)) {
+        data_bytes += AlignUp(objects[end].value.size());
+        ++end;
+      }
+      WriteBucket(objects, begin, end, &out);
+      begin = end;
+    }
+    return out;
+  }
+
+  Result<LayoutRecovery> Recover() override;
+
+  Status CheckLocation(uint64_t location) const override {
+    // Structure only: the slot is not checked against bucket_max_keys, which may have been larger
+    // when a recovered bucket was written. Whether the copy exists is the index's answer.
+    uint64_t id = (location & ~kTagMask) >> kSlotBits;
+    if ((location & kTagMask) >> kTagShift != kTagBucket || id == 0) {
+      return Status(ErrorCode::INVALID_PARAMS, "disk location " + Hex(location) + " is not a bucket location");
+    }
+    return Status::Ok();
+  }
+
+  Result<std::shared_ptr<FileHandle>> OpenUnit(uint64_t unit_id) override {
+    int fd = OpenStoreFile(ctx_, DataPath(unit_id), O_RDONLY);
+    if (fd < 0) {
+      int err = errno;
+      if (err == ENOENT) {
+        return Result<std::shared_ptr<FileHandle>>(ErrorCode::OBJECT_NOT_FOUND,
+                                                   "bucket data file " + DataPath(unit_id) + " is missing");
+      }
+      return ErrnoStatus(err, "opening " + DataPath(unit_id), ErrorCode::INVALID_READ);
+    }
+    return std::make_shared<FileHandle>(fd);
+  }
+  bool CacheHandles() const override { return true; }
+
+  Status Destroy(uint64_t unit_id) override {
+    // Metadata first: a crash in between leaves a data file without metadata, which recovery drops.
+    if (::unlink(MetaPath(unit_id).c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, "deleting " + MetaPath(unit_id));
+    }
+    if (::unlink(DataPath(unit_id).c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, "deleting " + DataPath(unit_id));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static std::string Hex(uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof(b), "0x%016" PRIx64, v);
+    return b;
+  }
+  std::string Name(uint64_t id) const {
+    char b[24];
+    std::snprintf(b, sizeof(b), "%016" PRIx64, id);
+    return dir_ + "/" + b;
+  }
+  std::string DataPath(uint64_t id) const { return Name(id) + ".data"; }
+  std::string MetaPath(uint64_t id) const { return Name(id) + ".meta"; }
+
+  void WriteBucket(std::span<const PreparedObject> objects, size_t begin, size_t end, LayoutWrite* out);
+
+  LayoutContext ctx_;
+  std::string dir_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+void BucketLayout::WriteBucket(std::span<const PreparedObject> objects, size_t begin, size_t end,
+                               LayoutWrite* out) {
+  auto fail_all = [&](const Status& st) {
+    for (size_t i = begin; i < end; ++i) out->placements[i] = st;
+  };
+  const uint64_t id = next_id_.fetch_add(1);
+  if (id > kMaxBucketId) return fail_all(Status(ErrorCode::INTERNAL_ERROR, "bucket ids exhausted"));
+  const std::string data_path = DataPath(id), meta_path = MetaPath(id), tmp_path = meta_path + ".tmp";
+  int data_fd = OpenStoreFile(ctx_, data_path, O_WRONLY | O_CREAT | O_EXCL);
+  if (data_fd < 0) return fail_all(ErrnoStatus(errno, "creating " + data_path));
+  FileHandle data_file(data_fd);
+
+  StagedWriter writer(*ctx_.io);
+  BucketMeta meta;
+  meta.bucket_id = id;
+  for (size_t i = begin; i < end; ++i) {
+    const PreparedObject& o = objects[i];
+    meta.entries.push_back(BucketEntry{std::string(o.key), o.gen, meta.data_bytes, o.value.size(), o.checksum});
+    writer.Put(data_fd, meta.data_bytes, o.value, 0);
+    meta.data_bytes += AlignUp(o.value.size());
+  }
+  auto failures = writer.Flush();
+  if (failures.empty() && ctx_.sync_writes && ::fdatasync(data_fd) != 0) failures.emplace(0, errno);
+  if (!failures.empty()) {
+    ::unlink(data_path.c_str());
+    return fail_all(ErrnoStatus(failures.begin()->second, "writing bucket " + data_path));
+  }
+
+  const std::string encoded = EncodeBucketMeta(meta, ctx_.salt);
+  int meta_fd = OpenStoreFile(ctx_, tmp_path, O_WRONLY | O_CREAT | O_TRUNC);
+  if (meta_fd < 0) {
+    int err = errno;
+    ::unlink(data_path.c_str());
+    return fail_all(ErrnoStatus(err, "creating " + tmp_path));
+  }
+  FileHandle meta_file(meta_fd);
+  // The metadata is padded to 4 KiB by the writer's aligned bounce area (O_DIRECT); its header
+  // records its true length.
+  writer.Put(meta_fd, 0, std::as_bytes(std::span(encoded.data(), encoded.size())), 1);
+  failures = writer.Flush();
+  if (failures.empty() && ctx_.sync_writes && ::fdatasync(meta_fd) != 0) failures.emplace(1, errno);
+  if (failures.empty() && ::rename(tmp_path.c_str(), meta_path.c_str()) != 0) failures.emplace(1, errno);
+  if (failures.empty() && ctx_.sync_writes) {
+    if (int err = SyncDirectory(dir_); err != 0) failures.emplace(1, err);
+  }
+  if (!failures.empty()) {
+    ::unlink(tmp_path.c_str());
+    ::unlink(meta_path.c_str());  // renamed already when only the directory sync failed
+    ::unlink(data_path.c_str());
+    return fail_all(ErrnoStatus(failures.begin()->second, "writing bucket metadata " + meta_path));
+  }
+  const uint64_t meta_bytes = AlignUp(encoded.size());
+  for (size_t i = begin; i < end; ++i) {
+    const BucketEntry& e = meta.entries[i - begin];
+    uint64_t slot = i - begin;
+    out->placements[i] = Placement{id, BucketLocation(id, slot), e.offset,
+                                   AlignUp(e.size) + kBucketEntryBytes + e.key.size()};
+  }
+  out->units.push_back(WrittenUnit{id, meta.data_bytes + meta_bytes});
+}
+
+Result<LayoutRecovery> BucketLayout::Recover() {
+  LayoutRecovery rec;
+  auto problem = [&](std::string what) {
+    if (rec.report.problems.size() < 100) rec.report.problems.push_back(std::move(what));
+  };
+  // id -> (has data, has meta)
+  std::map<uint64_t, std::pair<bool, bool>> seen;
+  uint64_t max_id = 0;
+  std::error_code ec;
+  // increment(ec), not a range-for: the latter's ++ throws, and no exception leaves this library.
+  std::filesystem::directory_iterator it(dir_, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::directory_entry& dirent = *it;
+    const std::string name = dirent.path().filename().string();
+    uint64_t id = 0;
+    char suffix[16] = {0};
+    if (name.size() < 17 || std::sscanf(name.c_str(), "%16" SCNx64 "%15s", &id, suffix) != 2) continue;
+    std::string ext(suffix);
+    max_id = std::max(max_id, id);
+    if (ext == ".meta.tmp") {
+      problem("bucket " + name + ": metadata never completed (crash mid-write), deleted");
+      rec.report.units_discarded++;
+      ::unlink(dirent.path().c_str());
+    } else if (ext == ".data") {
+      seen[id].first = true;
+    } else if (ext == ".meta") {
+      seen[id].second = true;
+    }
+  }
+  if (ec) return Status(ErrorCode::INVALID_PARAMS, "cannot list " + dir_ + ": " + ec.message());
+  next_id_ = max_id + 1;
+
+  for (const auto& [id, files] : seen) {
+    const std::string data_path = DataPath(id), meta_path = MetaPath(id);
+    auto discard = [&](const std::string& why) {
+      problem("bucket " + Name(id) + ": " + why + ", discarded");
+      rec.report.units_discarded++;
+      struct stat st{};
+      if (::stat(data_path.c_str(), &st) == 0) rec.report.bytes_discarded += st.st_size;
+      ::unlink(meta_path.c_str());
+      ::unlink(data_path.c_str());
+    };
+    if (!files.second) {
+      discard("data without metadata (crash mid-write)");
+      continue;
+    }
+    if (!files.first) {
+      discard("metadata without its data file");
+      continue;
+    }
+    struct stat data_st{}, meta_st{};
+    if (::stat(data_path.c_str(), &data_st) != 0 || ::stat(meta_path.c_str(), &meta_st) != 0) {
+      discard("cannot stat its files");
+      continue;
+    }
+    if (static_cast<uint64_t>(meta_st.st_size) > kMaxMetaBytes) {
+      discard("metadata file larger than any bucket's");
+      continue;
+    }
+    std::string bytes(static_cast<size_t>(meta_st.st_size), '\0');
+    int fd = ::open(meta_path.c_str(), O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd < 0 ? -1 : ::pread(fd, bytes.data(), bytes.size(), 0);
+    if (fd >= 0) ::close(fd);
+    if (got != static_cast<ssize_t>(bytes.size())) {
+      discard("metadata unreadable");
+      continue;
+    }
+    auto meta = DecodeBucketMeta(std::as_bytes(std::span(bytes.data(), bytes.size())), ctx_.salt);
+    if (!meta.ok()) {
+      discard(meta.status().message());
+      continue;
+    }
+    if (meta->bucket_id != id || meta->entries.size() >= (1ull << kSlotBits)) {
+      discard("metadata names another bucket");
+      continue;
+    }
+    if (static_cast<uint64_t>(data_st.st_size) < meta->data_bytes) {
+      discard("data file truncated (" + std::to_string(data_st.st_size) + " of " +
+              std::to_string(meta->data_bytes) + " bytes)");
+      continue;
+    }
+    RecoveredUnit unit;
+    unit.unit_id = id;
+    unit.bytes = static_cast<uint64_t>(data_st.st_size) + static_cast<uint64_t>(meta_st.st_size);
+    for (size_t slot = 0; slot < meta->entries.size(); ++slot) {
+      BucketEntry& e = meta->entries[slot];
+      uint64_t length = AlignUp(e.size) + kBucketEntryBytes + e.key.size();
+      unit.objects.push_back(RecoveredObject{std::move(e.key), e.gen, e.size, e.checksum,
+                                             Placement{id, BucketLocation(id, slot), e.offset, length}});
+    }
+    rec.units.push_back(std::move(unit));
+  }
+  return rec;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Layout>> MakeBucketLayout(LayoutContext ctx) {
+  auto layout = std::make_unique<BucketLayout>(std::move(ctx));
+  if (Status st = layout->Init(); !st.ok()) return st;
+  return std::unique_ptr<Layout>(std::move(layout));
+}
+
+}  // namespace granary::disk
