@@ -32,6 +32,13 @@ struct NodeConfig {
   bool standalone = false;
   uint16_t master_port = 50051;
   uint16_t http_port = 9003;
+  // The SSD tier (docs/disk.md).
+  std::string disk_dir;
+  uint64_t disk_size = 0;  // 0: 80% of the free space of disk_dir's filesystem
+  std::string disk_backend = "bucket";
+  std::string disk_eviction = "lru";
+  std::string disk_io = "auto";
+  int64_t offload_interval_ms = 1000;
 };
 
 // Half of what /dev/shm can still hold, a quarter of RAM, and at most 4 GiB.
@@ -72,6 +79,15 @@ int main(int argc, char** argv) {
   schema.AddDurationMs("reclaim_interval", &c.reclaim_interval_ms,
                        "how often to unlink /dev/shm segments of dead nodes on this host "
                        "(0: only at start)");
+  schema.AddString("disk_dir", &c.disk_dir,
+                   "SSD tier: directory for disk copies of objects (empty: no disk tier)");
+  schema.AddSize("disk_size", &c.disk_size,
+                 "SSD tier: byte budget (0: 80% of the free space of disk_dir at start)");
+  schema.AddString("disk_backend", &c.disk_backend, "SSD tier: bucket, file-per-key or offset");
+  schema.AddString("disk_eviction", &c.disk_eviction, "SSD tier: lru or fifo");
+  schema.AddString("disk_io", &c.disk_io, "SSD tier: auto (io_uring where it works), uring or posix");
+  schema.AddDurationMs("offload_interval", &c.offload_interval_ms,
+                       "SSD tier: how often to ask the master what to copy to disk");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
   schema.AddPort("master_port", &c.master_port, "with --standalone: the master's gRPC port");
   schema.AddPort("http_port", &c.http_port, "with --standalone: the master's HTTP port");
@@ -111,6 +127,24 @@ int main(int argc, char** argv) {
   options.prefault = c.prefault;
   options.heartbeat_interval_ms = c.heartbeat_interval_ms;
   options.reclaim_interval_ms = c.reclaim_interval_ms;
+  if (!c.disk_dir.empty()) {
+    auto backend = disk::ParseBackend(c.disk_backend);
+    auto eviction = disk::ParseEvictionPolicy(c.disk_eviction);
+    auto io = disk::ParseIoMode(c.disk_io);
+    for (const Status& s : {backend.status(), eviction.status(), io.status()}) {
+      if (!s.ok()) {
+        std::fprintf(stderr, "granary-node: %s\n", s.message().c_str());
+        return 2;
+      }
+    }
+    options.disk.store.dir = c.disk_dir;
+    options.disk.store.disk_size = c.disk_size;
+    options.disk.store.backend = *backend;
+    options.disk.store.eviction = *eviction;
+    options.disk.store.io = *io;
+    options.disk.offload_interval_ms = c.offload_interval_ms;
+    options.disk.rpc_timeout_ms = options.rpc_timeout_ms;
+  }
   auto node = node::StorageNode::Start(options);
   if (!node.ok()) {
     GLOG_ERROR("{}", node.status().ToString());

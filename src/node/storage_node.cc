@@ -78,6 +78,11 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   node->endpoint_ = o.advertise_host + ":" + std::to_string(node->server_->port());
 
   node->master_ = proto::Master::NewStub(rpc::MakeChannel(o.master_address));
+  if (!o.disk.store.dir.empty()) {
+    auto tier = DiskTier::Open(o.disk, node->segment_.get(), node->master_.get(), node->client_id_);
+    if (!tier.ok()) return tier.status();
+    node->disk_ = std::move(*tier);
+  }
   Status mounted = node->Mount();
   if (!mounted.ok() && mounted.code() != ErrorCode::RPC_FAIL &&
       mounted.code() != ErrorCode::RPC_TIMEOUT) {
@@ -88,6 +93,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
               mounted.ToString());
   }
   node->heartbeat_ = std::thread([n = node.get()] { n->HeartbeatLoop(); });
+  if (node->disk_) node->disk_->Start();
   GLOG_INFO("node {}: segment {} ({} bytes) served at {}", node->client_id_, o.segment_name,
             o.segment_size, node->endpoint_);
   return node;
@@ -132,6 +138,13 @@ Status StorageNode::Mount() {
   if (resp.results_size() != 1) return Status(ErrorCode::INTERNAL_ERROR, "malformed mount reply");
   Status s = rpc::FromCode(resp.results(0).code(), resp.results(0).message());
   mounted_ = s.ok();
+  if (s.ok() && disk_) {
+    // The master may have lost (restart) or dropped (expiry) what the disk holds: tell it again.
+    disk_->SetMountToken(token);
+    if (Status r = disk_->RegisterInventory(); !r.ok()) {
+      GLOG_WARN("disk inventory not registered: {}", r.ToString());
+    }
+  }
   return s;
 }
 
@@ -155,6 +168,7 @@ void StorageNode::HeartbeatLoop() {
     proto::MountedSegment* mount = req.add_mounts();
     mount->set_name(options_.segment_name);
     mount->set_token(token_.load());
+    if (disk_) disk_->FillStats(req.mutable_disk());
     proto::PingResponse resp;
     grpc::Status rpc_status = master_->Ping(&ctx, req, &resp);
     if (!rpc_status.ok()) {
@@ -183,6 +197,7 @@ void StorageNode::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  if (disk_) disk_->Stop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (master_ && mounted_) {
     grpc::ClientContext ctx;

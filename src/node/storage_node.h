@@ -34,6 +34,7 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
 #include "node/data_server.h"
+#include "node/disk_tier.h"
 #include "node/shm_segment.h"
 
 namespace granary::node {
@@ -52,6 +53,8 @@ struct StorageNodeOptions {
   // How often to unlink orphaned segment files of dead nodes on this host (ShmSegment::
   // ReclaimOrphans); also done once at start. 0: only at start.
   int64_t reclaim_interval_ms = 30'000;
+  // The SSD tier (node/disk_tier.h); disk.store.dir empty: none.
+  DiskTierOptions disk;
 };
 
 class StorageNode {
@@ -72,6 +75,7 @@ class StorageNode {
   DataServer& server() { return *server_; }
   // The master confirmed the mount under the current token (false while a remount is in flight).
   bool mounted() const { return mounted_.load(); }
+  DiskTier* disk() { return disk_.get(); }  // null without a disk tier
 
  private:
   explicit StorageNode(StorageNodeOptions options);
@@ -89,6 +93,7 @@ class StorageNode {
   bool maybe_mounted_ = false;
   std::unique_ptr<ShmSegment> segment_;
   std::unique_ptr<DataServer> server_;
+  std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<proto::Master::Stub> master_;
   std::atomic<bool> mounted_{false};
 

@@ -1,0 +1,225 @@
+#include "node/disk_tier.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/logging.h"
+#include "proto/rpc_util.h"
+
+namespace granary::node {
+
+namespace {
+constexpr size_t kRegisterBatch = 4096;  // keys per DiskRegister call
+}  // namespace
+
+Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSegment* segment,
+                                                 proto::Master::Stub* master,
+                                                 std::string node_id) {
+  std::unique_ptr<DiskTier> tier(new DiskTier(std::move(options), segment, master,
+                                              std::move(node_id)));
+  auto store = disk::DiskStore::Open(tier->options_.store);
+  if (!store.ok()) return store.status();
+  tier->store_ = std::move(*store);
+  const auto& r = tier->store_->recovery();
+  GLOG_INFO("disk tier in {}: {} backend, {} I/O{}, {} objects recovered, {} torn units discarded",
+            tier->options_.store.dir, disk::BackendName(tier->store_->backend()),
+            tier->store_->io_mode() == disk::IoMode::kUring ? "io_uring" : "POSIX",
+            tier->store_->direct_io() ? " (O_DIRECT)" : " (buffered)", r.objects,
+            r.units_discarded);
+  return tier;
+}
+
+DiskTier::DiskTier(DiskTierOptions options, ShmSegment* segment, proto::Master::Stub* master,
+                   std::string node_id)
+    : options_(std::move(options)), segment_(segment), master_(master),
+      node_id_(std::move(node_id)) {}
+
+DiskTier::~DiskTier() { Stop(); }
+
+void DiskTier::Start() {
+  if (options_.offload_interval_ms <= 0) return;
+  thread_ = std::thread([this] { OffloadLoop(); });
+}
+
+void DiskTier::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status DiskTier::RegisterInventory() {
+  std::vector<disk::StoredObject> objects = store_->ListObjects();
+  size_t registered = 0, refused = 0;
+  for (size_t begin = 0; begin < objects.size(); begin += kRegisterBatch) {
+    const size_t end = std::min(objects.size(), begin + kRegisterBatch);
+    proto::DiskRegisterRequest req;
+    req.set_client_id(node_id_);
+    for (size_t i = begin; i < end; ++i) {
+      proto::DiskCopy* c = req.add_copies();
+      c->set_key(objects[i].key);
+      c->set_size(objects[i].size);
+      c->set_checksum(objects[i].checksum);
+      c->set_location(objects[i].location);
+    }
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+    proto::BatchStatusResponse resp;
+    if (Status s = rpc::FromGrpc(master_->DiskRegister(&ctx, req, &resp), "disk register");
+        !s.ok()) {
+      return s;
+    }
+    for (int i = 0; i < resp.results_size() && begin + i < end; ++i) {
+      const int32_t code = resp.results(i).code();
+      if (code == 0) {
+        registered++;
+      } else if (code == static_cast<int32_t>(ErrorCode::ILLEGAL_CLIENT)) {
+        return rpc::FromCode(code, resp.results(i).message());  // not mounted yet: next mount
+      } else {
+        // Other bytes are committed under the key, a put of it is in flight, or the entry is
+        // invalid: this copy will never be named to a reader, so its space goes back.
+        (void)store_->Remove(objects[begin + i].key, objects[begin + i].location);
+        refused++;
+      }
+    }
+  }
+  if (!objects.empty()) {
+    GLOG_INFO("disk tier: {} objects registered with the master, {} refused and deleted",
+              registered, refused);
+  }
+  return Status::Ok();
+}
+
+void DiskTier::FillStats(proto::DiskStats* out) const {
+  const disk::DiskUsage u = store_->Usage();
+  out->set_capacity_bytes(u.capacity);
+  out->set_used_bytes(u.used);
+  out->set_object_count(u.objects);
+}
+
+void DiskTier::OffloadLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.offload_interval_ms),
+                 [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    // Rounds back to back while the master has work, at most a few per interval.
+    for (int round = 0; round < 8; ++round) {
+      auto done = OffloadOnce();
+      if (!done.ok()) {
+        GLOG_DEBUG("offload round: {}", done.status().ToString());
+        break;
+      }
+      if (*done == 0) break;
+    }
+    lock.lock();
+  }
+}
+
+void DiskTier::MakeRoom(uint64_t bytes) {
+  const disk::DiskUsage u = store_->Usage();
+  const uint64_t free_bytes = u.capacity > u.used ? u.capacity - u.used : 0;
+  if (free_bytes >= bytes) return;
+  std::vector<disk::StoredObject> victims = store_->SelectVictims(bytes - free_bytes);
+  if (!victims.empty()) {
+    // The master stops naming these before their files go.
+    proto::DiskDropRequest req;
+    req.set_client_id(node_id_);
+    for (const auto& v : victims) {
+      req.add_keys(v.key);
+      req.add_locations(v.location);
+    }
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+    proto::BatchStatusResponse resp;
+    grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
+    if (!s.ok()) GLOG_WARN("disk drop of {} evicted copies: {}", victims.size(), s.error_message());
+  }
+  // Readers the master named a victim to before the drop find it gone from the index: a miss.
+  (void)store_->ReclaimVictims(std::chrono::milliseconds(1000));
+}
+
+Result<size_t> DiskTier::OffloadOnce() {
+  proto::OffloadStartRequest req;
+  req.set_client_id(node_id_);
+  req.set_max_keys(options_.offload_max_keys);
+  req.set_max_bytes(options_.offload_max_bytes);
+  proto::OffloadStartResponse started;
+  {
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+    if (Status s = rpc::FromGrpc(master_->OffloadStart(&ctx, req, &started), "offload start");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (started.code() != 0) return rpc::FromCode(started.code(), started.message());
+  const int n = started.items_size();
+  if (n == 0) return size_t{0};
+
+  // Copies straight from the segment: the master holds these versions' memory (a demotion) until
+  // OffloadEnd, and the store checks each against the master's checksum.
+  const uint64_t token = token_.load();
+  std::vector<disk::ObjectWrite> writes;
+  std::vector<int> write_item;
+  uint64_t bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    const proto::OffloadItem& item = started.items(i);
+    const proto::Replica& src = item.source();
+    const bool in_bounds = src.offset() <= segment_->size() &&
+                           item.size() <= segment_->size() - src.offset() &&
+                           src.length() == item.size();
+    if (!in_bounds || src.token() != token || src.segment_name().empty()) continue;
+    writes.push_back({item.key(), item.version_gen(),
+                      std::span<const std::byte>(
+                          reinterpret_cast<const std::byte*>(segment_->data() + src.offset()),
+                          item.size()),
+                      item.checksum()});
+    write_item.push_back(i);
+    bytes += item.size();
+  }
+  MakeRoom(bytes);
+  std::vector<Result<disk::StoredObject>> written = store_->Write(writes);
+
+  proto::OffloadEndRequest end;
+  end.set_client_id(node_id_);
+  std::vector<uint64_t> location_of(n, 0);
+  std::vector<bool> ok(n, false);
+  for (size_t w = 0; w < written.size(); ++w) {
+    if (written[w].ok()) {
+      ok[write_item[w]] = true;
+      location_of[write_item[w]] = written[w]->location;
+    } else if (written[w].status().code() == ErrorCode::CHECKSUM_MISMATCH) {
+      GLOG_WARN("offload of {}: memory bytes do not match their checksum; not copied",
+                started.items(write_item[w]).key());
+    }
+  }
+  size_t copied = 0;
+  for (int i = 0; i < n; ++i) {
+    end.add_keys(started.items(i).key());
+    end.add_version_gens(started.items(i).version_gen());
+    end.add_locations(location_of[i]);
+    end.add_written(ok[i]);
+    copied += ok[i];
+  }
+  proto::BatchStatusResponse ended;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+  if (Status s = rpc::FromGrpc(master_->OffloadEnd(&ctx, end, &ended), "offload end"); !s.ok()) {
+    // Unknown outcome: the copies stay; the next registration (after a remount) settles them.
+    return s;
+  }
+  for (int i = 0; i < n && i < ended.results_size(); ++i) {
+    if (ok[i] && ended.results(i).code() != 0) {  // replaced or removed meanwhile
+      (void)store_->Remove(started.items(i).key(), location_of[i]);
+      copied--;
+    }
+  }
+  offloaded_ += copied;
+  return copied;
+}
+
+}  // namespace granary::node
