@@ -112,6 +112,8 @@ struct RecoveryReport {
   uint64_t units_discarded = 0;  // torn buckets / files / records found and deleted
   uint64_t bytes_discarded = 0;
   std::vector<std::string> problems;  // what was discarded and why (the first 100)
+  // Offset backend: the record table came from the index of the last clean close, not a scan.
+  bool used_shutdown_index = false;
 };
 
 class DiskStore {

@@ -36,7 +36,18 @@ DiskStoreImpl::DiskStoreImpl(DiskStoreOptions options, std::unique_ptr<FileHandl
       capacity_(capacity),
       direct_io_(direct_io) {}
 
-DiskStoreImpl::~DiskStoreImpl() = default;
+DiskStoreImpl::~DiskStoreImpl() {
+  // No read can be in flight in a store being destroyed: delete what eviction and removes left,
+  // so that what stays on disk is exactly the index, and let the layout record that.
+  if (!loaded_) return;  // recovery failed: the index is not what the disk holds
+  (void)ReclaimVictims(std::chrono::milliseconds(0));
+  std::vector<RecoveredObject> live;
+  for (auto& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    for (const auto& [key, e] : shard.entries) live.push_back(RecoveredObject{key, e.gen, e.size, e.checksum, e.placement});
+  }
+  layout_->SaveOnClose(live);
+}
 
 DiskStoreImpl::Shard& DiskStoreImpl::ShardOf(std::string_view key) const {
   return shards_[KeyHash{}(key) % kShards];
@@ -86,6 +97,7 @@ Status DiskStoreImpl::LoadRecovery() {
   }
   DestroyUnits(empty_units);  // they held only superseded copies
   for (auto& shard : shards_) recovery_.objects += shard.entries.size();
+  loaded_ = true;
   return Status::Ok();
 }
 

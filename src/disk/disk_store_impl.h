@@ -94,6 +94,7 @@ class DiskStoreImpl final : public DiskStore {
   const uint64_t capacity_;
   const bool direct_io_;
   RecoveryReport recovery_;
+  bool loaded_ = false;  // LoadRecovery completed
 
   mutable std::array<Shard, kShards> shards_;
   mutable std::mutex units_mu_;

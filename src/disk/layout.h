@@ -115,6 +115,9 @@ class Layout {
   virtual Status Destroy(uint64_t unit_id) = 0;
   // The budget the layout itself imposes (the offset file's size), or 0 for none.
   virtual uint64_t Capacity() const { return 0; }
+  // At a clean close, with no read in flight and every doomed unit destroyed: `live` is all the
+  // layout still holds. The offset layout records it so the next open need not scan its file.
+  virtual void SaveOnClose(const std::vector<RecoveredObject>& live) {}
 };
 
 // Opens a file of the store with O_DIRECT when ctx.direct_io (flags: O_RDONLY, O_RDWR|O_CREAT...).

@@ -21,7 +21,11 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "common/logging.h"
@@ -51,6 +55,7 @@ class OffsetLayout final : public Layout {
 
   LayoutWrite Write(std::span<const PreparedObject> objects) override;
   Result<LayoutRecovery> Recover() override;
+  void SaveOnClose(const std::vector<RecoveredObject>& live) override;
 
   Status CheckLocation(uint64_t location) const override {
     uint64_t block = location & ~kTagMask;
@@ -103,6 +108,12 @@ class OffsetLayout final : public Layout {
     }
     return Status::Ok();
   }
+
+  // Loads the shutdown index into the allocator and record table when it is valid; nullopt (and
+  // `why`) when it must not be trusted. Leaves both untouched on failure.
+  std::optional<LayoutRecovery> LoadShutdownIndex(std::string* why);
+  Result<LayoutRecovery> ScanFile();
+  std::string IndexPath() const { return ctx_.dir + "/offset.index"; }
 
   LayoutContext ctx_;
   std::shared_ptr<FileHandle> file_;
@@ -185,7 +196,109 @@ LayoutWrite OffsetLayout::Write(std::span<const PreparedObject> objects) {
   return out;
 }
 
+// The shutdown index is trusted only by the open that follows the clean close which wrote it:
+// Recover() deletes it (and syncs the directory) before any write, so after a crash there is
+// none and the file is scanned.
 Result<LayoutRecovery> OffsetLayout::Recover() {
+  struct stat st{};
+  if (::stat(IndexPath().c_str(), &st) != 0) return ScanFile();
+  std::string why;
+  std::optional<LayoutRecovery> loaded = LoadShutdownIndex(&why);
+  if (::unlink(IndexPath().c_str()) != 0 || SyncDirectory(ctx_.dir) != 0) {
+    return ErrnoStatus(errno, "removing " + IndexPath() + " before writing", ErrorCode::INVALID_PARAMS);
+  }
+  if (loaded) return std::move(*loaded);
+  GLOG_WARN("disk tier: {} not used ({}); scanning the offset file", IndexPath(), why);
+  auto scanned = ScanFile();
+  if (scanned.ok() && scanned->report.problems.size() < 100) {
+    scanned->report.problems.push_back("shutdown index not used: " + why);
+  }
+  return scanned;
+}
+
+std::optional<LayoutRecovery> OffsetLayout::LoadShutdownIndex(std::string* why) {
+  std::string bytes;
+  {
+    std::ifstream in(IndexPath(), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto index = DecodeOffsetIndex(std::as_bytes(std::span(bytes.data(), bytes.size())), ctx_.salt);
+  if (!index.ok()) {
+    *why = index.status().message();
+    return std::nullopt;
+  }
+  const uint64_t capacity = allocator_.capacity();
+  struct stat file_st{};
+  if (index->capacity != capacity || ::fstat(file_->fd, &file_st) != 0 ||
+      index->file_inode != static_cast<uint64_t>(file_st.st_ino)) {
+    *why = "written for another offset file";
+    return std::nullopt;
+  }
+  ExtentAllocator allocator(capacity);
+  std::unordered_map<uint64_t, Extent> records;
+  LayoutRecovery rec;
+  rec.report.used_shutdown_index = true;
+  uint64_t max_id = 0;
+  for (size_t i = 0; i < index->records.size(); ++i) {
+    auto& [h, key] = index->records[i];
+    const uint64_t offset = index->offsets[i];
+    const uint64_t prefix = RecordPrefixBytes(h.key_len);
+    const uint64_t length = prefix + AlignUp(h.value_len);
+    if (h.unit_id == 0 || h.unit_id >= kTagMask || records.count(h.unit_id) || !IsAligned(offset) ||
+        offset > capacity || length > capacity - offset || !allocator.Reserve(offset, length)) {
+      *why = "record " + std::to_string(i) + " is inconsistent";
+      return std::nullopt;
+    }
+    records[h.unit_id] = Extent{offset, length};
+    max_id = std::max(max_id, h.unit_id);
+    RecoveredUnit unit{h.unit_id, length, {}};
+    unit.objects.push_back(RecoveredObject{std::move(key), h.gen, h.value_len, h.value_checksum,
+                                           Placement{h.unit_id, (kTagOffset << kTagShift) | (offset / kBlockSize),
+                                                     offset + prefix, length}});
+    rec.units.push_back(std::move(unit));
+  }
+  allocator_ = std::move(allocator);
+  for (auto& [id, extent] : records) ShardOf(id).records[id] = extent;
+  next_id_ = std::max(index->next_unit_id, max_id + 1);
+  return rec;
+}
+
+void OffsetLayout::SaveOnClose(const std::vector<RecoveredObject>& live) {
+  OffsetIndex index;
+  index.capacity = allocator_.capacity();
+  index.next_unit_id = next_id_.load();
+  struct stat file_st{};
+  if (::fstat(file_->fd, &file_st) != 0) return;
+  index.file_inode = static_cast<uint64_t>(file_st.st_ino);
+  for (const auto& o : live) {
+    const uint64_t prefix = RecordPrefixBytes(static_cast<uint32_t>(o.key.size()));
+    RecordHeader h{static_cast<uint32_t>(o.key.size()), static_cast<uint32_t>(o.size), o.gen, o.checksum,
+                   o.placement.unit_id};
+    index.records.emplace_back(h, o.key);
+    index.offsets.push_back(o.placement.value_offset - prefix);
+  }
+  const std::string encoded = EncodeOffsetIndex(index, ctx_.salt);
+  const std::string tmp = IndexPath() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < encoded.size();) {
+    ssize_t n = ::write(fd, encoded.data() + done, encoded.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    done += n > 0 ? static_cast<size_t>(n) : 0;
+  }
+  // The records themselves must be on disk before an index that vouches for them.
+  ok = ok && ::fdatasync(file_->fd) == 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::rename(tmp.c_str(), IndexPath().c_str()) == 0 && SyncDirectory(ctx_.dir) == 0;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    GLOG_WARN("disk tier: could not write {} ({}); the next open scans the offset file", IndexPath(),
+              std::strerror(errno));
+  }
+}
+
+Result<LayoutRecovery> OffsetLayout::ScanFile() {
   LayoutRecovery rec;
   const uint64_t capacity = allocator_.capacity();
   AlignedBuffer chunk(kScanChunk);
@@ -263,6 +376,7 @@ Result<std::unique_ptr<Layout>> MakeOffsetLayout(LayoutContext ctx) {
                 path, capacity, ctx.capacity);
     }
   } else {
+    ::unlink((ctx.dir + "/offset.index").c_str());  // describes a file that is no more
     capacity = ctx.capacity / kBlockSize * kBlockSize;
     if (capacity == 0) return Status(ErrorCode::INVALID_PARAMS, "offset backend: disk_size below 4 KiB");
     int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(capacity));

@@ -153,4 +153,69 @@ Result<BucketMeta> DecodeBucketMeta(std::span<const std::byte> bytes, uint64_t s
   return meta;
 }
 
+std::string EncodeOffsetIndex(const OffsetIndex& index, uint64_t salt) {
+  std::string body;
+  for (size_t i = 0; i < index.records.size(); ++i) {
+    const auto& [h, key] = index.records[i];
+    Put<uint32_t>(body, static_cast<uint32_t>(key.size()));
+    Put<uint32_t>(body, h.value_len);
+    Put<uint64_t>(body, h.gen);
+    Put<uint64_t>(body, h.value_checksum);
+    Put<uint64_t>(body, h.unit_id);
+    Put<uint64_t>(body, index.offsets[i]);
+    body.append(key);
+  }
+  std::string out;
+  Put<uint32_t>(out, kOffsetIndexMagic);
+  Put<uint16_t>(out, 1);
+  Put<uint16_t>(out, 0);
+  Put<uint32_t>(out, static_cast<uint32_t>(index.records.size()));
+  Put<uint32_t>(out, 0);
+  Put<uint64_t>(out, index.capacity);
+  Put<uint64_t>(out, index.next_unit_id);
+  Put<uint64_t>(out, body.size());
+  Put<uint64_t>(out, Hash(body.data(), body.size(), salt));
+  Put<uint64_t>(out, index.file_inode);
+  Put<uint64_t>(out, Hash(out.data(), out.size(), salt));
+  out += body;
+  return out;
+}
+
+Result<OffsetIndex> DecodeOffsetIndex(std::span<const std::byte> bytes, uint64_t salt) {
+  auto bad = [](std::string why) {
+    return Result<OffsetIndex>(ErrorCode::INVALID_READ, "offset index: " + why);
+  };
+  if (bytes.size() < 64) return bad("shorter than its header");
+  const std::byte* p = bytes.data();
+  if (Get<uint32_t>(p) != kOffsetIndexMagic || Get<uint16_t>(p + 4) != 1) return bad("bad magic or version");
+  if (Hash(p, 56, salt) != Get<uint64_t>(p + 56)) return bad("header checksum mismatch");
+  OffsetIndex index;
+  const uint32_t count = Get<uint32_t>(p + 8);
+  index.capacity = Get<uint64_t>(p + 16);
+  index.next_unit_id = Get<uint64_t>(p + 24);
+  index.file_inode = Get<uint64_t>(p + 48);
+  const uint64_t body_bytes = Get<uint64_t>(p + 32);
+  if (body_bytes > bytes.size() - 64) return bad("torn: body shorter than recorded");
+  const std::byte* body = p + 64;
+  if (Hash(body, body_bytes, salt) != Get<uint64_t>(p + 40)) return bad("body checksum mismatch");
+  if (count > body_bytes / kOffsetIndexEntryBytes) return bad("entry count exceeds the body");
+  uint64_t pos = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (body_bytes - pos < kOffsetIndexEntryBytes) return bad("entry past the body");
+    RecordHeader h;
+    h.key_len = Get<uint32_t>(body + pos);
+    h.value_len = Get<uint32_t>(body + pos + 4);
+    h.gen = Get<uint64_t>(body + pos + 8);
+    h.value_checksum = Get<uint64_t>(body + pos + 16);
+    h.unit_id = Get<uint64_t>(body + pos + 24);
+    const uint64_t offset = Get<uint64_t>(body + pos + 32);
+    pos += kOffsetIndexEntryBytes;
+    if (h.key_len == 0 || h.key_len > 4096 || body_bytes - pos < h.key_len) return bad("bad key length");
+    index.records.emplace_back(h, std::string(reinterpret_cast<const char*>(body + pos), h.key_len));
+    index.offsets.push_back(offset);
+    pos += h.key_len;
+  }
+  return index;
+}
+
 }  // namespace granary::disk

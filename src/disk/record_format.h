@@ -70,4 +70,25 @@ std::string EncodeBucketMeta(const BucketMeta& meta, uint64_t salt);
 // INVALID_READ naming what is wrong. Entries must lie inside data_bytes and not overlap.
 Result<BucketMeta> DecodeBucketMeta(std::span<const std::byte> bytes, uint64_t salt);
 
+// --- offset backend's shutdown index (<dir>/offset.index): the record table as it was at a clean
+// close, so the next open need not scan the file. A 64-byte header [magic u32 "GROI" |
+// version u16 | pad u16 | count u32 | pad u32 | capacity u64 | next_unit_id u64 | body_bytes u64 |
+// body_checksum u64 | file_inode u64 | header_checksum u64], then `count` entries [key_len u32 |
+// value_len u32 | gen u64 | value_checksum u64 | unit_id u64 | offset u64 | key].
+inline constexpr uint32_t kOffsetIndexMagic = 0x494f5247;  // "GROI"
+inline constexpr size_t kOffsetIndexEntryBytes = 40;       // before the key
+
+struct OffsetIndex {
+  uint64_t capacity = 0;      // the offset file's size when written
+  uint64_t next_unit_id = 0;  // the record sequence's next value
+  uint64_t file_inode = 0;    // of the offset file it describes (a recreated file is not it)
+  std::vector<std::pair<RecordHeader, std::string>> records;  // header (unit_id set) and key
+  std::vector<uint64_t> offsets;                               // of each record, same order
+};
+
+std::string EncodeOffsetIndex(const OffsetIndex& index, uint64_t salt);
+// INVALID_READ naming what is wrong; checks checksums and sizes only (the layout checks that the
+// records fit its file and do not overlap).
+Result<OffsetIndex> DecodeOffsetIndex(std::span<const std::byte> bytes, uint64_t salt);
+
 }  // namespace granary::disk

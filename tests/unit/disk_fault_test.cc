@@ -290,6 +290,7 @@ TEST_P(DiskKillTest, WriterKilledMidWriteLeavesOnlyByteExactObjects) {
       EXPECT_GE(gen_of[key], last_acked) << key;
     }
     EXPECT_EQ(CountFiles(dir.path(), ".tmp"), 0u) << "recovery deletes what a crash left half-done";
+    EXPECT_FALSE((*store)->recovery().used_shutdown_index) << "a killed writer leaves no index to trust";
     // The next writer continues on this directory (the next attempt starts from it).
   }
 }
@@ -404,6 +405,8 @@ TEST(DiskTornWriteTest, OffsetRecoveryDropsRecordsWithoutAValidHeader) {
     ASSERT_TRUE(store.ok());
     WriteKeys(**store, {"first", "middle", "last"}, 70000);
   }
+  // A crash leaves no shutdown index (the clean close above wrote one).
+  ASSERT_TRUE(fs::remove(dir.path() + "/offset.index"));
   // "middle": its header block as a crash between value and header leaves it (never written),
   // "last": a header byte changed.
   auto middle = FindValue(dir.path(), ValueFor("middle", 1, 70000));
@@ -429,6 +432,65 @@ TEST(DiskTornWriteTest, OffsetRecoveryDropsRecordsWithoutAValidHeader) {
   EXPECT_EQ(more.size(), 2u);
   EXPECT_EQ(CheckReadable(**store, more), "");
   EXPECT_LT((*store)->Usage().capacity - (*store)->Usage().used, free_bytes);
+}
+
+TEST(DiskOffsetIndexTest, CleanCloseReopensFromTheIndexWithoutAScan) {
+  TempDir dir;
+  const DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kOffset);
+  std::vector<StoredObject> kept;
+  uint64_t used = 0;
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    EXPECT_FALSE((*store)->recovery().used_shutdown_index) << "a new file has none";
+    auto objects = WriteKeys(**store, {"keep", "removed", "evicted", "keep2"}, 70000);
+    ASSERT_EQ(objects.size(), 4u);
+    ASSERT_TRUE((*store)->Remove("removed").ok());
+    ASSERT_EQ((*store)->SelectVictims(1).size(), 1u);  // fifo: "keep" is the oldest
+    kept = {objects[2], objects[3]};
+    // Phase two never ran: closing deletes what it would have.
+  }
+  ASSERT_TRUE(fs::exists(dir.path() + "/offset.index"));
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    EXPECT_TRUE((*store)->recovery().used_shutdown_index);
+    EXPECT_FALSE(fs::exists(dir.path() + "/offset.index")) << "trusted once, then gone before any write";
+    auto listed = (*store)->ListObjects();
+    std::set<std::string> keys;
+    for (auto& l : listed) keys.insert(l.key);
+    EXPECT_EQ(keys, (std::set<std::string>{"evicted", "keep2"}));
+    EXPECT_EQ(CheckReadable(**store, kept), "");
+    used = (*store)->Usage().used;
+    EXPECT_EQ(used, 2 * (4096u + AlignUp(70000))) << "removed and evicted records' space is free";
+    auto more = WriteKeys(**store, {"after"}, 5000);
+    kept.insert(kept.end(), more.begin(), more.end());
+  }
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE((*store)->recovery().used_shutdown_index);
+  EXPECT_EQ((*store)->ListObjects().size(), 3u);
+  EXPECT_EQ(CheckReadable(**store, kept), "");
+}
+
+TEST(DiskOffsetIndexTest, DamagedIndexFallsBackToScanningTheFile) {
+  TempDir dir;
+  const DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kOffset);
+  std::vector<StoredObject> objects;
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    objects = WriteKeys(**store, {"a", "b", "c"}, 20000);
+  }
+  testing::FlipByte({dir.path() + "/offset.index", 0}, 70);
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_FALSE((*store)->recovery().used_shutdown_index);
+  ASSERT_FALSE((*store)->recovery().problems.empty());
+  EXPECT_NE((*store)->recovery().problems.back().find("shutdown index"), std::string::npos);
+  EXPECT_EQ((*store)->ListObjects().size(), 3u) << "the scan finds every record";
+  EXPECT_EQ(CheckReadable(**store, objects), "");
+  EXPECT_FALSE(fs::exists(dir.path() + "/offset.index"));
 }
 
 // --- open-time errors ----------------------------------------------------------------------------
