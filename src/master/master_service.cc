@@ -149,6 +149,7 @@ grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequ
 grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*,
                                          proto::ListSegmentsResponse* resp) {
   CallScope scope(Metrics("ListSegments"), 0);
+  std::lock_guard disks_lock(disks_mu_);
   for (const auto& u : state_->segments().Usage()) {
     proto::SegmentInfo* info = resp->add_segments();
     info->set_segment_id(u.identity->id);
@@ -163,7 +164,6 @@ grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*
     info->set_shm_name(u.identity->shm_name);
     info->set_host_id(u.identity->host_id);
     info->set_token(u.identity->token);
-    std::lock_guard lock(disks_mu_);
     if (auto d = disks_.find(u.identity->client_id); d != disks_.end()) {
       *info->mutable_node_disk() = d->second;
     }

@@ -268,6 +268,10 @@ class MasterState {
   std::vector<Status> ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now);
   std::vector<Status> ApplyDiskRegister(const DiskRegisterOp& op, int64_t now);
   std::vector<Status> ApplyDiskDrop(const DiskDropOp& op, int64_t now);
+  // The object `key` if `node_id` is demoting its version `version_gen`; else why not
+  // (INVALID_WRITE: no demotion; ILLEGAL_CLIENT: another node's or another version's).
+  Result<ObjectIter> OwnDemotion(Shard& shard, const std::string& key, const std::string& node_id,
+                                 uint64_t version_gen);
   // Ends the demotion of it (attached or not): its held memory is freed once no read lock can
   // cover it.
   void ResolveDemotion(Shard& shard, ObjectIter it, int64_t now);

@@ -55,29 +55,23 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
 }
 
 std::vector<Status> MasterState::ApplyDemoteEnd(const DemoteEndOp& op, int64_t now) {
-  std::vector<Status> results(op.keys.size());
-  Status batch_error = BatchLimit(op.keys.size());
-  if (op.version_gens.size() != op.keys.size() || op.locations.size() != op.keys.size()) {
-    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys, versions and locations differ in length");
+  const size_t n = op.keys.size();
+  if (Status bad = BatchShapeError(n, op.version_gens.size() == n && op.locations.size() == n,
+                                   "keys, versions and locations differ in length");
+      !bad.ok()) {
+    return std::vector<Status>(n, bad);
   }
-  if (!batch_error.ok()) {
-    std::fill(results.begin(), results.end(), batch_error);
-    return results;
-  }
+  std::vector<Status> results(n);
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
-      auto it = shard.objects.find(op.keys[i]);
-      if (it == shard.objects.end() || !it->second.demotion) {
-        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
+      auto it = OwnDemotion(shard, op.keys[i], op.node_id, op.version_gens[i]);
+      if (!it.ok()) {
+        results[i] = it.status();
         continue;
       }
-      ObjectMeta& meta = it->second;
-      if (meta.demotion->node_id != op.node_id || meta.demotion->version_gen != op.version_gens[i]) {
-        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
-        continue;
-      }
+      ObjectMeta& meta = (*it)->second;
       if (meta.committed && meta.committed->gen == meta.demotion->version_gen) {
         meta.committed->disk.push_back({op.node_id, op.locations[i], meta.committed->size});
         disk_replica_count_++;
@@ -85,40 +79,46 @@ std::vector<Status> MasterState::ApplyDemoteEnd(const DemoteEndOp& op, int64_t n
         results[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
                             "the demoted version was replaced or removed: delete the disk copy");
       }
-      ResolveDemotion(shard, it, now);
+      ResolveDemotion(shard, *it, now);
     }
   }
   return results;
 }
 
 std::vector<Status> MasterState::ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now) {
-  std::vector<Status> results(op.keys.size());
-  Status batch_error = BatchLimit(op.keys.size());
-  if (op.version_gens.size() != op.keys.size()) {
-    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys and versions differ in length");
+  const size_t n = op.keys.size();
+  if (Status bad = BatchShapeError(n, op.version_gens.size() == n,
+                                   "keys and versions differ in length");
+      !bad.ok()) {
+    return std::vector<Status>(n, bad);
   }
-  if (!batch_error.ok()) {
-    std::fill(results.begin(), results.end(), batch_error);
-    return results;
-  }
+  std::vector<Status> results(n);
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
-      auto it = shard.objects.find(op.keys[i]);
-      if (it == shard.objects.end() || !it->second.demotion) {
-        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
-        continue;
+      auto it = OwnDemotion(shard, op.keys[i], op.node_id, op.version_gens[i]);
+      if (it.ok()) {
+        ResolveDemotion(shard, *it, now);
+      } else {
+        results[i] = it.status();
       }
-      if (it->second.demotion->node_id != op.node_id ||
-          it->second.demotion->version_gen != op.version_gens[i]) {
-        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
-        continue;
-      }
-      ResolveDemotion(shard, it, now);
     }
   }
   return results;
+}
+
+Result<MasterState::ObjectIter> MasterState::OwnDemotion(Shard& shard, const std::string& key,
+                                                         const std::string& node_id,
+                                                         uint64_t version_gen) {
+  auto it = shard.objects.find(key);
+  if (it == shard.objects.end() || !it->second.demotion) {
+    return Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
+  }
+  if (it->second.demotion->node_id != node_id || it->second.demotion->version_gen != version_gen) {
+    return Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
+  }
+  return it;
 }
 
 std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int64_t now) {
@@ -184,15 +184,12 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
 }
 
 std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now) {
-  std::vector<Status> results(op.keys.size());
-  Status batch_error = BatchLimit(op.keys.size());
-  if (op.locations.size() != op.keys.size()) {
-    batch_error = Status(ErrorCode::INVALID_PARAMS, "keys and locations differ in length");
+  const size_t n = op.keys.size();
+  if (Status bad = BatchShapeError(n, op.locations.size() == n, "keys and locations differ in length");
+      !bad.ok()) {
+    return std::vector<Status>(n, bad);
   }
-  if (!batch_error.ok()) {
-    std::fill(results.begin(), results.end(), batch_error);
-    return results;
-  }
+  std::vector<Status> results(n);
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);

@@ -47,4 +47,11 @@ inline Status BatchLimit(size_t keys) {
                                                std::to_string(kMaxBatchKeys));
 }
 
+// The error every key of a batch gets when the batch as a whole is refused: per-key arrays of
+// another length than the keys (`mismatch` says which), or too many keys. OK otherwise.
+inline Status BatchShapeError(size_t keys, bool lengths_match, const char* mismatch) {
+  if (!lengths_match) return Status(ErrorCode::INVALID_PARAMS, mismatch);
+  return BatchLimit(keys);
+}
+
 }  // namespace granary::master::internal
