@@ -208,6 +208,7 @@ std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now
         continue;
       }
       disk_replica_count_ -= dropped;
+      it->second.committed->offload_declined = true;
       if (disk.empty() && it->second.committed->replicas.empty()) DropCommitted(shard, it, now);
     }
   }

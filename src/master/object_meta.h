@@ -50,6 +50,9 @@ struct Version {
   uint64_t gen = 0;               // the put generation that wrote it: names this version
   std::vector<Extent> replicas;   // memory replicas
   std::vector<DiskReplica> disk;  // disk replicas
+  // A node's disk evicted a copy of this version: it is not offloaded again (with a disk smaller
+  // than the memory, eager offload would otherwise rewrite what the disk just evicted, forever).
+  bool offload_declined = false;
 };
 
 // The committed version `version_gen` being copied to `node_id`'s disk.

@@ -36,6 +36,7 @@ std::vector<std::string> OffloadPlanner::Plan(const std::string& node_id, size_t
     state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
       if (!meta.committed || meta.demotion) return;
       const Version& v = *meta.committed;
+      if (v.offload_declined) return;  // a disk evicted it already
       if (std::any_of(v.disk.begin(), v.disk.end(),
                       [&](const DiskReplica& d) { return d.node_id == node_id; })) {
         return;

@@ -3,7 +3,8 @@
 //
 // Promise: Plan(node) names only complete objects that have a memory replica on one of that
 // node's own segments (the node copies from its own memory), no disk replica of that node, and
-// no demotion under way; at most max_keys of them and about max_bytes. It only reads the state:
+// no demotion under way, and whose version no node's disk evicted already; at most max_keys of
+// them and about max_bytes. It only reads the state:
 // the caller turns the plan into a DemoteStart operation, which re-checks each key in order.
 //   eager: every such object, oldest commit first (write-through to disk soon after the put).
 //   lazy:  only while the node's segments are above `offload_watermark` of their capacity, the

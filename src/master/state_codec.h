@@ -21,7 +21,7 @@ template <typename IO> void Fields(IO& io, DiskReplica& d) {
   io(d.node_id); io(d.location); io(d.length);
 }
 template <typename IO> void Fields(IO& io, Version& v) {
-  io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk);
+  io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk); io(v.offload_declined);
 }
 template <typename IO> void Fields(IO& io, Demotion& d) {
   io(d.node_id); io(d.version_gen); io(d.start_ms); io(d.held); io(d.hold_until_ms);

@@ -10,6 +10,9 @@ namespace granary::node {
 
 namespace {
 constexpr size_t kRegisterBatch = 4096;  // keys per DiskRegister call
+
+// Disk bytes a copy of `size` value bytes takes, about: 4 KiB-aligned value plus a 4 KiB header.
+uint64_t CopyFootprint(uint64_t size) { return disk::DiskStore::ReadBufferSize(size) + 4096; }
 }  // namespace
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSegment* segment,
@@ -179,10 +182,27 @@ Result<size_t> DiskTier::OffloadOnce() {
                           item.size()),
                       item.checksum()});
     write_item.push_back(i);
-    bytes += item.size();
+    bytes += CopyFootprint(item.size());
   }
   MakeRoom(bytes);
   std::vector<Result<disk::StoredObject>> written = store_->Write(writes);
+  // The footprint is an estimate (metadata, a bucket's padding): what did not fit gets one more
+  // round of eviction sized from what failed, then one retry.
+  std::vector<size_t> retry;
+  uint64_t retry_bytes = 0;
+  for (size_t w = 0; w < written.size(); ++w) {
+    if (!written[w].ok() && written[w].status().code() == ErrorCode::NO_AVAILABLE_HANDLE) {
+      retry.push_back(w);
+      retry_bytes += 2 * CopyFootprint(writes[w].value.size());
+    }
+  }
+  if (!retry.empty()) {
+    MakeRoom(retry_bytes);
+    std::vector<disk::ObjectWrite> again;
+    for (size_t w : retry) again.push_back(writes[w]);
+    std::vector<Result<disk::StoredObject>> second = store_->Write(again);
+    for (size_t j = 0; j < retry.size(); ++j) written[retry[j]] = std::move(second[j]);
+  }
 
   proto::OffloadEndRequest end;
   end.set_client_id(node_id_);
@@ -195,6 +215,9 @@ Result<size_t> DiskTier::OffloadOnce() {
     } else if (written[w].status().code() == ErrorCode::CHECKSUM_MISMATCH) {
       GLOG_WARN("offload of {}: memory bytes do not match their checksum; not copied",
                 started.items(write_item[w]).key());
+    } else {
+      GLOG_WARN("offload of {}: {}", started.items(write_item[w]).key(),
+                written[w].status().ToString());
     }
   }
   size_t copied = 0;

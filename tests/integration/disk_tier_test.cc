@@ -158,6 +158,37 @@ TEST_F(DiskTierTest, LazyOffloadLetsEvictionKeepObjectsOnDisk) {
   EXPECT_LT(gone, keys.size() / 2) << "eviction dropped most objects instead of demoting them";
 }
 
+// disk_tier.h: disk eviction tells the master before the files go. A 2 MiB disk budget and
+// twelve 512 KiB objects offloaded eagerly: the node must evict from disk, and the master must
+// stop naming the evicted copies (else it would list about twelve disk replicas).
+TEST_F(DiskTierTest, DiskEvictionTellsTheMasterWhichCopiesAreGone) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}}));
+  disk_node_ = std::make_unique<NodeProcess>(UniqueName("small"), 16 * MiB, logs_.path());
+  ASSERT_TRUE(disk_node_->Start(cluster_.master_address(),
+                                {"--disk-dir", disk_dir_.path(), "--disk-size", "2MiB",
+                                 "--disk-eviction", "fifo", "--offload-interval", "100ms"}));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 12; ++i) {
+    keys.push_back("small/" + std::to_string(i));
+    const Bytes value = testdata::Pattern(keys.back(), 512 * KiB);
+    ASSERT_TRUE(client->Put(keys.back(), ByteSpan(value)).ok());
+    // One offload round at a time, so each round has to make room for the next.
+    ASSERT_TRUE(WaitOnDisk(*client, {keys.back()}, Millis(10'000))) << keys.back();
+  }
+  size_t on_disk = 0;
+  for (const auto& k : keys) {
+    auto st = client->Stat(k);
+    ASSERT_TRUE(st.ok()) << k << " lost: it still has its memory copy";
+    on_disk += !st->disk_replicas.empty();
+  }
+  EXPECT_TRUE(client->Stat(keys.back())->disk_replicas.size() == 1) << "the newest copy was evicted";
+  EXPECT_LE(on_disk, 4u) << "the master still names copies the node's disk evicted";
+  EXPECT_GE(on_disk, 1u);
+}
+
 TEST_F(DiskTierTest, AnUnusableDiskDirStopsTheNodeWithAClearMessage) {
   ASSERT_TRUE(cluster_.Start(0, 0));
   NodeProcess node(UniqueName("baddisk"), 4 * MiB, logs_.path());
