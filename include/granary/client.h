@@ -91,6 +91,7 @@ struct ClientStats {
   uint64_t tcp_bytes_written = 0;
   uint64_t tcp_bytes_read = 0;
   uint64_t shm_mappings = 0;  // segments of this host mapped now (a gauge; dead ones are dropped)
+  uint64_t disk_bytes_read = 0;  // object bytes loaded from nodes' disk tiers
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 
 #include "client/read_releaser.h"
@@ -406,6 +407,12 @@ class ClientImpl final : public Client {
   std::vector<Result<uint64_t>> GetCore(
       const std::vector<std::string>& keys,
       const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination);
+  // Reads keys (positions in todo, whose replica lists are in `replicas`) from disk replicas.
+  void LoadFromDisk(const std::vector<std::string>& names,
+                    const proto::BatchGetReplicaListResponse& replicas,
+                    const std::vector<size_t>& todo, std::vector<size_t> keys,
+                    std::vector<std::vector<MutableByteSpan>>& dst,
+                    std::vector<Result<uint64_t>>& results);
 
   ClientOptions options_;
   std::string client_id_;
@@ -591,6 +598,10 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
       const size_t k = reading[x];
       const size_t i = todo[k];
       const auto& r = replicas.results(static_cast<int>(k));
+      if (r.replicas_size() == 0) {
+        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND, "no memory replica");
+        return;  // on disk only: LoadFromDisk below
+      }
       // Local replicas first: a memcpy beats any socket.
       std::vector<int> order(r.replicas_size());
       for (int j = 0; j < r.replicas_size(); ++j) order[j] = j;
@@ -623,6 +634,16 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
       }
       results[i] = last;
     });
+    // Whatever memory did not give (no memory replica, or every one failed) comes from disk.
+    std::vector<size_t> from_disk;  // positions in todo
+    for (size_t k : reading) {
+      const size_t i = todo[k];
+      if (!late[k] && !results[i].ok() &&
+          replicas.results(static_cast<int>(k)).disk_replicas_size() > 0) {
+        from_disk.push_back(k);
+      }
+    }
+    if (!from_disk.empty()) LoadFromDisk(keys, replicas, todo, from_disk, dst, results);
     releaser_.Add(std::move(locked));
 
     std::vector<size_t> retry;
@@ -637,6 +658,62 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
     todo = std::move(retry);
   }
   return results;
+}
+
+// Disk loads: one DISK_READ batch per node, the nodes in parallel; a key whose copy fails on
+// one node tries its next disk replica in the following pass. The master's read lock guards
+// memory only; a disk copy is guarded by the node (it serves exactly the copy named, or nothing).
+void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
+                              const proto::BatchGetReplicaListResponse& replicas,
+                              const std::vector<size_t>& todo, std::vector<size_t> keys,
+                              std::vector<std::vector<MutableByteSpan>>& dst,
+                              std::vector<Result<uint64_t>>& results) {
+  std::vector<int> next_replica(keys.size(), 0);
+  for (int pass = 0; pass < 4 && !keys.empty(); ++pass) {
+    std::map<std::string, std::vector<size_t>> by_node;  // endpoint -> positions in keys
+    for (size_t x = 0; x < keys.size(); ++x) {
+      const auto& r = replicas.results(static_cast<int>(keys[x]));
+      while (next_replica[x] < r.disk_replicas_size() &&
+             r.disk_replicas(next_replica[x]).endpoint().empty()) {
+        ++next_replica[x];
+      }
+      if (next_replica[x] < r.disk_replicas_size()) {
+        by_node[r.disk_replicas(next_replica[x]).endpoint()].push_back(x);
+      }
+    }
+    if (by_node.empty()) break;
+    std::vector<std::pair<std::string, std::vector<size_t>>> nodes(by_node.begin(), by_node.end());
+    pool_.ParallelFor(nodes.size(), [&](size_t g) {
+      const auto& [endpoint, members] = nodes[g];
+      std::vector<transfer::DiskReadItem> items;
+      items.reserve(members.size());
+      for (size_t x : members) {
+        const size_t k = keys[x];
+        const auto& r = replicas.results(static_cast<int>(k));
+        const auto& d = r.disk_replicas(next_replica[x]);
+        items.push_back({names[todo[k]], d.location(), r.checksum(), r.size(),
+                         {dst[todo[k]].begin(), dst[todo[k]].end()}});
+      }
+      std::vector<Status> got = io_.ReadDisk(endpoint, items);
+      for (size_t m = 0; m < members.size(); ++m) {
+        const size_t i = todo[keys[members[m]]];
+        if (got[m].ok()) {
+          results[i] = replicas.results(static_cast<int>(keys[members[m]])).size();
+        } else {
+          results[i] = got[m];
+        }
+      }
+    });
+    std::vector<size_t> again;
+    std::vector<int> again_next;
+    for (size_t x = 0; x < keys.size(); ++x) {
+      if (results[todo[keys[x]]].ok()) continue;
+      again.push_back(keys[x]);
+      again_next.push_back(next_replica[x] + 1);
+    }
+    keys = std::move(again);
+    next_replica = std::move(again_next);
+  }
 }
 
 }  // namespace

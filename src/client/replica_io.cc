@@ -130,10 +130,27 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
   return checksum.Digest();
 }
 
+std::vector<Status> ReplicaIo::ReadDisk(const std::string& endpoint,
+                                        std::span<transfer::DiskReadItem> items) {
+  std::vector<Status> out = tcp_->ReadDisk(endpoint, items);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!out[i].ok()) continue;
+    ChecksumStream checksum;
+    for (const auto& part : items[i].dst) checksum.Update(part.data(), part.size());
+    if (checksum.Digest() != items[i].checksum) {
+      out[i] = Status(ErrorCode::CHECKSUM_MISMATCH,
+                      "disk copy of an object on " + endpoint + " failed its checksum");
+      continue;
+    }
+    disk_read_.fetch_add(items[i].size, std::memory_order_relaxed);
+  }
+  return out;
+}
+
 ClientStats ReplicaIo::Stats() const {
   return {shm_written_.load(std::memory_order_relaxed), shm_read_.load(std::memory_order_relaxed),
           tcp_written_.load(std::memory_order_relaxed), tcp_read_.load(std::memory_order_relaxed),
-          mappings_->size()};
+          mappings_->size(), disk_read_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace granary::client

@@ -56,6 +56,11 @@ class ReplicaIo {
   Status Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
                ChecksumStream* checksum = nullptr);
   Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst);
+  // Loads whole objects from one node's disk tier (DISK_READ over TCP, however near the node):
+  // a status per item, OK only when the bytes in its dst hash to its checksum (else
+  // CHECKSUM_MISMATCH, and the bytes must not be used).
+  std::vector<Status> ReadDisk(const std::string& endpoint,
+                               std::span<transfer::DiskReadItem> items);
   ClientStats Stats() const;
 
  private:
@@ -68,6 +73,7 @@ class ReplicaIo {
   transfer::TcpTransport* tcp_;
   bool use_shm_;
   std::atomic<uint64_t> shm_written_{0}, shm_read_{0}, tcp_written_{0}, tcp_read_{0};
+  std::atomic<uint64_t> disk_read_{0};
 };
 
 }  // namespace granary::client

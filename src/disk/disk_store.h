@@ -97,6 +97,7 @@ struct ReadResult {
   Status status;
   uint64_t size = 0;  // value bytes at the start of the buffer when status is OK
   uint64_t gen = 0;
+  uint64_t checksum = 0;  // the record's value checksum (the bytes were verified against it)
 };
 
 struct DiskUsage {

@@ -1,6 +1,8 @@
 #include "master/master_service.h"
 #include "master/rpc_results.h"
 
+#include <algorithm>
+
 #include <chrono>
 
 namespace granary::master {
@@ -292,11 +294,16 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
     FillDiskReplicas(r.disk, out->mutable_disk_replicas());
     Status status = r.status;
     if (status.ok() && out->replicas_size() == 0) {
-      // Reads from the disk tier go through the owning node's data server (docs/disk.md); until
-      // the client does them, a disk-only object reads as a miss.
-      status = Status(ErrorCode::OBJECT_NOT_FOUND, out->disk_replicas_size() > 0
-                                                       ? "only on disk, not read from there yet"
-                                                       : "every replica's segment is gone");
+      // A disk-only object is read through its node's data server (DISK_READ), which needs the
+      // node mounted (its endpoint).
+      const bool reachable =
+          std::any_of(out->disk_replicas().begin(), out->disk_replicas().end(),
+                      [](const proto::DiskReplica& d) { return !d.endpoint().empty(); });
+      if (!reachable) {
+        status = Status(ErrorCode::OBJECT_NOT_FOUND,
+                        out->disk_replicas_size() > 0 ? "only on the disk of an unmounted node"
+                                                      : "every replica's segment is gone");
+      }
     }
     out->set_code(Code(status));
     if (!status.ok()) out->set_message(status.message());

@@ -85,10 +85,12 @@ bool SendResponse(int fd, uint64_t request_id, ErrorCode status, const uint8_t* 
 }
 
 bool WellFormed(const RequestHeader& h) {
-  bool opcode_ok =
-      h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite || h.opcode == Opcode::kPing;
+  bool opcode_ok = h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite ||
+                   h.opcode == Opcode::kPing || h.opcode == Opcode::kDiskRead;
+  const uint64_t max_length =
+      h.opcode == Opcode::kDiskRead ? transfer::kMaxDiskReadBody : transfer::kMaxRequestBytes;
   return h.magic == transfer::kRequestMagic && h.version == transfer::kProtocolVersion &&
-         opcode_ok && h.reserved == 0 && h.length <= transfer::kMaxRequestBytes;
+         opcode_ok && h.reserved == 0 && h.length <= max_length;
 }
 
 void SetTimeout(int fd, int option, int ms) {
@@ -259,6 +261,10 @@ void DataServer::Serve(Conn* conn) {
       if (!SendResponse(fd, h.request_id, ErrorCode::OK, nullptr, 0)) break;
       continue;
     }
+    if (h.opcode == Opcode::kDiskRead) {
+      if (!ServeDiskRead(fd, h)) break;
+      continue;
+    }
     // Token first: with a stale token the range means nothing here. Overflow-safe range check.
     ErrorCode refusal = ErrorCode::OK;
     const uint64_t current = token_.load(std::memory_order_acquire);
@@ -318,6 +324,46 @@ void DataServer::Serve(Conn* conn) {
   open_connections_--;
 }
 
+// The body is read whole (it is small: kMaxDiskReadBody) before anything is answered, so a
+// refusal leaves the connection in sync.
+bool DataServer::ServeDiskRead(int fd, const RequestHeader& h) {
+  std::vector<uint8_t> body(h.length);
+  if (!RecvAll(fd, body.data(), body.size())) {
+    errors_++;
+    return false;
+  }
+  DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
+  Result<std::vector<DiskReadService::Entry>> entries =
+      Status(ErrorCode::OBJECT_NOT_FOUND, "this node has no disk tier");
+  if (h.offset != 0 || h.segment_token != 0) {
+    entries = Status(ErrorCode::INVALID_PARAMS, "DISK_READ with an offset or a segment token");
+  } else if (reads != nullptr) {
+    entries = DiskReadService::Parse(body);
+  }
+  if (!entries.ok()) {
+    errors_++;
+    GLOG_DEBUG("data server refused a DISK_READ: {}", entries.status().ToString());
+    return SendResponse(fd, h.request_id, entries.status().code(), nullptr, 0);
+  }
+  ResponseHeader head;
+  head.status = 0;
+  head.request_id = h.request_id;
+  head.length = entries->size();
+  iovec iov{&head, sizeof(head)};
+  if (!SendAll(fd, &iov, 1)) return false;
+  return reads->Serve(*entries, [&](uint32_t index, ErrorCode code,
+                                    std::span<const std::byte> bytes) {
+    if (code != ErrorCode::OK) errors_++;
+    disk_bytes_read_ += bytes.size();  // counted first: the client may look once it has them
+    if (!SendResponse(fd, index, code, reinterpret_cast<const uint8_t*>(bytes.data()),
+                      bytes.size())) {
+      errors_++;
+      return false;
+    }
+    return true;
+  });
+}
+
 void DataServer::Stop() {
   std::lock_guard stop_lock(stop_mu_);
   {
@@ -357,6 +403,7 @@ DataServer::Stats DataServer::stats() const {
   s.open_connections = open_connections_.load();
   s.rejected_frames = rejected_frames_.load();
   s.rejected_connections = rejected_connections_.load();
+  s.disk_bytes_read = disk_bytes_read_.load();
   return s;
 }
 

@@ -10,6 +10,9 @@
 // memory the master may have handed out again. No byte outside the segment is ever read or written. Bytes move
 // with no staging copy: recv() lands in the segment, send() leaves from it.
 //
+// With a disk tier (SetDiskReads), DISK_READ requests are answered from the node's disk
+// (node/disk_read_service.h); without one they are refused with OBJECT_NOT_FOUND.
+//
 // Threads: one acceptor and one thread per connection with blocking I/O (simple, and as fast as
 // anything else on a 2-core node); connections beyond max_connections are closed on accept. A peer
 // that goes silent for idle_timeout_ms (mid-frame, or between requests) is disconnected, so a
@@ -32,6 +35,8 @@
 #include <thread>
 
 #include "granary/status.h"
+#include "node/disk_read_service.h"
+#include "transfer/protocol.h"
 
 namespace granary::node {
 
@@ -55,6 +60,7 @@ class DataServer {
     uint64_t open_connections = 0;      // a gauge, not a counter
     uint64_t rejected_frames = 0;       // malformed headers (their connection was closed)
     uint64_t rejected_connections = 0;  // closed on accept: max_connections reached
+    uint64_t disk_bytes_read = 0;       // payload bytes answered from the disk tier (DISK_READ)
   };
 
   // `segment_token` identifies the segment's current mount; requests carrying another are stale.
@@ -77,6 +83,8 @@ class DataServer {
   // finishes: the caller orders SetToken before handing the memory out again).
   void SetToken(uint64_t token) { token_.store(token, std::memory_order_release); }
   uint64_t token() const { return token_.load(std::memory_order_acquire); }
+  // Serves DISK_READ from `reads` (borrowed: it must outlive Stop()); null refuses them.
+  void SetDiskReads(DiskReadService* reads) { disk_reads_.store(reads, std::memory_order_release); }
 
  private:
   struct Conn {
@@ -88,10 +96,13 @@ class DataServer {
   void AcceptLoop();
   void Serve(Conn* conn);
   void ReapFinished();
+  // False when the connection must close.
+  bool ServeDiskRead(int fd, const transfer::RequestHeader& h);
 
   uint8_t* const base_;
   const uint64_t size_;
   std::atomic<uint64_t> token_;
+  std::atomic<DiskReadService*> disk_reads_{nullptr};
   const Options options_;
 
   std::atomic<uint16_t> port_{0};
@@ -112,6 +123,7 @@ class DataServer {
   std::atomic<uint64_t> open_connections_{0};
   std::atomic<uint64_t> rejected_frames_{0};
   std::atomic<uint64_t> rejected_connections_{0};
+  std::atomic<uint64_t> disk_bytes_read_{0};
 };
 
 }  // namespace granary::node

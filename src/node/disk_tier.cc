@@ -23,6 +23,11 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSeg
   auto store = disk::DiskStore::Open(tier->options_.store);
   if (!store.ok()) return store.status();
   tier->store_ = std::move(*store);
+  DiskReadServiceOptions reads = tier->options_.reads;
+  reads.on_lost = [t = tier.get()](std::string_view key, uint64_t location) {
+    t->ReportLost(key, location);
+  };
+  tier->reads_ = std::make_unique<DiskReadService>(tier->store_.get(), std::move(reads));
   const auto& r = tier->store_->recovery();
   GLOG_INFO("disk tier in {}: {} backend, {} I/O{}, {} objects recovered, {} torn units discarded",
             tier->options_.store.dir, disk::BackendName(tier->store_->backend()),
@@ -102,6 +107,37 @@ void DiskTier::FillStats(proto::DiskStats* out) const {
   out->set_object_count(u.objects);
 }
 
+void DiskTier::ReportLost(std::string_view key, uint64_t location) {
+  std::lock_guard lock(mu_);
+  if (lost_.size() < 100'000) lost_.emplace_back(std::string(key), location);
+}
+
+void DiskTier::DropLost() {
+  std::vector<std::pair<std::string, uint64_t>> lost;
+  {
+    std::lock_guard lock(mu_);
+    lost.swap(lost_);
+  }
+  if (lost.empty()) return;
+  proto::DiskDropRequest req;
+  req.set_client_id(node_id_);
+  for (const auto& [key, location] : lost) {
+    req.add_keys(key);
+    req.add_locations(location);
+  }
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+  proto::BatchStatusResponse resp;
+  grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
+  if (!s.ok()) {
+    GLOG_WARN("disk drop of {} lost copies: {}; retrying", lost.size(), s.error_message());
+    std::lock_guard lock(mu_);
+    for (auto& l : lost) {
+      if (lost_.size() < 100'000) lost_.push_back(std::move(l));
+    }
+  }
+}
+
 void DiskTier::OffloadLoop() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
@@ -109,6 +145,7 @@ void DiskTier::OffloadLoop() {
                  [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
+    DropLost();
     // Rounds back to back while the master has work, at most a few per interval.
     for (int round = 0; round < 8; ++round) {
       auto done = OffloadOnce();

@@ -13,6 +13,8 @@
 //     copy of a version the master replaced meanwhile is deleted.
 //   - Disk eviction when the budget is short: victims are chosen (no I/O), the master is told
 //     (DiskDrop) and only then are their files deleted.
+//   - Loads: reads() serves the data plane's DISK_READ (node/disk_read_service.h); a copy a read
+//     finds gone, torn or corrupted is dropped with the master (DiskDrop) by the offload thread.
 // Ownership: owns the DiskStore and the offload thread; borrows the segment and the master stub
 // from StorageNode, which stops this first.
 // Thread safety: Start/Stop from the node's owner; RegisterInventory from the heartbeat thread
@@ -25,8 +27,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "disk/disk_store.h"
+#include "node/disk_read_service.h"
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
 #include "node/shm_segment.h"
@@ -39,6 +44,7 @@ struct DiskTierOptions {
   uint32_t offload_max_keys = 500;   // per round (a bucket's worth)
   uint64_t offload_max_bytes = 256ull << 20;
   int rpc_timeout_ms = 5000;
+  DiskReadServiceOptions reads;  // reads.on_lost is set by the tier
 };
 
 class DiskTier {
@@ -60,6 +66,9 @@ class DiskTier {
   void SetMountToken(uint64_t token) { token_ = token; }
 
   disk::DiskStore& store() { return *store_; }
+  DiskReadService* reads() { return reads_.get(); }
+  // A copy that is no longer on disk intact: the master is told at the next offload round.
+  void ReportLost(std::string_view key, uint64_t location);
   // Offload rounds that wrote at least one object (for tests and logs).
   uint64_t offloaded_objects() const { return offloaded_.load(); }
 
@@ -71,18 +80,22 @@ class DiskTier {
   Result<size_t> OffloadOnce();
   // Frees `bytes` of the budget: choose victims, tell the master, delete.
   void MakeRoom(uint64_t bytes);
+  // Tells the master the copies reads found lost.
+  void DropLost();
 
   DiskTierOptions options_;
   ShmSegment* segment_;
   proto::Master::Stub* master_;
   std::string node_id_;
   std::unique_ptr<disk::DiskStore> store_;
+  std::unique_ptr<DiskReadService> reads_;
   std::atomic<uint64_t> token_{0};
   std::atomic<uint64_t> offloaded_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  std::vector<std::pair<std::string, uint64_t>> lost_;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -82,6 +82,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
     auto tier = DiskTier::Open(o.disk, node->segment_.get(), node->master_.get(), node->client_id_);
     if (!tier.ok()) return tier.status();
     node->disk_ = std::move(*tier);
+    node->server_->SetDiskReads(node->disk_->reads());
   }
   Status mounted = node->Mount();
   if (!mounted.ok() && mounted.code() != ErrorCode::RPC_FAIL &&

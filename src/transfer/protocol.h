@@ -20,6 +20,18 @@
 // version != kProtocolVersion, opcode not READ/WRITE/PING, reserved != 0, or
 // length > kMaxRequestBytes. PING ignores segment_token, offset and length (it carries no payload).
 // A peer silent for the node's idle timeout (mid-frame or between requests) is disconnected.
+//
+// DISK_READ (the SSD tier's loads) reads whole objects from the node's disk, many per request so
+// the node can keep its disk queue full. The request's payload (`length` bytes, at most
+// kMaxDiskReadBody; offset and segment_token must be 0) is a DiskReadBody header then `count`
+// entries, each a DiskReadEntry followed by its key. Each entry names one copy exactly: key,
+// location (the node's handle, from the master) and the checksum and size the master holds.
+// The response is a ResponseHeader whose `length` is the entry count, then one ResponseHeader
+// per entry, in order (request_id = the entry's index), each followed by `length` value bytes
+// when its status is 0. An entry the node cannot serve byte-exact (another copy or version under
+// the key, evicted, torn, corrupted) gets OBJECT_NOT_FOUND and no bytes: never other bytes.
+// A malformed body (counts, lengths) is refused with INVALID_PARAMS (length 0) and the
+// connection stays in sync; a node without a disk tier refuses with OBJECT_NOT_FOUND.
 #pragma once
 
 #include <bit>
@@ -39,6 +51,7 @@ enum class Opcode : uint8_t {
   kRead = 1,
   kWrite = 2,
   kPing = 3,  // no range; answered with status 0 and length 0
+  kDiskRead = 4,  // whole objects from the node's disk tier (see above)
 };
 
 struct RequestHeader {
@@ -60,5 +73,27 @@ struct ResponseHeader {
   uint64_t length = 0;        // payload bytes that follow
 };
 static_assert(sizeof(ResponseHeader) == 24);
+
+// DISK_READ's limits: a body of at most 1 MiB with at most 1024 entries, keys of at most 4 KiB,
+// objects of at most 1 GiB (the disk tier's largest).
+inline constexpr uint64_t kMaxDiskReadBody = uint64_t{1} << 20;
+inline constexpr uint32_t kMaxDiskReadEntries = 1024;
+inline constexpr uint32_t kMaxDiskReadKey = 4096;
+inline constexpr uint64_t kMaxDiskReadObject = uint64_t{1} << 30;
+
+struct DiskReadBody {
+  uint32_t count = 0;     // entries that follow
+  uint32_t reserved = 0;  // must be 0
+};
+static_assert(sizeof(DiskReadBody) == 8);
+
+struct DiskReadEntry {
+  uint64_t location = 0;  // the node's handle of the copy (never 0)
+  uint64_t checksum = 0;  // the object's checksum, as the master holds it
+  uint64_t size = 0;      // value bytes
+  uint32_t key_len = 0;   // key bytes that follow this entry
+  uint32_t reserved = 0;  // must be 0
+};
+static_assert(sizeof(DiskReadEntry) == 32);
 
 }  // namespace granary::transfer

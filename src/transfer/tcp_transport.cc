@@ -49,8 +49,84 @@ const char* OpName(Opcode op) {
       return "WRITE";
     case Opcode::kPing:
       return "PING";
+    case Opcode::kDiskRead:
+      return "DISK_READ";
   }
   return "?";
+}
+
+// Moves all of iov on a non-blocking socket, waiting at most timeout_ms for each step of
+// progress. 0 on success, else an errno (kEof for a closed peer, ETIMEDOUT).
+int SendFully(int fd, iovec* iov, int iovcnt, int timeout_ms) {
+  while (iovcnt > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    ssize_t r = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+      pollfd pfd{fd, POLLOUT, 0};
+      int rc = poll(&pfd, 1, timeout_ms);
+      if (rc == 0) return ETIMEDOUT;
+      if (rc < 0 && errno != EINTR) return errno;
+      continue;
+    }
+    auto left = static_cast<size_t>(r);
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return 0;
+}
+
+int RecvFully(int fd, void* buf, size_t n, int timeout_ms) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = recv(fd, p + done, n - done, MSG_DONTWAIT);
+    if (r > 0) {
+      done += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) return kEof;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+    pollfd pfd{fd, POLLIN, 0};
+    int rc = poll(&pfd, 1, timeout_ms);
+    if (rc == 0) return ETIMEDOUT;
+    if (rc < 0 && errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+// The body of one DISK_READ for items[0, n).
+std::vector<uint8_t> DiskReadBodyOf(std::span<const DiskReadItem> items) {
+  size_t bytes = sizeof(DiskReadBody);
+  for (const auto& item : items) bytes += sizeof(DiskReadEntry) + item.key.size();
+  std::vector<uint8_t> body(bytes);
+  DiskReadBody head;
+  head.count = static_cast<uint32_t>(items.size());
+  std::memcpy(body.data(), &head, sizeof(head));
+  size_t at = sizeof(head);
+  for (const auto& item : items) {
+    DiskReadEntry e;
+    e.location = item.location;
+    e.checksum = item.checksum;
+    e.size = item.size;
+    e.key_len = static_cast<uint32_t>(item.key.size());
+    std::memcpy(body.data() + at, &e, sizeof(e));
+    at += sizeof(e);
+    std::memcpy(body.data() + at, item.key.data(), item.key.size());
+    at += item.key.size();
+  }
+  return body;
 }
 
 }  // namespace
@@ -483,6 +559,137 @@ Status TcpTransport::Write(const RemoteRange& range, std::span<const std::byte> 
   // Run() only sends from a WRITE's buffer, never stores into it.
   return Transfer(Opcode::kWrite, range,
                   const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(src.data())));
+}
+
+bool TcpTransport::DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadItem> items,
+                                 std::vector<Status>& out, bool* answered) {
+  const int timeout = options_.io_timeout_ms;
+  auto broken = [&](size_t from, int err, const std::string& what) {
+    for (size_t i = from; i < items.size(); ++i) {
+      out[i] = Status(ErrorCode::TRANSFER_FAIL,
+                      "DISK_READ at " + ep.name + ": " + what + ErrnoText(err));
+    }
+    return false;
+  };
+  std::vector<uint8_t> body = DiskReadBodyOf(items);
+  RequestHeader req;
+  req.opcode = Opcode::kDiskRead;
+  req.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  req.length = body.size();
+  iovec iov[2] = {{&req, sizeof(req)}, {body.data(), body.size()}};
+  if (int err = SendFully(conn.fd, iov, 2, timeout); err != 0) {
+    return broken(0, err, "send failed: ");
+  }
+  ResponseHeader head;
+  if (int err = RecvFully(conn.fd, &head, sizeof(head), timeout); err != 0) {
+    return broken(0, err, "no response: ");
+  }
+  *answered = true;
+  if (head.magic != kResponseMagic || head.request_id != req.request_id) {
+    return broken(0, kEof, "malformed response (magic or request id); ");
+  }
+  if (head.status != 0) {
+    for (auto& st : out) {
+      st = Status(ErrorCodeFromInt(head.status),
+                  "node " + ep.name + " refused a DISK_READ of " + std::to_string(items.size()) +
+                      " objects: " + std::string(ErrorCodeName(ErrorCodeFromInt(head.status))));
+    }
+    return head.length == 0;
+  }
+  if (head.length != items.size()) {
+    return broken(0, kEof, "malformed response (entry count); ");
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    ResponseHeader eh;
+    if (int err = RecvFully(conn.fd, &eh, sizeof(eh), timeout); err != 0) {
+      return broken(i, err, "connection lost: ");
+    }
+    if (eh.magic != kResponseMagic || eh.request_id != i) {
+      return broken(i, kEof, "malformed entry response; ");
+    }
+    if (eh.status != 0) {
+      if (eh.length != 0) return broken(i, kEof, "an entry's error with a payload; ");
+      const ErrorCode code = ErrorCodeFromInt(eh.status);
+      out[i] = Status(code, "node " + ep.name + " has no intact disk copy of the object: " +
+                                std::string(ErrorCodeName(code)));
+      continue;
+    }
+    if (eh.length != items[i].size) {
+      return broken(i, kEof, "an entry of " + std::to_string(eh.length) + " bytes, expected " +
+                                 std::to_string(items[i].size) + "; ");
+    }
+    for (auto part : items[i].dst) {
+      if (int err = RecvFully(conn.fd, part.data(), part.size(), timeout); err != 0) {
+        return broken(i, err, "connection lost mid-object: ");
+      }
+    }
+    out[i] = Status::Ok();
+  }
+  return true;
+}
+
+std::vector<Status> TcpTransport::ReadDisk(const std::string& endpoint,
+                                           std::span<DiskReadItem> items) {
+  std::vector<Status> out(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    uint64_t total = 0;
+    for (const auto& part : items[i].dst) total += part.size();
+    if (total != items[i].size || items[i].key.empty() ||
+        items[i].key.size() > kMaxDiskReadKey || items[i].location == 0) {
+      out[i] = Status(ErrorCode::INVALID_PARAMS,
+                      "disk read of '" + items[i].key.substr(0, 64) +
+                          "': empty or oversized key, no location, or buffers of another size");
+    }
+  }
+  auto ep = GetEndpoint(endpoint);
+  if (!ep.ok()) {
+    for (auto& st : out) {
+      if (st.ok()) st = ep.status();
+    }
+    return out;
+  }
+  // The valid items, cut into requests within the protocol's limits.
+  std::vector<size_t> valid;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (out[i].ok()) valid.push_back(i);
+  }
+  std::vector<DiskReadItem> round;
+  std::vector<size_t> round_index;
+  auto run = [&]() {
+    if (round.empty()) return;
+    std::vector<Status> got(round.size());
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto conn = Checkout(**ep);
+      if (!conn.ok()) {
+        std::fill(got.begin(), got.end(), conn.status());
+        break;
+      }
+      bool answered = false;
+      if (DiskReadRound(**ep, *conn, round, got, &answered)) {
+        Return(**ep, *conn);
+        break;
+      }
+      close(conn->fd);
+      // A pooled connection the node had closed (restart, idle timeout): once more on a new one.
+      if (answered || !conn->from_pool) break;
+    }
+    for (size_t k = 0; k < round.size(); ++k) out[round_index[k]] = std::move(got[k]);
+    round.clear();
+    round_index.clear();
+  };
+  uint64_t body = sizeof(DiskReadBody);
+  for (size_t i : valid) {
+    const uint64_t entry = sizeof(DiskReadEntry) + items[i].key.size();
+    if (round.size() == kMaxDiskReadEntries || body + entry > kMaxDiskReadBody) {
+      run();
+      body = sizeof(DiskReadBody);
+    }
+    round.push_back(items[i]);  // spans and a key copy: cheap next to the disk read
+    round_index.push_back(i);
+    body += entry;
+  }
+  run();
+  return out;
 }
 
 Status TcpTransport::Ping(const std::string& endpoint) {

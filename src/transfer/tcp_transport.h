@@ -23,7 +23,7 @@
 //
 // Ownership: the transport owns its sockets (it starts no threads). Callers own dst/src; the
 // transport touches them only until Read/Write returns.
-// Thread safety: Read, Write, Ping and DropEndpoint may be called from any number of threads at
+// Thread safety: Read, Write, ReadDisk, Ping and DropEndpoint may be called from any number of threads at
 // once. The destructor must not run concurrently with them.
 #pragma once
 
@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "granary/status.h"
 #include "transfer/protocol.h"
@@ -57,6 +58,16 @@ struct RemoteRange {
   uint64_t length = 0;
 };
 
+// One object to read from a node's disk tier (DISK_READ): the copy the master named, and where
+// its bytes go (the parts' sizes add up to `size`).
+struct DiskReadItem {
+  std::string key;
+  uint64_t location = 0;
+  uint64_t checksum = 0;
+  uint64_t size = 0;
+  std::vector<std::span<std::byte>> dst;
+};
+
 class TcpTransport {
  public:
   using Options = TcpTransportOptions;
@@ -70,6 +81,11 @@ class TcpTransport {
   Status Read(const RemoteRange& range, std::span<std::byte> dst);
   // src.size() must equal range.length (else INVALID_PARAMS, before any I/O).
   Status Write(const RemoteRange& range, std::span<const std::byte> src);
+  // Reads whole objects from the node's disk tier, as few DISK_READ requests as the protocol's
+  // limits allow, one connection. A status per item: OK when its bytes are in dst (the caller
+  // still checks the checksum); the node's refusal (OBJECT_NOT_FOUND: not there any more) or
+  // TRANSFER_FAIL. Items after a broken connection fail too.
+  std::vector<Status> ReadDisk(const std::string& endpoint, std::span<DiskReadItem> items);
   // One round trip; OK when the node's data server answers.
   Status Ping(const std::string& endpoint);
   // Closes the idle connections to `endpoint` and forgets its address (e.g. the node is gone);
@@ -85,6 +101,10 @@ class TcpTransport {
   struct Lane;
 
   Status Transfer(Opcode op, const RemoteRange& range, uint8_t* buf);
+  // One DISK_READ request for `items` (within the protocol's limits) on `conn`; false when the
+  // connection is unusable afterwards. `answered`: the node sent response bytes.
+  bool DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadItem> items,
+                     std::vector<Status>& out, bool* answered);
   Result<std::shared_ptr<Endpoint>> GetEndpoint(const std::string& endpoint);
   Result<Conn> Checkout(Endpoint& ep);
   Result<Conn> Connect(Endpoint& ep);

@@ -1,11 +1,16 @@
 // The SSD tier end to end with real processes: a granary-node with --disk-dir offloads what the
 // master's persistence policy picks from its segment to disk; the disk copies survive a master
 // restart (the node registers them again) and a node restart on the same directory; memory
-// eviction keeps objects that have a disk copy. Reads from disk are not served yet: a Get of a
-// disk-only object is a clean miss, never wrong bytes.
+// eviction keeps objects that have a disk copy; a Get of a disk-only object loads it from the
+// node's disk (DISK_READ), and a corrupted copy is a miss that the master forgets, never wrong
+// bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <thread>
 
 #include "../tools/test_pattern.h"
@@ -82,15 +87,20 @@ TEST_F(DiskTierTest, EagerOffloadSurvivesAMasterRestartAndANodeRestart) {
   ASSERT_TRUE(cluster_.RestartMaster());
   EXPECT_TRUE(WaitOnDisk(*client, keys, Millis(15'000)))
       << "the node did not register its disk copies with the restarted master";
-  for (const auto& k : keys) {
-    auto miss = client->Get(k);
-    // Disk reads are not served yet: a miss, never wrong bytes.
-    if (miss.ok()) {
-      EXPECT_EQ(*miss, testdata::Pattern(k, miss->size())) << k;
-    } else {
-      EXPECT_EQ(miss.status().code(), ErrorCode::OBJECT_NOT_FOUND) << miss.status().ToString();
-    }
+  // Memory is empty now: every Get loads from the node's disk, one key and then a batch.
+  const uint64_t loaded_before = client->Stats().disk_bytes_read;
+  auto one = client->Get(keys[5]);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(*one, testdata::Pattern(keys[5], 6 * 37 * KiB));
+  auto batch = client->BatchGet(keys);
+  uint64_t total = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(batch[i].ok()) << keys[i] << ": " << batch[i].status().ToString();
+    EXPECT_EQ(*batch[i], testdata::Pattern(keys[i], (i + 1) * 37 * KiB)) << keys[i];
+    total += (i + 1) * 37 * KiB;
   }
+  EXPECT_EQ(client->Stats().disk_bytes_read - loaded_before, total + 6 * 37 * KiB)
+      << "the bytes did not come from the disk tier";
 
   // The node is killed and starts again on the same directory: its copies are recovered and
   // registered under the new process (the old one's replicas went with its expiry).
@@ -146,6 +156,9 @@ TEST_F(DiskTierTest, LazyOffloadLetsEvictionKeepObjectsOnDisk) {
     if (st->replicas.empty()) {
       EXPECT_FALSE(st->disk_replicas.empty()) << k << " has no replica at all";
       on_disk_only++;
+      auto got = client->Get(k);  // loaded from disk
+      ASSERT_TRUE(got.ok()) << k << ": " << got.status().ToString();
+      EXPECT_EQ(*got, testdata::Pattern(k, 512 * KiB)) << k;
     } else {
       in_memory++;
       auto got = client->Get(k);
@@ -187,6 +200,80 @@ TEST_F(DiskTierTest, DiskEvictionTellsTheMasterWhichCopiesAreGone) {
   EXPECT_TRUE(client->Stat(keys.back())->disk_replicas.size() == 1) << "the newest copy was evicted";
   EXPECT_LE(on_disk, 4u) << "the master still names copies the node's disk evicted";
   EXPECT_GE(on_disk, 1u);
+}
+
+// Flips one byte of the value in every other file-per-key record under `dir`; returns the keys
+// whose copies it corrupted (read from each record's header: key_len u32 at 0, key at 64).
+std::set<std::string> CorruptEveryOtherRecord(const std::string& dir) {
+  std::set<std::string> corrupted;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".obj") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (size_t i = 0; i < files.size(); i += 2) {
+    std::fstream f(files[i], std::ios::in | std::ios::out | std::ios::binary);
+    uint32_t key_len = 0;
+    f.read(reinterpret_cast<char*>(&key_len), sizeof(key_len));
+    std::string key(key_len, '\0');
+    f.seekg(64);
+    f.read(key.data(), key_len);
+    f.seekg(4096 + 100);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(4096 + 100);
+    f.write(&c, 1);
+    if (f.good()) corrupted.insert(key);
+  }
+  return corrupted;
+}
+
+// A disk copy whose bytes changed under the node (bit rot, a stray write) is a miss, never wrong
+// bytes; the node tells the master, which stops naming it; intact copies still load.
+TEST_F(DiskTierTest, ACorruptedDiskCopyIsAMissAndTheMasterForgetsIt) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "2s"}}));
+  disk_node_ = std::make_unique<NodeProcess>(UniqueName("rot"), 16 * MiB, logs_.path());
+  ASSERT_TRUE(disk_node_->Start(cluster_.master_address(),
+                                {"--disk-dir", disk_dir_.path(), "--disk-size", "64MiB",
+                                 "--disk-backend", "file-per-key", "--offload-interval", "100ms"}));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back("rot/" + std::to_string(i));
+    const Bytes value = testdata::Pattern(keys.back(), 64 * KiB + i);
+    ASSERT_TRUE(client->Put(keys.back(), ByteSpan(value)).ok());
+  }
+  ASSERT_TRUE(WaitOnDisk(*client, keys, Millis(15'000)));
+  // A master restart leaves the disk copies as the only ones.
+  ASSERT_TRUE(cluster_.RestartMaster());
+  ASSERT_TRUE(WaitOnDisk(*client, keys, Millis(15'000)));
+  const std::set<std::string> corrupted = CorruptEveryOtherRecord(disk_dir_.path());
+  ASSERT_EQ(corrupted.size(), keys.size() / 2);
+
+  auto got = client->BatchGet(keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (corrupted.count(keys[i])) {
+      EXPECT_FALSE(got[i].ok()) << keys[i] << ": a corrupted copy was returned";
+    } else {
+      ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+      EXPECT_EQ(*got[i], testdata::Pattern(keys[i], 64 * KiB + i)) << keys[i];
+    }
+  }
+  for (const auto& k : corrupted) {
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          auto st = client->Stat(k);
+          return !st.ok() || st->disk_replicas.empty();
+        },
+        Millis(10'000), Millis(100)))
+        << "the master still names the corrupted copy of " << k;
+    auto again = client->Get(k);
+    EXPECT_FALSE(again.ok());
+  }
+  EXPECT_TRUE(disk_node_->Running());
 }
 
 TEST_F(DiskTierTest, AnUnusableDiskDirStopsTheNodeWithAClearMessage) {

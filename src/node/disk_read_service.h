@@ -1,0 +1,82 @@
+// node/disk_read_service.h - serves the SSD tier's loads: DISK_READ requests (transfer/protocol.h)
+// answered from the node's DiskStore.
+//
+// Promise: an entry's bytes are answered only when the store holds exactly the copy asked for -
+// that key at that location, with the size and checksum the master named - and read them whole
+// and intact (the store verifies each read against the record's checksum); anything else is a
+// refusal with no bytes (OBJECT_NOT_FOUND for another copy or version, the store's code for a
+// torn or corrupted record). A copy found torn or corrupted is reported through on_lost, so the
+// master stops naming it.
+// Reads are issued a window at a time (up to window_entries objects and window_bytes, at least
+// one object) so the store keeps its queue full; each window's staging memory (4 KiB-aligned, as
+// O_DIRECT needs) is charged to one node-wide budget, so many connections cannot make the node
+// allocate without bound: a window waits (bounded) for budget, and is refused with
+// NO_AVAILABLE_HANDLE when none frees up in time.
+// Ownership: borrows the store, which must outlive the service.
+// Thread safety: Serve may be called from many threads at once (one per connection).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "disk/disk_store.h"
+#include "granary/status.h"
+
+namespace granary::node {
+
+struct DiskReadServiceOptions {
+  uint64_t staging_budget = 512ull << 20;  // all windows in flight on the node together
+  uint64_t window_bytes = 64ull << 20;     // staging per window (one larger object still goes)
+  size_t window_entries = 32;              // the disk queue depth a window fills
+  int budget_wait_ms = 5000;
+  // A copy the store found torn or corrupted (and dropped): the node tells the master.
+  std::function<void(std::string_view key, uint64_t location)> on_lost;
+};
+
+class DiskReadService {
+ public:
+  using Options = DiskReadServiceOptions;
+
+  struct Entry {
+    std::string_view key;  // points into the request body
+    uint64_t location = 0;
+    uint64_t checksum = 0;
+    uint64_t size = 0;
+  };
+  // Decodes a DISK_READ body; INVALID_PARAMS (with what is wrong) for any malformed field.
+  static Result<std::vector<Entry>> Parse(std::span<const uint8_t> body);
+
+  // Called once per entry, in order; returns false to stop (the connection broke).
+  using Emit = std::function<bool(uint32_t index, ErrorCode code, std::span<const std::byte> bytes)>;
+
+  DiskReadService(disk::DiskStore* store, Options options);
+
+  // Reads the entries and emits each; false when an Emit returned false.
+  bool Serve(const std::vector<Entry>& entries, const Emit& emit);
+
+  struct Stats {
+    uint64_t objects = 0;    // entries answered with bytes
+    uint64_t bytes = 0;
+    uint64_t refused = 0;    // entries answered with an error
+    uint64_t lost = 0;       // copies found torn or corrupted
+  };
+  Stats stats() const;
+
+ private:
+  bool AcquireStaging(uint64_t bytes);
+  void ReleaseStaging(uint64_t bytes);
+
+  disk::DiskStore* store_;
+  const Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t staging_used_ = 0;
+  Stats stats_;
+};
+
+}  // namespace granary::node

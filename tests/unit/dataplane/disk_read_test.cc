@@ -1,0 +1,494 @@
+// The SSD tier's loads on the data plane: DISK_READ served by node::DiskReadService from a real
+// DiskStore in a temporary directory, through a real DataServer and TcpTransport (and raw
+// sockets for hostile bodies). Also built under ASan (dataplane_asan_tests).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "../disk_test_util.h"
+#include "common/checksum.h"
+#include "node/data_server.h"
+#include "node/disk_read_service.h"
+#include "transfer/protocol.h"
+#include "transfer/tcp_transport.h"
+
+namespace granary {
+namespace {
+
+using disk::testing::TempDir;
+using disk::testing::ValueFor;
+using node::DataServer;
+using node::DiskReadService;
+using transfer::DiskReadBody;
+using transfer::DiskReadEntry;
+using transfer::DiskReadItem;
+using transfer::Opcode;
+using transfer::RequestHeader;
+using transfer::ResponseHeader;
+
+struct Stored {
+  std::string key;
+  std::vector<std::byte> value;
+  disk::StoredObject copy;
+};
+
+class DiskReadTest : public ::testing::Test {
+ protected:
+  void OpenStore(disk::DiskBackend backend = disk::DiskBackend::kBucket,
+                 std::function<void()> hook = {}) {
+    disk::DiskStoreOptions o;
+    o.dir = dir_.path();
+    o.backend = backend;
+    o.disk_size = 64ull << 20;
+    o.test_hook_after_pin = std::move(hook);
+    auto store = disk::DiskStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+  }
+  // Writes `n` objects of assorted sizes (a few bytes to a few hundred KiB).
+  void WriteObjects(int n) {
+    std::vector<disk::ObjectWrite> writes;
+    for (int i = 0; i < n; ++i) {
+      Stored s;
+      s.key = "obj/" + std::to_string(i);
+      s.value = ValueFor(s.key, 1, 1 + (static_cast<size_t>(i) * 7919) % (300 << 10));
+      objects_.push_back(std::move(s));
+    }
+    for (const auto& s : objects_) writes.push_back({s.key, 1, s.value, Checksum(s.value)});
+    auto written = store_->Write(writes);
+    for (size_t i = 0; i < written.size(); ++i) {
+      ASSERT_TRUE(written[i].ok()) << written[i].status().ToString();
+      objects_[i].copy = *written[i];
+    }
+  }
+  void StartServer(DiskReadService::Options options = {}) {
+    options.on_lost = [this](std::string_view key, uint64_t location) {
+      std::lock_guard lock(lost_mu_);
+      lost_[std::string(key)] = location;
+    };
+    reads_ = std::make_unique<DiskReadService>(store_.get(), std::move(options));
+    DataServer::Options so;
+    so.idle_timeout_ms = 5000;
+    server_ = std::make_unique<DataServer>(segment_.data(), segment_.size(), 42, so);
+    server_->SetDiskReads(reads_.get());
+    ASSERT_TRUE(server_->Start().ok());
+    endpoint_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+  // Items reading objects_[i] into fresh buffers (kept in bufs_).
+  std::vector<DiskReadItem> ItemsFor(const std::vector<size_t>& which) {
+    std::vector<DiskReadItem> items;
+    bufs_.assign(which.size(), {});
+    for (size_t k = 0; k < which.size(); ++k) {
+      const Stored& s = objects_[which[k]];
+      bufs_[k].assign(s.value.size(), std::byte{0});
+      items.push_back({s.key, s.copy.location, s.copy.checksum, s.value.size(),
+                       {std::span<std::byte>(bufs_[k])}});
+    }
+    return items;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<disk::DiskStore> store_;
+  std::vector<Stored> objects_;
+  std::vector<uint8_t> segment_ = std::vector<uint8_t>(1 << 16);
+  std::unique_ptr<DiskReadService> reads_;
+  std::unique_ptr<DataServer> server_;
+  std::string endpoint_;
+  transfer::TcpTransport tcp_;
+  std::vector<std::vector<std::byte>> bufs_;
+  std::mutex lost_mu_;
+  std::map<std::string, uint64_t> lost_;
+};
+
+TEST_F(DiskReadTest, ABatchLoadsEveryObjectByteExactAcrossWindows) {
+  OpenStore();
+  WriteObjects(60);
+  DiskReadService::Options o;
+  o.window_entries = 7;           // several windows per request...
+  o.window_bytes = 256 << 10;     // ...and windows cut by bytes, some holding one large object
+  StartServer(o);
+  std::vector<size_t> all(objects_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  auto items = ItemsFor(all);
+  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+  ASSERT_EQ(got.size(), items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << objects_[i].key << ": " << got[i].ToString();
+    EXPECT_EQ(bufs_[i], objects_[i].value) << objects_[i].key;
+  }
+  EXPECT_EQ(reads_->stats().objects, objects_.size());
+  EXPECT_EQ(server_->stats().disk_bytes_read, reads_->stats().bytes);
+  // The connection went back to the pool in sync: a second batch on it works too.
+  auto again = ItemsFor({3, 1, 4});
+  for (const Status& s : tcp_.ReadDisk(endpoint_, again)) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(bufs_[0], objects_[3].value);
+  EXPECT_EQ(tcp_.IdleConnections(endpoint_), 1u);
+}
+
+TEST_F(DiskReadTest, AnEntryNamingAnyOtherCopyGetsNoBytesAndTheRestStillLoad) {
+  OpenStore();
+  WriteObjects(6);
+  StartServer();
+  auto items = ItemsFor({0, 1, 2, 3, 4, 5});
+  items[1].location ^= 1;     // another location
+  items[2].checksum ^= 1;     // another version's checksum
+  items[3].key = "obj/none";  // a key the disk never held
+  // Asked as larger than it is: the node must not pad it out or send what it has.
+  bufs_[4].assign(objects_[4].value.size() + 10, std::byte{0x77});
+  items[4].size = bufs_[4].size();
+  items[4].dst = {std::span<std::byte>(bufs_[4])};
+  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+  EXPECT_TRUE(got[0].ok());
+  EXPECT_EQ(got[1].code(), ErrorCode::OBJECT_NOT_FOUND) << got[1].ToString();
+  EXPECT_EQ(got[2].code(), ErrorCode::OBJECT_NOT_FOUND) << got[2].ToString();
+  EXPECT_EQ(got[3].code(), ErrorCode::OBJECT_NOT_FOUND) << got[3].ToString();
+  EXPECT_EQ(got[4].code(), ErrorCode::OBJECT_NOT_FOUND) << got[4].ToString();
+  for (auto b : bufs_[4]) ASSERT_EQ(b, std::byte{0x77}) << "bytes of a refused entry arrived";
+  ASSERT_TRUE(got[5].ok());
+  EXPECT_EQ(bufs_[5], objects_[5].value);
+  // Only what the store itself misses is reported lost, not a stale asker's other version.
+  std::lock_guard lock(lost_mu_);
+  EXPECT_EQ(lost_.count("obj/2"), 0u);
+  EXPECT_EQ(lost_.count("obj/4"), 0u);
+  EXPECT_EQ(lost_.count("obj/none"), 1u);
+  // Every copy is still there: a refusal drops nothing.
+  for (const auto& s : objects_) EXPECT_TRUE(store_->Lookup(s.key).has_value()) << s.key;
+}
+
+TEST_F(DiskReadTest, ACorruptedCopyIsRefusedDroppedAndReportedLost) {
+  OpenStore(disk::DiskBackend::kFilePerKey);
+  WriteObjects(4);
+  StartServer();
+  // Flip a value byte of obj/2's file (file-per-key: the value starts at 4096).
+  bool flipped = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.path())) {
+    if (!e.is_regular_file() || e.path().extension() != ".obj") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    uint32_t key_len = 0;
+    f.read(reinterpret_cast<char*>(&key_len), 4);
+    std::string key(key_len, '\0');
+    f.seekg(64);
+    f.read(key.data(), key_len);
+    if (key != "obj/2") continue;
+    f.seekg(4096 + 5);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 1;
+    f.seekp(4096 + 5);
+    f.write(&c, 1);
+    flipped = f.good();
+  }
+  ASSERT_TRUE(flipped);
+  auto items = ItemsFor({0, 1, 2, 3});
+  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+  EXPECT_TRUE(got[0].ok() && got[1].ok() && got[3].ok());
+  EXPECT_EQ(got[2].code(), ErrorCode::CHECKSUM_MISMATCH) << got[2].ToString();
+  EXPECT_FALSE(store_->Lookup("obj/2").has_value()) << "the corrupted copy stayed in the index";
+  std::lock_guard lock(lost_mu_);
+  ASSERT_EQ(lost_.count("obj/2"), 1u);
+  EXPECT_EQ(lost_["obj/2"], objects_[2].copy.location);
+  EXPECT_EQ(reads_->stats().lost, 1u);
+}
+
+TEST_F(DiskReadTest, StagingMemoryIsBoundedAcrossConnections) {
+  // The first read parks after pinning its files; meanwhile a second needs more staging than
+  // the budget has left and must be refused after the bounded wait, not allocate past it.
+  std::promise<void> parked;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  OpenStore(disk::DiskBackend::kBucket, [&] {
+    if (calls.fetch_add(1) == 0) {
+      parked.set_value();
+      released.wait();
+    }
+  });
+  WriteObjects(3);
+  DiskReadService::Options o;
+  o.staging_budget = disk::DiskStore::ReadBufferSize(objects_[0].value.size()) + 4096;
+  o.budget_wait_ms = 200;
+  DiskReadService reads(store_.get(), o);
+  auto first = std::async(std::launch::async, [&] {
+    std::vector<DiskReadService::Entry> e = {{objects_[0].key, objects_[0].copy.location,
+                                              objects_[0].copy.checksum, objects_[0].value.size()}};
+    ErrorCode code = ErrorCode::INTERNAL_ERROR;
+    reads.Serve(e, [&](uint32_t, ErrorCode c, std::span<const std::byte>) {
+      code = c;
+      return true;
+    });
+    return code;
+  });
+  parked.get_future().wait();
+  std::vector<DiskReadService::Entry> e = {{objects_[1].key, objects_[1].copy.location,
+                                            objects_[1].copy.checksum, objects_[1].value.size()}};
+  ErrorCode second = ErrorCode::INTERNAL_ERROR;
+  const auto t0 = std::chrono::steady_clock::now();
+  reads.Serve(e, [&](uint32_t, ErrorCode c, std::span<const std::byte>) {
+    second = c;
+    return true;
+  });
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150));
+  EXPECT_EQ(second, ErrorCode::NO_AVAILABLE_HANDLE);
+  release.set_value();
+  EXPECT_EQ(first.get(), ErrorCode::OK);
+  // Budget back: the same request now goes through.
+  reads.Serve(e, [&](uint32_t, ErrorCode c, std::span<const std::byte>) {
+    second = c;
+    return true;
+  });
+  EXPECT_EQ(second, ErrorCode::OK);
+}
+
+TEST_F(DiskReadTest, AnObjectLargerThanTheWholeBudgetIsServedWhenTheNodeIsIdle) {
+  OpenStore();
+  WriteObjects(1);
+  DiskReadService::Options o;
+  o.staging_budget = 4096;  // smaller than the object
+  o.budget_wait_ms = 100;
+  StartServer(o);
+  auto items = ItemsFor({0});
+  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+  ASSERT_TRUE(got[0].ok()) << got[0].ToString();
+  EXPECT_EQ(bufs_[0], objects_[0].value);
+}
+
+// ---- hostile bodies, by hand ----
+
+class RawConn {
+ public:
+  explicit RawConn(uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    timeval tv{5, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    int one = 1;  // a header and its body go in two sends: no Nagle wait between them
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  ~RawConn() { close(fd_); }
+  bool Send(const void* data, size_t n) {
+    auto* p = static_cast<const uint8_t*>(data);
+    while (n > 0) {
+      ssize_t r = send(fd_, p, n, MSG_NOSIGNAL);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  bool Recv(void* data, size_t n) {
+    auto* p = static_cast<uint8_t*>(data);
+    while (n > 0) {
+      ssize_t r = recv(fd_, p, n, 0);
+      if (r < 0 && errno == EINTR) continue;  // io_uring task work interrupts this thread
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  bool ClosedByPeer() {
+    char c;
+    ssize_t r;
+    do {
+      r = recv(fd_, &c, 1, 0);
+    } while (r < 0 && errno == EINTR);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+  }
+  bool connected_ = false;
+
+ private:
+  int fd_ = -1;
+};
+
+std::vector<uint8_t> Body(uint32_t count, const std::vector<std::pair<DiskReadEntry, std::string>>& entries) {
+  std::vector<uint8_t> out(sizeof(DiskReadBody));
+  DiskReadBody head;
+  head.count = count;
+  std::memcpy(out.data(), &head, sizeof(head));
+  for (const auto& [e, key] : entries) {
+    const size_t at = out.size();
+    out.resize(at + sizeof(e) + key.size());
+    std::memcpy(out.data() + at, &e, sizeof(e));
+    std::memcpy(out.data() + at + sizeof(e), key.data(), key.size());
+  }
+  return out;
+}
+
+// Sends one DISK_READ with `body` and returns the top response header (nullopt: no answer).
+std::optional<ResponseHeader> SendDiskRead(RawConn& conn, const std::vector<uint8_t>& body,
+                                           uint64_t token = 0, uint64_t offset = 0) {
+  RequestHeader h;
+  h.opcode = Opcode::kDiskRead;
+  h.request_id = 99;
+  h.segment_token = token;
+  h.offset = offset;
+  h.length = body.size();
+  if (!conn.Send(&h, sizeof(h)) || !conn.Send(body.data(), body.size())) return std::nullopt;
+  ResponseHeader rh;
+  if (!conn.Recv(&rh, sizeof(rh))) return std::nullopt;
+  return rh;
+}
+
+bool PingWorks(RawConn& conn) {
+  RequestHeader h;
+  h.opcode = Opcode::kPing;
+  h.request_id = 5;
+  ResponseHeader rh;
+  return conn.Send(&h, sizeof(h)) && conn.Recv(&rh, sizeof(rh)) && rh.status == 0 &&
+         rh.request_id == 5 && rh.length == 0;
+}
+
+TEST_F(DiskReadTest, MalformedBodiesAreRefusedAndTheConnectionStaysInSync) {
+  OpenStore();
+  WriteObjects(1);
+  StartServer();
+  const Stored& s = objects_[0];
+  DiskReadEntry good{s.copy.location, s.copy.checksum, s.value.size(),
+                     static_cast<uint32_t>(s.key.size()), 0};
+  auto with = [&](auto change) {
+    DiskReadEntry e = good;
+    change(e);
+    return e;
+  };
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> bad = {
+      {"empty", {}},
+      {"count 0", Body(0, {})},
+      {"count over the limit", Body(transfer::kMaxDiskReadEntries + 1, {{good, s.key}})},
+      {"count larger than the entries", Body(2, {{good, s.key}})},
+      {"key length 0", Body(1, {{with([](auto& e) { e.key_len = 0; }), ""}})},
+      {"key length over the limit",
+       Body(1, {{with([](auto& e) { e.key_len = transfer::kMaxDiskReadKey + 1; }),
+                 std::string(transfer::kMaxDiskReadKey + 1, 'k')}})},
+      {"key past the body", Body(1, {{with([](auto& e) { e.key_len = 1000; }), s.key}})},
+      {"location 0", Body(1, {{with([](auto& e) { e.location = 0; }), s.key}})},
+      {"object over the limit",
+       Body(1, {{with([](auto& e) { e.size = transfer::kMaxDiskReadObject + 1; }), s.key}})},
+      {"reserved entry field", Body(1, {{with([](auto& e) { e.reserved = 1; }), s.key}})},
+  };
+  auto trailing = Body(1, {{good, s.key}});
+  trailing.push_back(0);
+  bad.push_back({"bytes after the last entry", trailing});
+  auto reserved_head = Body(1, {{good, s.key}});
+  reserved_head[4] = 1;
+  bad.push_back({"reserved body field", reserved_head});
+
+  RawConn conn(server_->port());
+  ASSERT_TRUE(conn.connected_);
+  for (const auto& [what, body] : bad) {
+    auto rh = SendDiskRead(conn, body);
+    ASSERT_TRUE(rh.has_value()) << what;
+    EXPECT_EQ(rh->status, static_cast<int32_t>(ErrorCode::INVALID_PARAMS)) << what;
+    EXPECT_EQ(rh->length, 0u) << what;
+    ASSERT_TRUE(PingWorks(conn)) << "out of sync after: " << what;
+  }
+  // A segment token or an offset has no meaning here: refused too.
+  auto body = Body(1, {{good, s.key}});
+  for (auto [token, offset] : {std::pair<uint64_t, uint64_t>{42, 0}, {0, 4096}}) {
+    auto rh = SendDiskRead(conn, body, token, offset);
+    ASSERT_TRUE(rh.has_value());
+    EXPECT_EQ(rh->status, static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
+    ASSERT_TRUE(PingWorks(conn));
+  }
+  // The well-formed one, on the same connection: one entry with the object's bytes.
+  auto rh = SendDiskRead(conn, body);
+  ASSERT_TRUE(rh.has_value());
+  ASSERT_EQ(rh->status, 0);
+  ASSERT_EQ(rh->length, 1u);
+  ResponseHeader eh;
+  ASSERT_TRUE(conn.Recv(&eh, sizeof(eh)));
+  ASSERT_EQ(eh.status, 0);
+  ASSERT_EQ(eh.length, s.value.size());
+  std::vector<std::byte> got(eh.length);
+  ASSERT_TRUE(conn.Recv(got.data(), got.size()));
+  EXPECT_EQ(got, s.value);
+  // A body over the limit is a malformed header: the connection closes before any of it is read.
+  RawConn big(server_->port());
+  RequestHeader h;
+  h.opcode = Opcode::kDiskRead;
+  h.length = transfer::kMaxDiskReadBody + 1;
+  ASSERT_TRUE(big.Send(&h, sizeof(h)));
+  EXPECT_TRUE(big.ClosedByPeer());
+}
+
+TEST_F(DiskReadTest, RandomBodiesAreAnsweredOrRefusedNeverCrashTheNode) {
+  OpenStore();
+  WriteObjects(3);
+  StartServer();
+  std::mt19937_64 rng(20261124);
+  RawConn conn(server_->port());
+  ASSERT_TRUE(conn.connected_);
+  int refused = 0, served = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<uint8_t> body;
+    if (round % 3 == 0) {
+      body.resize(rng() % 200);
+      for (auto& b : body) b = static_cast<uint8_t>(rng());
+    } else {
+      // A plausible body with one field scrambled.
+      const Stored& s = objects_[rng() % objects_.size()];
+      DiskReadEntry e{s.copy.location, s.copy.checksum, s.value.size(),
+                      static_cast<uint32_t>(s.key.size()), 0};
+      auto* raw = reinterpret_cast<uint8_t*>(&e);
+      raw[rng() % sizeof(e)] = static_cast<uint8_t>(rng());
+      body = Body(1, {{e, s.key}});
+    }
+    auto rh = SendDiskRead(conn, body);
+    ASSERT_TRUE(rh.has_value()) << "round " << round;
+    if (rh->status != 0) {
+      ASSERT_EQ(rh->length, 0u);
+      ++refused;
+      continue;
+    }
+    ++served;
+    for (uint64_t i = 0; i < rh->length; ++i) {
+      ResponseHeader eh;
+      ASSERT_TRUE(conn.Recv(&eh, sizeof(eh)));
+      ASSERT_EQ(eh.request_id, i);
+      if (eh.status != 0) {
+        ASSERT_EQ(eh.length, 0u);
+        continue;
+      }
+      std::vector<uint8_t> bytes(eh.length);
+      ASSERT_TRUE(conn.Recv(bytes.data(), bytes.size()));
+    }
+  }
+  EXPECT_GT(refused, 50);
+  EXPECT_GT(served, 50);
+  EXPECT_TRUE(PingWorks(conn));
+}
+
+TEST(DiskReadNoTier, ANodeWithoutADiskTierRefusesDiskReads) {
+  std::vector<uint8_t> segment(1 << 16);
+  DataServer server(segment.data(), segment.size(), 42);
+  ASSERT_TRUE(server.Start().ok());
+  transfer::TcpTransport tcp;
+  std::vector<std::byte> buf(10);
+  std::vector<DiskReadItem> items = {{"k", 1ull << 60, 0, buf.size(), {std::span<std::byte>(buf)}}};
+  auto got = tcp.ReadDisk("127.0.0.1:" + std::to_string(server.port()), items);
+  EXPECT_EQ(got[0].code(), ErrorCode::OBJECT_NOT_FOUND) << got[0].ToString();
+  EXPECT_TRUE(tcp.Ping("127.0.0.1:" + std::to_string(server.port())).ok());
+}
+
+}  // namespace
+}  // namespace granary
