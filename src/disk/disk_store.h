@@ -16,7 +16,7 @@
 //   - Remove(key) drops the object now; its space is freed once no read is using it.
 //   - Eviction is two-phase, because the node must tell the master before bytes disappear:
 //     SelectVictims(bytes) picks whole files (a bucket, a key's file, an offset record) by the
-//     policy (fifo: oldest first; lru: least recently read first, never-read before read), drops
+//     policy (fifo: oldest first; lru: least recently written or read first), drops
 //     their objects from the index without any I/O and returns them; ReclaimVictims(max_wait)
 //     then waits (bounded) for reads still using them, closes their handles and deletes them.
 //   - Open() on a directory that holds a store recovers it: ListObjects() then returns every

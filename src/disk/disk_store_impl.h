@@ -65,7 +65,7 @@ class DiskStoreImpl final : public DiskStore {
     uint64_t bytes = 0;
     uint32_t live = 0;          // index entries pointing here
     uint32_t readers = 0;       // reads in flight
-    uint64_t last_read = 0;     // read_tick_ of its last read; 0: never read
+    uint64_t last_read = 0;     // read_tick_ of its last write or read; 0: recovered, unused since
     bool committing = true;     // being filled by Write: not a victim yet
     bool doomed = false;        // out of the index (evicted / emptied): destroy when unread
     bool destroying = false;    // claimed by the one thread that destroys it
