@@ -49,7 +49,10 @@ class DiskTierTest : public StoreTest {
 };
 
 TEST_F(DiskTierTest, EagerOffloadSurvivesAMasterRestartAndANodeRestart) {
-  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "2s"}}));
+  // The restarted node must register before the killed process expires: the copies of objects
+  // held only on disk go with that expiry, and the disk, known by then, may not bring back keys
+  // the master no longer holds.
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"}}));
   const std::string name = UniqueName("disk");
   ASSERT_TRUE(StartDiskNode(name, 64 * MiB));
   ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
@@ -93,7 +96,7 @@ TEST_F(DiskTierTest, EagerOffloadSurvivesAMasterRestartAndANodeRestart) {
   }
 
   // The node is killed and starts again on the same directory: its copies are recovered and
-  // registered under the new process (the old one's replicas went with its expiry).
+  // registered, which moves the disk's replicas to the new process.
   ASSERT_TRUE(disk_node_->Kill(SIGKILL));
   disk_node_->Wait(Millis(5000));
   ASSERT_TRUE(disk_node_->Start(cluster_.master_address(),
