@@ -160,6 +160,13 @@ void MasterServer::RegisterMetrics() {
   metrics_.AddGaugeCallback(
       "granary_master_deferred_frees", "extents waiting for read locks or zombie writers to end",
       [s, single] { return single(static_cast<double>(s->deferred_free_count())); });
+  metrics_.AddGaugeCallback(
+      "granary_master_disk_garbage", "disk copies the master let go that their nodes must delete",
+      [s, single] { return single(static_cast<double>(s->disk_garbage_count())); });
+  metrics_.AddGaugeCallback(
+      "granary_master_disk_garbage_dropped",
+      "disk garbage forgotten at the bound (those copies keep their disk space until evicted)",
+      [s, single] { return single(static_cast<double>(s->disk_garbage_dropped())); });
   metrics_.AddGaugeCallback("granary_master_capacity_bytes", "bytes of all mounted segments", [s, single] {
     return single(static_cast<double>(s->segments().total_capacity()));
   });
@@ -215,6 +222,7 @@ std::string MasterServer::StatusJson() const {
   doc["disk_capacity_bytes"] = disk.capacity_bytes();
   doc["disk_used_bytes"] = disk.used_bytes();
   doc["disk_objects"] = disk.object_count();
+  doc["disk_garbage"] = state_->disk_garbage_count();
   nlohmann::json segments = nlohmann::json::array();
   for (const auto& u : state_->segments().Usage()) {
     segments.push_back({{"id", u.identity->id},

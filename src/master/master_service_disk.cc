@@ -1,5 +1,6 @@
 // MasterService: the SSD tier's RPCs. A node registers what its disk holds, drops what its disk
-// eviction removed, and offloads memory objects the master picks (OffloadPlanner) as demotions.
+// eviction removed, offloads memory objects the master picks (OffloadPlanner) as demotions, and
+// learns with each OffloadStart which of its copies the master let go (disk garbage) to delete.
 #include "master/master_service.h"
 #include "master/rpc_results.h"
 
@@ -7,12 +8,16 @@ namespace granary::master {
 
 namespace {
 constexpr uint32_t kMaxOffloadKeys = 4096;
+// Garbage named per OffloadStart answer: well inside a message, and a node deletes them in about
+// an interval; the rest follows in the next rounds.
+constexpr size_t kMaxGarbagePerReply = 1024;
+constexpr size_t kMaxGarbageKeyBytesPerReply = 1 << 20;
 }  // namespace
 
 grpc::Status MasterService::DiskRegister(Ctx*, const proto::DiskRegisterRequest* req,
                                          proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("DiskRegister"), req->copies_size());
-  DiskRegisterOp op{req->client_id(), {}};
+  DiskRegisterOp op{req->client_id(), {}, req->disk_id(), req->complete()};
   op.entries.reserve(req->copies_size());
   for (const auto& c : req->copies()) {
     op.entries.push_back({c.key(), c.size(), c.checksum(), c.location()});
@@ -34,16 +39,37 @@ grpc::Status MasterService::DiskDrop(Ctx*, const proto::DiskDropRequest* req,
 grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest* req,
                                          proto::OffloadStartResponse* resp) {
   CallScope scope(Metrics("OffloadStart"), 0);
+  const uint64_t disk_id = req->disk_id();
+  if (disk_id != 0) {
+    // Acknowledged first, so the answer does not name them again. Only a real ack is an
+    // operation: an idle node's rounds leave no trace in the history.
+    if (req->deleted_ids_size() > 0) {
+      state_->DiskGarbageAck({req->client_id(), disk_id,
+                              std::vector<uint64_t>(req->deleted_ids().begin(),
+                                                    req->deleted_ids().end())});
+    }
+    for (const GarbageEntry& g :
+         state_->DiskGarbageOf(disk_id, kMaxGarbagePerReply, kMaxGarbageKeyBytesPerReply)) {
+      resp->add_delete_keys(g.key);
+      resp->add_delete_locations(g.location);
+      resp->add_delete_ids(g.id);
+    }
+  }
   const std::vector<uint64_t> own = state_->segments().SegmentsOf(req->client_id());
   if (req->client_id().empty() || own.empty()) {
     resp->set_code(Code(Status(ErrorCode::ILLEGAL_CLIENT, "")));
     resp->set_message("offload is for a node with a mounted segment");
     return grpc::Status::OK;
   }
+  if (!state_->DiskKnown(disk_id)) {
+    resp->set_disk_unknown(true);
+    return grpc::Status::OK;
+  }
   const size_t max_keys = std::min(req->max_keys(), kMaxOffloadKeys);
   std::vector<std::string> plan = planner_.Plan(req->client_id(), max_keys, req->max_bytes());
   if (plan.empty()) return grpc::Status::OK;
-  std::vector<DemoteStartKeyResult> started = state_->DemoteStart({req->client_id(), plan});
+  std::vector<DemoteStartKeyResult> started =
+      state_->DemoteStart({req->client_id(), plan, disk_id});
   std::vector<std::string> unusable;
   std::vector<uint64_t> unusable_gens;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -84,7 +110,7 @@ grpc::Status MasterService::OffloadEnd(Ctx*, const proto::OffloadEndRequest* req
     scope.KeyErrors(FillStatuses(results, resp));
     return grpc::Status::OK;
   }
-  DemoteEndOp end{req->client_id(), {}, {}, {}};
+  DemoteEndOp end{req->client_id(), {}, {}, {}, req->disk_id()};
   DemoteAbortOp abort{req->client_id(), {}, {}};
   std::vector<int> end_index, abort_index;
   for (int i = 0; i < n; ++i) {

@@ -34,7 +34,11 @@ Status ValidateKey(std::string_view key) {
 }
 
 MasterState::MasterState(MasterPolicy policy, const Clock* clock, uint64_t segment_id_base)
-    : policy_(policy), clock_(clock), segment_id_base_(segment_id_base), segments_(segment_id_base) {
+    : policy_(policy),
+      clock_(clock),
+      segment_id_base_(segment_id_base),
+      segments_(segment_id_base),
+      garbage_(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes) {
   if (policy_.shard_count == 0) policy_.shard_count = 1;
   shards_.reserve(policy_.shard_count);
   for (uint32_t i = 0; i < policy_.shard_count; ++i) shards_.push_back(std::make_unique<Shard>());
@@ -94,6 +98,7 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const DemoteAbortOp& o) -> OpResult { return ApplyDemoteAbort(o, now); },
           [&](const DiskRegisterOp& o) -> OpResult { return ApplyDiskRegister(o, now); },
           [&](const DiskDropOp& o) -> OpResult { return ApplyDiskDrop(o, now); },
+          [&](const DiskGarbageAckOp& o) -> OpResult { return ApplyDiskGarbageAck(o); },
       },
       op.body);
   for (const auto& observer : observers_) observer(op, result);
@@ -210,6 +215,8 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
   }
   // Its unfinished puts can never end: a new put of those keys takes them over at once. Its
   // demotions are given up, and its disk replicas are out of reach until it registers them again.
+  // They are not disk garbage: a node back on the same disk re-attaches the copies of versions
+  // still committed, and the copies of anything else are refused then (its disk is known).
   for (auto& shard_ptr : shards_) {
     Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
@@ -396,7 +403,8 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
         continue;
       }
       if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
-        disk_replica_count_ -= meta.committed->disk.size();  // stale copies: the node's to delete
+        disk_replica_count_ -= meta.committed->disk.size();
+        AddGarbage(op.keys[i], meta.committed->disk);  // stale copies: their nodes delete them
         if (meta.demotion) {  // ...nor the demotion copying them to disk
           auto& held = meta.demotion->held;
           held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
@@ -564,7 +572,8 @@ std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t
 
 void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   ObjectMeta& meta = it->second;
-  disk_replica_count_ -= meta.committed->disk.size();  // the node deletes them (SSD tier)
+  disk_replica_count_ -= meta.committed->disk.size();
+  AddGarbage(it->first, meta.committed->disk);  // their nodes delete them
   if (meta.demotion) {  // a demotion may still read them: they go when it resolves
     auto& held = meta.demotion->held;
     held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());

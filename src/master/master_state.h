@@ -9,8 +9,8 @@
 // Queries run concurrently with Apply: objects live in shards (each with its own mutex), segments
 // in a SegmentTable; queries take those locks and never change anything (an existence check is
 // not a read: it takes no lock and does not refresh recency).
-// Lock order: apply -> shard -> segment table -> segment; clients_mu_, deferred_mu_ and the ghost
-// stripes' mutexes are leaves. Observers run under the apply lock, in sequence order.
+// Lock order: apply -> shard -> segment table -> segment; clients_mu_, deferred_mu_, disk_mu_ and
+// the ghost stripes' mutexes are leaves. Observers run under the apply lock, in sequence order.
 // Ownership: MasterState owns everything below it; results are copies.
 #pragma once
 
@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -29,6 +30,7 @@
 
 #include "common/clock.h"
 #include "granary/status.h"
+#include "master/disk_garbage.h"
 #include "master/object_meta.h"
 #include "master/operations.h"
 #include "master/segment_table.h"
@@ -62,6 +64,10 @@ struct MasterPolicy {
   double eviction_small_ratio = 0.10;  // s3fifo: probation queue's share of the evictable bytes
   double eviction_ghost_ratio = 4.0;   // s3fifo: keys remembered after eviction, x objects held
   uint32_t shard_count = 1024;
+  // Disk copies waiting for their node to delete them (master/disk_garbage.h): beyond either
+  // bound the oldest are forgotten (counted), which only leaks their disk space.
+  uint64_t disk_garbage_max_entries = 1 << 20;
+  uint64_t disk_garbage_max_key_bytes = 256 << 20;
 };
 
 // Limits on what a caller may ask for; beyond them a request is INVALID_KEY / INVALID_PARAMS.
@@ -190,6 +196,9 @@ class MasterState {
   std::vector<Status> DiskDrop(DiskDropOp op) {
     return Do<DiskDropOp, std::vector<Status>>(std::move(op));
   }
+  std::vector<Status> DiskGarbageAck(DiskGarbageAckOp op) {
+    return Do<DiskGarbageAckOp, std::vector<Status>>(std::move(op));
+  }
 
   // ---- queries ----
   // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
@@ -201,6 +210,11 @@ class MasterState {
   Result<QueryResult> QueryByRegex(const std::string& pattern, size_t limit) const;
   // Clients silent for longer than the client TTL, as of now_ms.
   std::vector<std::string> SilentClients(int64_t now_ms) const;
+  // The disk's garbage, oldest first, within the bounds (DiskGarbage::Oldest).
+  std::vector<GarbageEntry> DiskGarbageOf(uint64_t disk_id, size_t max_entries,
+                                          size_t max_key_bytes) const;
+  // Whether the disk registered its whole inventory with this state (DiskRegisterOp.complete).
+  bool DiskKnown(uint64_t disk_id) const;
 
   // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
   void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
@@ -216,6 +230,8 @@ class MasterState {
   size_t client_count() const;
   size_t deferred_free_count() const;
   size_t ghost_count() const;  // s3fifo: evicted keys remembered
+  size_t disk_garbage_count() const;
+  uint64_t disk_garbage_dropped() const;  // forgotten at the bound
 
  private:
   struct Shard {
@@ -268,6 +284,10 @@ class MasterState {
   std::vector<Status> ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now);
   std::vector<Status> ApplyDiskRegister(const DiskRegisterOp& op, int64_t now);
   std::vector<Status> ApplyDiskDrop(const DiskDropOp& op, int64_t now);
+  std::vector<Status> ApplyDiskGarbageAck(const DiskGarbageAckOp& op);
+  // The disk must delete this copy: the record no longer names it (disk_mu_ is a leaf).
+  void AddGarbage(uint64_t disk_id, const std::string& key, uint64_t location);
+  void AddGarbage(const std::string& key, const std::vector<DiskReplica>& copies);
   // The object `key` if `node_id` is demoting its version `version_gen`; else why not
   // (INVALID_WRITE: no demotion; ILLEGAL_CLIENT: another node's or another version's).
   Result<ObjectIter> OwnDemotion(Shard& shard, const std::string& key, const std::string& node_id,
@@ -314,6 +334,11 @@ class MasterState {
   std::vector<DeferredFree> deferred_;
 
   std::array<GhostStripe, kGhostStripes> ghost_;
+
+  // Written under apply_mu_; the lock lets the offload RPC and metrics read them meanwhile.
+  mutable std::mutex disk_mu_;
+  DiskGarbage garbage_;
+  std::set<uint64_t> known_disks_;
 
   // Serialises every mutation: the one total order of the history.
   mutable std::mutex apply_mu_;

@@ -26,6 +26,7 @@ void Fields(IO& io, MasterPolicy& p) {
   io(policy);
   p.eviction_policy = static_cast<EvictionPolicy>(policy);
   io(p.eviction_small_ratio); io(p.eviction_ghost_ratio); io(p.shard_count);
+  io(p.disk_garbage_max_entries); io(p.disk_garbage_max_key_bytes);
 }
 
 namespace {
@@ -97,6 +98,13 @@ void MasterState::EncodeLocked(Encoder& out) const {
       out(hash);
       out(entry);
     }
+  }
+  {
+    std::lock_guard lock(disk_mu_);
+    garbage_.Encode(out);
+    uint64_t n = known_disks_.size();
+    out(n);
+    for (uint64_t disk : known_disks_) out(disk);
   }
 }
 
@@ -221,6 +229,15 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
       live[hash] = entry;
     }
   }
+  DiskGarbage garbage(policy_.disk_garbage_max_entries, policy_.disk_garbage_max_key_bytes);
+  if (!in.ok() || !garbage.Decode(in)) return bad("malformed disk garbage");
+  std::set<uint64_t> known_disks;
+  in(n);
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    uint64_t disk = 0;
+    in(disk);
+    known_disks.insert(disk);
+  }
   if (!in.ok() || !in.done()) return bad("malformed or trailing bytes");
 
   std::lock_guard lock(apply_mu_);
@@ -247,6 +264,11 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
     ghost_[i].next = std::get<0>(ghost[i]);
     ghost_[i].fifo = std::move(std::get<1>(ghost[i]));
     ghost_[i].live = std::move(std::get<2>(ghost[i]));
+  }
+  {
+    std::lock_guard disk_lock(disk_mu_);
+    garbage_ = std::move(garbage);
+    known_disks_ = std::move(known_disks);
   }
   last_seq_ = seq;
   last_now_ms_ = last_now;

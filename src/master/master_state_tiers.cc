@@ -17,6 +17,12 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
   std::vector<DemoteStartKeyResult> results(op.keys.size());
   Status batch_error = BatchLimit(op.keys.size());
   if (op.node_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "node id is empty");
+  if (op.disk_id == 0) batch_error = Status(ErrorCode::INVALID_PARAMS, "disk id is 0");
+  // A copy whose end never reaches the master must not come back as an unknown key later: only a
+  // disk whose unknown keys are already refused (it registered) may write new copies.
+  if (batch_error.ok() && !DiskKnown(op.disk_id)) {
+    batch_error = Status(ErrorCode::ILLEGAL_CLIENT, "the disk has not registered its inventory");
+  }
   if (!batch_error.ok()) {
     for (auto& r : results) r.status = batch_error;
     return results;
@@ -38,7 +44,7 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
       }
       const Version& v = *meta.committed;
       if (std::any_of(v.disk.begin(), v.disk.end(),
-                      [&](const DiskReplica& d) { return d.node_id == op.node_id; })) {
+                      [&](const DiskReplica& d) { return d.disk_id == op.disk_id; })) {
         out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "already on this node's disk");
         continue;
       }
@@ -46,7 +52,7 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
         out.status = Status(ErrorCode::INVALID_PARAMS, "no memory replica to copy from");
         continue;
       }
-      meta.demotion = Demotion{op.node_id, v.gen, now, {}};
+      meta.demotion = Demotion{op.node_id, v.gen, now, {}, 0, op.disk_id};
       shard.demoting_keys.insert(std::string_view(it->first));
       out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas};
     }
@@ -66,18 +72,34 @@ std::vector<Status> MasterState::ApplyDemoteEnd(const DemoteEndOp& op, int64_t n
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
-      auto it = OwnDemotion(shard, op.keys[i], op.node_id, op.version_gens[i]);
+      const std::string& key = op.keys[i];
+      auto it = OwnDemotion(shard, key, op.node_id, op.version_gens[i]);
       if (!it.ok()) {
         results[i] = it.status();
+        // The node deletes a copy nobody attached; if that answer is lost, the garbage tells it
+        // again (unless this very copy is attached: a repeated end).
+        auto found = shard.objects.find(key);
+        const bool attached =
+            found != shard.objects.end() && found->second.committed &&
+            std::any_of(found->second.committed->disk.begin(), found->second.committed->disk.end(),
+                        [&](const DiskReplica& d) {
+                          return d.disk_id == op.disk_id && d.location == op.locations[i];
+                        });
+        if (op.disk_id != 0 && !attached) AddGarbage(op.disk_id, key, op.locations[i]);
         continue;
       }
       ObjectMeta& meta = (*it)->second;
+      const uint64_t disk_id = meta.demotion->disk_id;
       if (meta.committed && meta.committed->gen == meta.demotion->version_gen) {
-        meta.committed->disk.push_back({op.node_id, op.locations[i], meta.committed->size});
+        meta.committed->disk.push_back({op.node_id, op.locations[i], meta.committed->size, disk_id});
         disk_replica_count_++;
+        // A location the disk reused: whatever garbage was there is gone.
+        std::lock_guard disk_lock(disk_mu_);
+        garbage_.ForgetPlace(disk_id, key, op.locations[i]);
       } else {
         results[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
                             "the demoted version was replaced or removed: delete the disk copy");
+        AddGarbage(disk_id, key, op.locations[i]);
       }
       ResolveDemotion(shard, *it, now);
     }
@@ -124,6 +146,7 @@ Result<MasterState::ObjectIter> MasterState::OwnDemotion(Shard& shard, const std
 std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int64_t now) {
   std::vector<Status> results(op.entries.size());
   Status batch_error = BatchLimit(op.entries.size());
+  if (op.disk_id == 0) batch_error = Status(ErrorCode::INVALID_PARAMS, "disk id is 0");
   if (batch_error.ok()) {
     std::lock_guard lock(clients_mu_);
     // Only a live node: its disk replicas must go when it expires.
@@ -136,6 +159,8 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
     std::fill(results.begin(), results.end(), batch_error);
     return results;
   }
+  // Read once: the batch that completes the inventory is still a first registration.
+  const bool known_disk = DiskKnown(op.disk_id);
   std::vector<std::string> keys;
   keys.reserve(op.entries.size());
   for (const auto& e : op.entries) keys.push_back(e.key);
@@ -152,33 +177,59 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
         results[i] = Status(ErrorCode::INVALID_PARAMS, "disk copy of invalid size");
         continue;
       }
-      auto [it, inserted] = shard.objects.try_emplace(entry.key);
-      ObjectMeta& meta = it->second;
-      if (!meta.committed) {
-        if (meta.pending) {  // a put of new bytes is under way: they win
-          results[i] = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "a put of this key is in flight");
+      bool garbage = false;
+      {
+        std::lock_guard disk_lock(disk_mu_);
+        garbage = garbage_.Contains(op.disk_id, entry.key, entry.location);
+      }
+      if (garbage) {
+        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND, "this copy was removed or replaced");
+        continue;
+      }
+      auto refuse = [&](Status why) {
+        results[i] = std::move(why);
+        AddGarbage(op.disk_id, entry.key, entry.location);
+      };
+      auto it = shard.objects.find(entry.key);
+      if (it == shard.objects.end() || !it->second.committed) {
+        if (it != shard.objects.end() && it->second.pending) {  // new bytes are on their way
+          refuse(Status(ErrorCode::OBJECT_ALREADY_EXISTS, "a put of this key is in flight"));
           continue;
         }
+        if (known_disk) {
+          refuse(Status(ErrorCode::OBJECT_NOT_FOUND,
+                        "unknown key on a disk the master knows: removed or replaced since"));
+          continue;
+        }
+        if (it == shard.objects.end()) it = shard.objects.try_emplace(entry.key).first;
+        ObjectMeta& meta = it->second;
         meta.committed = Version{entry.size, entry.checksum, next_put_gen_++, {}, {}};
         meta.in_main = false;
         meta.reads = 0;
         meta.queue_stamp = QueueStamp(now, i);
         meta.last_access_ms = now;
         committed_count_++;
-      } else if (meta.committed->size != entry.size || meta.committed->checksum != entry.checksum) {
-        results[i] = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "other bytes are committed under this key");
+      } else if (it->second.committed->size != entry.size ||
+                 it->second.committed->checksum != entry.checksum) {
+        refuse(Status(ErrorCode::OBJECT_ALREADY_EXISTS, "other bytes are committed under this key"));
         continue;
       }
-      auto& disk = meta.committed->disk;
+      auto& disk = it->second.committed->disk;
       auto mine = std::find_if(disk.begin(), disk.end(),
-                               [&](const DiskReplica& d) { return d.node_id == op.node_id; });
+                               [&](const DiskReplica& d) { return d.disk_id == op.disk_id; });
       if (mine != disk.end()) {
-        mine->location = entry.location;  // the node knows best where its copy is now
+        // The node knows best where its copy is now, and which process holds it (a restart).
+        mine->node_id = op.node_id;
+        mine->location = entry.location;
         continue;
       }
-      disk.push_back({op.node_id, entry.location, entry.size});
+      disk.push_back({op.node_id, entry.location, entry.size, op.disk_id});
       disk_replica_count_++;
     }
+  }
+  if (op.complete) {
+    std::lock_guard lock(disk_mu_);
+    known_disks_.insert(op.disk_id);
   }
   return results;
 }
@@ -213,6 +264,52 @@ std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now
     }
   }
   return results;
+}
+
+std::vector<Status> MasterState::ApplyDiskGarbageAck(const DiskGarbageAckOp& op) {
+  if (Status limit = BatchLimit(op.ids.size()); !limit.ok()) {
+    return std::vector<Status>(op.ids.size(), limit);
+  }
+  std::vector<Status> results(op.ids.size());
+  std::lock_guard lock(disk_mu_);
+  for (size_t i = 0; i < op.ids.size(); ++i) {
+    if (!garbage_.Ack(op.disk_id, op.ids[i])) {
+      results[i] = Status(ErrorCode::OBJECT_NOT_FOUND, "no such garbage entry of this disk");
+    }
+  }
+  return results;
+}
+
+void MasterState::AddGarbage(uint64_t disk_id, const std::string& key, uint64_t location) {
+  std::lock_guard lock(disk_mu_);
+  garbage_.Add(disk_id, key, location);
+}
+
+void MasterState::AddGarbage(const std::string& key, const std::vector<DiskReplica>& copies) {
+  if (copies.empty()) return;
+  std::lock_guard lock(disk_mu_);
+  for (const auto& d : copies) garbage_.Add(d.disk_id, key, d.location);
+}
+
+std::vector<GarbageEntry> MasterState::DiskGarbageOf(uint64_t disk_id, size_t max_entries,
+                                                     size_t max_key_bytes) const {
+  std::lock_guard lock(disk_mu_);
+  return garbage_.Oldest(disk_id, max_entries, max_key_bytes);
+}
+
+bool MasterState::DiskKnown(uint64_t disk_id) const {
+  std::lock_guard lock(disk_mu_);
+  return known_disks_.contains(disk_id);
+}
+
+size_t MasterState::disk_garbage_count() const {
+  std::lock_guard lock(disk_mu_);
+  return garbage_.size();
+}
+
+uint64_t MasterState::disk_garbage_dropped() const {
+  std::lock_guard lock(disk_mu_);
+  return garbage_.dropped();
 }
 
 void MasterState::ResolveDemotion(Shard& shard, ObjectIter it, int64_t now) {

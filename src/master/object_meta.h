@@ -42,6 +42,9 @@ struct DiskReplica {
   std::string node_id;  // the node process (client id) that holds it
   uint64_t location = 0;
   uint64_t length = 0;
+  // The disk itself (a node's --disk-dir), the same across the node's restarts while node_id
+  // changes: a restarted node's copies are found, and told to go, by it.
+  uint64_t disk_id = 0;
 };
 
 struct Version {
@@ -64,6 +67,7 @@ struct Demotion {
   // or a remove): freed when the demotion ends, aborts or times out.
   std::vector<Extent> held;
   int64_t hold_until_ms = 0;  // read locks the held memory had when it was retired
+  uint64_t disk_id = 0;       // the disk being written
 };
 
 struct PinConfig {

@@ -103,18 +103,22 @@ struct EvictOp {
 // Applies the timeouts: zombie puts, deferred frees, expired read locks, stalled demotions.
 struct SweepOp {};
 // The SSD tier's offload (memory -> disk) of committed objects by the node that will hold the
-// disk copies. Start records a demotion of the committed version; End attaches each key's disk
-// replica at `locations[i]` if that version is still committed (else the node must delete its
-// copy); Abort gives the demotion up. Only `node_id` may end or abort its demotions.
+// disk copies. Start records a demotion of the committed version onto disk `disk_id` (which must
+// have registered its inventory, DiskRegisterOp.complete); End attaches each key's disk replica
+// at `locations[i]` if that version is still committed (else the copy becomes disk garbage and
+// the node must delete it); Abort gives the demotion up. Only `node_id` may end or abort its
+// demotions.
 struct DemoteStartOp {
   std::string node_id;
   std::vector<std::string> keys;
+  uint64_t disk_id = 0;
 };
 struct DemoteEndOp {
   std::string node_id;
   std::vector<std::string> keys;
   std::vector<uint64_t> version_gens;  // from DemoteStart's results
   std::vector<uint64_t> locations;
+  uint64_t disk_id = 0;  // names the disk of copies refused without a demotion to go by
 };
 struct DemoteAbortOp {
   std::string node_id;
@@ -123,9 +127,14 @@ struct DemoteAbortOp {
 };
 
 // What a node's disk holds, as it tells the master: after the node restarts (its recovery scan)
-// or when a restarted master asks it to remount. A key the master does not know becomes a
-// disk-only object; a key committed with the same size and checksum gets the disk replica; a key
-// being written or holding other bytes refuses the copy (the node deletes it).
+// or when a restarted master asks it to remount. A key committed with the same size and checksum
+// gets the disk replica (the disk's replica moves to this node process); a key the master does
+// not know becomes a disk-only object, but only while the disk is unknown to this state (its
+// first registration after a master start): once a disk has registered its whole inventory
+// (`complete`, the last batch), any later copy of an unknown key can only be one the master let
+// go (removed, replaced, or never attached). Refused: a copy in the disk garbage, an unknown key
+// from a known disk, a key being written or holding other bytes; each refused copy becomes disk
+// garbage (the node deletes it at once, and acknowledges it when told).
 struct DiskEntry {
   std::string key;
   uint64_t size = 0;
@@ -135,6 +144,8 @@ struct DiskEntry {
 struct DiskRegisterOp {
   std::string node_id;
   std::vector<DiskEntry> entries;
+  uint64_t disk_id = 0;   // never 0
+  bool complete = false;  // the last batch of the disk's inventory
 };
 // Disk copies the node evicted or lost: the master stops naming them to readers at once. An
 // object left with no replica at all is gone.
@@ -143,6 +154,13 @@ struct DiskDropOp {
   std::vector<std::string> keys;
   std::vector<uint64_t> locations;
 };
+// Disk garbage (master/disk_garbage.h) the disk deleted, by entry id, so the master stops naming
+// it. An id that is not that disk's entry is OBJECT_NOT_FOUND and changes nothing.
+struct DiskGarbageAckOp {
+  std::string node_id;
+  uint64_t disk_id = 0;
+  std::vector<uint64_t> ids;
+};
 
 struct Operation {
   int64_t now_ms = 0;  // wall-clock ms; Apply raises it to the previous operation's if earlier
@@ -150,7 +168,7 @@ struct Operation {
   std::variant<MountSegmentOp, UnmountSegmentOp, PingOp, ExpireClientOp, PutStartOp, PutEndOp,
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
                EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp, DiskRegisterOp,
-               DiskDropOp>
+               DiskDropOp, DiskGarbageAckOp>
       body;
 };
 

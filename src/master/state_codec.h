@@ -12,19 +12,20 @@
 
 namespace granary::master {
 
-inline constexpr uint64_t kSnapshotFormat = 1;
+// 2: disk ids of disk replicas and demotions, the disk garbage, the known disks.
+inline constexpr uint64_t kSnapshotFormat = 2;
 
 template <typename IO> void Fields(IO& io, Extent& e) {
   io(e.segment_id); io(e.offset); io(e.length); io(e.handle);
 }
 template <typename IO> void Fields(IO& io, DiskReplica& d) {
-  io(d.node_id); io(d.location); io(d.length);
+  io(d.node_id); io(d.location); io(d.length); io(d.disk_id);
 }
 template <typename IO> void Fields(IO& io, Version& v) {
   io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk); io(v.offload_declined);
 }
 template <typename IO> void Fields(IO& io, Demotion& d) {
-  io(d.node_id); io(d.version_gen); io(d.start_ms); io(d.held); io(d.hold_until_ms);
+  io(d.node_id); io(d.version_gen); io(d.start_ms); io(d.held); io(d.hold_until_ms); io(d.disk_id);
 }
 template <typename IO> void Fields(IO& io, PinConfig& p) {
   io(p.hard); io(p.soft); io(p.soft_ttl_ms);
@@ -71,9 +72,11 @@ template <typename IO> void Fields(IO& io, EvictOp& o) {
   io(o.keys); io(o.allow_soft_pinned); io(o.requeue); io(o.whole_run);
 }
 template <typename IO> void Fields(IO& io, SweepOp&) {}
-template <typename IO> void Fields(IO& io, DemoteStartOp& o) { io(o.node_id); io(o.keys); }
+template <typename IO> void Fields(IO& io, DemoteStartOp& o) {
+  io(o.node_id); io(o.keys); io(o.disk_id);
+}
 template <typename IO> void Fields(IO& io, DemoteEndOp& o) {
-  io(o.node_id); io(o.keys); io(o.version_gens); io(o.locations);
+  io(o.node_id); io(o.keys); io(o.version_gens); io(o.locations); io(o.disk_id);
 }
 template <typename IO> void Fields(IO& io, DemoteAbortOp& o) {
   io(o.node_id); io(o.keys); io(o.version_gens);
@@ -81,9 +84,14 @@ template <typename IO> void Fields(IO& io, DemoteAbortOp& o) {
 template <typename IO> void Fields(IO& io, DiskEntry& e) {
   io(e.key); io(e.size); io(e.checksum); io(e.location);
 }
-template <typename IO> void Fields(IO& io, DiskRegisterOp& o) { io(o.node_id); io(o.entries); }
+template <typename IO> void Fields(IO& io, DiskRegisterOp& o) {
+  io(o.node_id); io(o.entries); io(o.disk_id); io(o.complete);
+}
 template <typename IO> void Fields(IO& io, DiskDropOp& o) {
   io(o.node_id); io(o.keys); io(o.locations);
+}
+template <typename IO> void Fields(IO& io, DiskGarbageAckOp& o) {
+  io(o.node_id); io(o.disk_id); io(o.ids);
 }
 
 // The operation record of the ordered history: sequence, time, which body, the body.

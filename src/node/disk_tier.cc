@@ -1,8 +1,15 @@
 #include "node/disk_tier.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
 #include <vector>
 
+#include "common/host.h"
 #include "common/logging.h"
 #include "proto/rpc_util.h"
 
@@ -13,6 +20,49 @@ constexpr size_t kRegisterBatch = 4096;  // keys per DiskRegister call
 
 // Disk bytes a copy of `size` value bytes takes, about: 4 KiB-aligned value plus a 4 KiB header.
 uint64_t CopyFootprint(uint64_t size) { return disk::DiskStore::ReadBufferSize(size) + 4096; }
+
+Status SyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    return Status(ErrorCode::WRITE_FAIL, "cannot sync " + path);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+// <dir>/DISK_ID: "granary-disk-id <16 hex>\n", random and never 0, written once (temp file, sync,
+// rename, directory sync) and then only read. The store holds the directory's lock meanwhile.
+Result<uint64_t> LoadOrCreateDiskId(const std::string& dir) {
+  const std::string path = dir + "/DISK_ID";
+  if (std::ifstream in(path); in) {
+    std::string magic, hex;
+    in >> magic >> hex;
+    uint64_t id = 0;
+    if (magic != "granary-disk-id" || hex.size() != 16 ||
+        std::sscanf(hex.c_str(), "%" SCNx64, &id) != 1 || id == 0) {
+      return Status(ErrorCode::INVALID_PARAMS, path + " is not a granary disk id file");
+    }
+    return id;
+  }
+  uint64_t id = 0;
+  while (id == 0) id = RandomU64();
+  char text[64];
+  std::snprintf(text, sizeof(text), "granary-disk-id %016" PRIx64 "\n", id);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return Status(ErrorCode::WRITE_FAIL, "cannot write " + tmp);
+  }
+  if (Status s = SyncPath(tmp, O_RDONLY); !s.ok()) return s;
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status(ErrorCode::WRITE_FAIL, "cannot rename " + tmp + " to " + path);
+  }
+  if (Status s = SyncPath(dir, O_RDONLY | O_DIRECTORY); !s.ok()) return s;
+  return id;
+}
 }  // namespace
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSegment* segment,
@@ -28,9 +78,13 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSeg
     t->ReportLost(key, location);
   };
   tier->reads_ = std::make_unique<DiskReadService>(tier->store_.get(), std::move(reads));
+  auto disk_id = LoadOrCreateDiskId(tier->options_.store.dir);
+  if (!disk_id.ok()) return disk_id.status();
+  tier->disk_id_ = *disk_id;
   const auto& r = tier->store_->recovery();
-  GLOG_INFO("disk tier in {}: {} backend, {} I/O{}, {} objects recovered, {} torn units discarded",
-            tier->options_.store.dir, disk::BackendName(tier->store_->backend()),
+  GLOG_INFO("disk tier {:016x} in {}: {} backend, {} I/O{}, {} objects recovered, {} torn units "
+            "discarded",
+            tier->disk_id_, tier->options_.store.dir, disk::BackendName(tier->store_->backend()),
             tier->store_->io_mode() == disk::IoMode::kUring ? "io_uring" : "POSIX",
             tier->store_->direct_io() ? " (O_DIRECT)" : " (buffered)", r.objects,
             r.units_discarded);
@@ -59,12 +113,20 @@ void DiskTier::Stop() {
 }
 
 Status DiskTier::RegisterInventory() {
+  std::lock_guard lock(round_mu_);
+  return RegisterLocked();
+}
+
+Status DiskTier::RegisterLocked() {
   std::vector<disk::StoredObject> objects = store_->ListObjects();
   size_t registered = 0, refused = 0;
-  for (size_t begin = 0; begin < objects.size(); begin += kRegisterBatch) {
+  size_t begin = 0;
+  do {  // at least one request: an empty disk completes its inventory too
     const size_t end = std::min(objects.size(), begin + kRegisterBatch);
     proto::DiskRegisterRequest req;
     req.set_client_id(node_id_);
+    req.set_disk_id(disk_id_);
+    req.set_complete(end == objects.size());
     for (size_t i = begin; i < end; ++i) {
       proto::DiskCopy* c = req.add_copies();
       c->set_key(objects[i].key);
@@ -86,13 +148,15 @@ Status DiskTier::RegisterInventory() {
       } else if (code == static_cast<int32_t>(ErrorCode::ILLEGAL_CLIENT)) {
         return rpc::FromCode(code, resp.results(i).message());  // not mounted yet: next mount
       } else {
-        // Other bytes are committed under the key, a put of it is in flight, or the entry is
-        // invalid: this copy will never be named to a reader, so its space goes back.
+        // Removed or replaced since, other bytes committed under the key, a put of it in flight,
+        // or an invalid entry: this copy will never be named to a reader, so its space goes back.
         (void)store_->Remove(objects[begin + i].key, objects[begin + i].location);
         refused++;
       }
     }
-  }
+    begin = end;
+  } while (begin < objects.size());
+  registered_ = true;
   if (!objects.empty()) {
     GLOG_INFO("disk tier: {} objects registered with the master, {} refused and deleted",
               registered, refused);
@@ -182,23 +246,57 @@ void DiskTier::MakeRoom(uint64_t bytes) {
   (void)store_->ReclaimVictims(std::chrono::milliseconds(1000));
 }
 
+size_t DiskTier::DeleteGarbage(const proto::OffloadStartResponse& started) {
+  const int n = std::min({started.delete_keys_size(), started.delete_locations_size(),
+                          started.delete_ids_size()});
+  size_t gone = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t location = started.delete_locations(i);
+    // Location 0 names no copy (Remove would take the key's current one): nothing to delete.
+    Status s = location == 0 ? Status(ErrorCode::OBJECT_NOT_FOUND, "")
+                             : store_->Remove(started.delete_keys(i), location);
+    if (s.ok() || s.code() == ErrorCode::OBJECT_NOT_FOUND) {
+      deleted_ids_.push_back(started.delete_ids(i));
+      gone++;
+    } else {
+      GLOG_WARN("disk garbage {}: {}", started.delete_keys(i), s.ToString());
+    }
+  }
+  deleted_garbage_ += gone;
+  return gone;
+}
+
 Result<size_t> DiskTier::OffloadOnce() {
+  std::lock_guard round(round_mu_);
+  if (!registered_) {
+    if (Status s = RegisterLocked(); !s.ok()) return s;
+  }
   proto::OffloadStartRequest req;
   req.set_client_id(node_id_);
   req.set_max_keys(options_.offload_max_keys);
   req.set_max_bytes(options_.offload_max_bytes);
+  req.set_disk_id(disk_id_);
+  for (uint64_t id : deleted_ids_) req.add_deleted_ids(id);
   proto::OffloadStartResponse started;
   {
     grpc::ClientContext ctx;
     rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
     if (Status s = rpc::FromGrpc(master_->OffloadStart(&ctx, req, &started), "offload start");
         !s.ok()) {
-      return s;
+      return s;  // the acknowledgements go again (an entry acknowledged twice is harmless)
     }
   }
+  deleted_ids_.clear();  // the master applied them before answering
+  // Deleted before anything is written: a location the disk reuses never meets its garbage.
+  const size_t deleted = DeleteGarbage(started);
   if (started.code() != 0) return rpc::FromCode(started.code(), started.message());
+  if (started.disk_unknown()) {  // the master forgot this disk (or a registration failed)
+    registered_ = false;
+    if (Status s = RegisterLocked(); !s.ok()) return s;
+    return deleted;
+  }
   const int n = started.items_size();
-  if (n == 0) return size_t{0};
+  if (n == 0) return deleted;
 
   // Copies straight from the segment: the master holds these versions' memory (a demotion) until
   // OffloadEnd, and the store checks each against the master's checksum.
@@ -243,6 +341,7 @@ Result<size_t> DiskTier::OffloadOnce() {
 
   proto::OffloadEndRequest end;
   end.set_client_id(node_id_);
+  end.set_disk_id(disk_id_);
   std::vector<uint64_t> location_of(n, 0);
   std::vector<bool> ok(n, false);
   for (size_t w = 0; w < written.size(); ++w) {
@@ -279,7 +378,7 @@ Result<size_t> DiskTier::OffloadOnce() {
     }
   }
   offloaded_ += copied;
-  return copied;
+  return copied + deleted;
 }
 
 }  // namespace granary::node

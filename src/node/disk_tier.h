@@ -2,15 +2,21 @@
 // master's view of it right.
 //
 // Promise:
+//   - The disk has an id of its own (<disk-dir>/DISK_ID, made once): the master knows the disk's
+//     copies, and which to delete, by it across node restarts (a restarted node is a new client).
 //   - RegisterInventory(), called after every successful mount, tells the master every intact
-//     object on disk, so that after a node restart (same --disk-dir) or a master restart the disk
-//     tier is known again without any client action. Copies the master refuses (other bytes are
-//     committed under the key, or a put of it is in flight) are deleted.
-//   - The offload thread asks the master which objects to copy (OffloadStart: the master's
-//     persistence policy decides), copies each from this node's own segment, writes the batch to
-//     disk, and reports every outcome (OffloadEnd). The bytes must hash to the checksum the master
-//     holds (DiskStore checks it), so a copy is never certified for bytes it does not carry; a
-//     copy of a version the master replaced meanwhile is deleted.
+//     object on disk (at least one request, the last marked complete), so that after a node
+//     restart (same --disk-dir) or a master restart the disk tier is known again without any
+//     client action. Copies the master refuses (removed or replaced since, other bytes committed
+//     under the key, a put of it in flight) are deleted.
+//   - The offload thread asks the master every interval (OffloadStart), even with nothing to
+//     offload: first it deletes the copies the master names as garbage (DiskStore::Remove;
+//     already gone counts as deleted) and acknowledges them in its next request, then it copies
+//     what the master's persistence policy picked from this node's own segment, writes the batch
+//     to disk, and reports every outcome (OffloadEnd). The bytes must hash to the checksum the
+//     master holds (DiskStore checks it), so a copy is never certified for bytes it does not
+//     carry; a copy of a version the master replaced meanwhile is deleted. With
+//     offload_interval_ms <= 0 there is no offload thread, so no garbage is deleted either.
 //   - Disk eviction when the budget is short: victims are chosen (no I/O), the master is told
 //     (DiskDrop) and only then are their files deleted.
 //   - Loads: reads() serves the data plane's DISK_READ (node/disk_read_service.h); a copy a read
@@ -18,7 +24,8 @@
 // Ownership: owns the DiskStore and the offload thread; borrows the segment and the master stub
 // from StorageNode, which stops this first.
 // Thread safety: Start/Stop from the node's owner; RegisterInventory from the heartbeat thread
-// (or Start); FillStats from any thread.
+// (or Start); FillStats from any thread. A registration and an offload round never overlap
+// (round_mu_): a registration's listing of the disk must not name copies a round is deleting.
 #pragma once
 
 #include <atomic>
@@ -69,15 +76,21 @@ class DiskTier {
   DiskReadService* reads() { return reads_.get(); }
   // A copy that is no longer on disk intact: the master is told at the next offload round.
   void ReportLost(std::string_view key, uint64_t location);
-  // Offload rounds that wrote at least one object (for tests and logs).
+  uint64_t disk_id() const { return disk_id_; }
+  // Objects written to disk and attached by the master (for tests and logs).
   uint64_t offloaded_objects() const { return offloaded_.load(); }
+  // Garbage copies deleted at the master's word (for tests and logs).
+  uint64_t deleted_garbage() const { return deleted_garbage_.load(); }
 
  private:
   DiskTier(DiskTierOptions options, ShmSegment* segment, proto::Master::Stub* master,
            std::string node_id);
   void OffloadLoop();
-  // One round: returns how many objects went to disk.
+  // One round: returns how many objects went to disk or were deleted as garbage.
   Result<size_t> OffloadOnce();
+  Status RegisterLocked();  // caller holds round_mu_
+  // Deletes the copies the answer names as garbage; returns how many are gone now.
+  size_t DeleteGarbage(const proto::OffloadStartResponse& started);
   // Frees `bytes` of the budget: choose victims, tell the master, delete.
   void MakeRoom(uint64_t bytes);
   // Tells the master the copies reads found lost.
@@ -89,8 +102,14 @@ class DiskTier {
   std::string node_id_;
   std::unique_ptr<disk::DiskStore> store_;
   std::unique_ptr<DiskReadService> reads_;
+  uint64_t disk_id_ = 0;
   std::atomic<uint64_t> token_{0};
   std::atomic<uint64_t> offloaded_{0};
+  std::atomic<uint64_t> deleted_garbage_{0};
+
+  std::mutex round_mu_;
+  bool registered_ = false;            // a complete inventory reached this master
+  std::vector<uint64_t> deleted_ids_;  // garbage deleted, not yet acknowledged to the master
 
   std::mutex mu_;
   std::condition_variable cv_;

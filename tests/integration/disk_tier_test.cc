@@ -3,7 +3,8 @@
 // restart (the node registers them again) and a node restart on the same directory; memory
 // eviction keeps objects that have a disk copy; a Get of a disk-only object loads it from the
 // node's disk (DISK_READ), and a corrupted copy is a miss that the master forgets, never wrong
-// bytes.
+// bytes; a removed or replaced object's old copy is deleted and never comes back after a node
+// restart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +31,34 @@ class DiskTierTest : public StoreTest {
                              {"--disk-dir", disk_dir_.path(), "--disk-size", "256MiB",
                               "--offload-interval", "100ms"});
   }
+  ::testing::AssertionResult RestartDiskNode() {
+    disk_node_->Kill(SIGKILL);
+    disk_node_->Wait(Millis(5000));
+    return disk_node_->Start(cluster_.master_address(),
+                             {"--disk-dir", disk_dir_.path(), "--disk-size", "256MiB",
+                              "--offload-interval", "100ms"});
+  }
+  // The node's disk, as its pings report it, holds `objects` (bounded wait).
+  bool WaitDiskObjects(Client& client, uint64_t objects, Millis timeout) {
+    return WaitUntil(
+        [&] {
+          auto listed = client.ListSegments();
+          return listed.ok() && listed->size() == 1 && (*listed)[0].disk_capacity > 0 &&
+                 (*listed)[0].disk_objects == objects;
+        },
+        timeout, Millis(100));
+  }
+  // The restarted node registered its disk: `key`'s copy is attached to the new process.
+  bool WaitRegistered(Client& client, const std::string& key, Millis timeout) {
+    return WaitUntil(
+        [&] {
+          auto st = client.Stat(key);
+          auto segments = client.ListSegments();
+          return st.ok() && !st->disk_replicas.empty() && segments.ok() &&
+                 segments->size() == 1 && st->disk_replicas[0].node_id == (*segments)[0].node_id;
+        },
+        timeout, Millis(100));
+  }
   // Every key has a disk replica (bounded wait).
   bool WaitOnDisk(Client& client, const std::vector<std::string>& keys, Millis timeout) {
     return WaitUntil(
@@ -54,7 +83,10 @@ class DiskTierTest : public StoreTest {
 };
 
 TEST_F(DiskTierTest, EagerOffloadSurvivesAMasterRestartAndANodeRestart) {
-  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "2s"}}));
+  // The restarted node must register before the killed process expires: the copies of objects
+  // held only on disk go with that expiry, and the disk, known by then, may not bring back keys
+  // the master no longer holds.
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"}}));
   const std::string name = UniqueName("disk");
   ASSERT_TRUE(StartDiskNode(name, 64 * MiB));
   ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
@@ -103,7 +135,7 @@ TEST_F(DiskTierTest, EagerOffloadSurvivesAMasterRestartAndANodeRestart) {
       << "the bytes did not come from the disk tier";
 
   // The node is killed and starts again on the same directory: its copies are recovered and
-  // registered under the new process (the old one's replicas went with its expiry).
+  // registered, which moves the disk's replicas to the new process.
   ASSERT_TRUE(disk_node_->Kill(SIGKILL));
   disk_node_->Wait(Millis(5000));
   ASSERT_TRUE(disk_node_->Start(cluster_.master_address(),
@@ -274,6 +306,132 @@ TEST_F(DiskTierTest, ACorruptedDiskCopyIsAMissAndTheMasterForgetsIt) {
     EXPECT_FALSE(again.ok());
   }
   EXPECT_TRUE(disk_node_->Running());
+}
+
+// Stale copies (docs/disk.md): a removed object's disk copy is deleted by its node within about
+// an offload interval, and a node restarted on the same directory does not bring it back (even
+// where the bucket backend's recovery finds the removed record again: the master refuses a key
+// it does not hold from a disk it knows, and the node deletes it).
+TEST_F(DiskTierTest, ARemovedObjectStaysRemovedAfterTheNodeRestarts) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}}));
+  ASSERT_TRUE(StartDiskNode(UniqueName("removed"), 16 * MiB));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  const std::vector<std::string> keys = {"rm/gone", "rm/kept-1", "rm/kept-2"};
+  for (const auto& k : keys) {
+    const Bytes value = testdata::Pattern(k, 300 * KiB);
+    ASSERT_TRUE(client->Put(k, ByteSpan(value)).ok());
+  }
+  ASSERT_TRUE(WaitOnDisk(*client, keys, Millis(15'000)));
+  ASSERT_TRUE(WaitDiskObjects(*client, 3, Millis(5000)));
+
+  ASSERT_TRUE(client->Remove(keys[0]).ok());
+  EXPECT_TRUE(WaitDiskObjects(*client, 2, Millis(5000)))
+      << "the node did not delete the removed object's copy";
+
+  ASSERT_TRUE(RestartDiskNode());
+  ASSERT_TRUE(WaitRegistered(*client, keys[1], Millis(15'000)));
+  EXPECT_TRUE(WaitDiskObjects(*client, 2, Millis(5000)));
+  auto got = client->Get(keys[0]);
+  ASSERT_FALSE(got.ok()) << "a removed object is readable again";
+  EXPECT_EQ(got.status().code(), ErrorCode::OBJECT_NOT_FOUND) << got.status().ToString();
+  auto stat = client->Stat(keys[0]);
+  EXPECT_EQ(stat.status().code(), ErrorCode::OBJECT_NOT_FOUND)
+      << "a removed object is back" << (stat.ok() && !stat->disk_replicas.empty() ? " on disk" : "");
+  auto kept = client->Stat(keys[2]);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->disk_replicas.size(), 1u);
+}
+
+// The same when the node cannot delete in time: it is stopped when the object is removed and
+// killed before it runs again. Its restart registers the copy, the master refuses it (it is
+// garbage of this disk) and the node deletes it then.
+TEST_F(DiskTierTest, ACopyRemovedWhileTheNodeWasStoppedIsDeletedWhenItComesBack) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}}));
+  ASSERT_TRUE(StartDiskNode(UniqueName("stopped"), 16 * MiB));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  const std::vector<std::string> keys = {"stop/gone", "stop/kept"};
+  for (const auto& k : keys) {
+    const Bytes value = testdata::Pattern(k, 200 * KiB);
+    ASSERT_TRUE(client->Put(k, ByteSpan(value)).ok());
+  }
+  ASSERT_TRUE(WaitOnDisk(*client, keys, Millis(15'000)));
+  ASSERT_TRUE(WaitDiskObjects(*client, 2, Millis(5000)));
+
+  ASSERT_TRUE(disk_node_->Kill(SIGSTOP));
+  ASSERT_TRUE(client->Remove(keys[0]).ok());
+  ASSERT_TRUE(RestartDiskNode());  // SIGKILL ends the stopped process
+  ASSERT_TRUE(WaitRegistered(*client, keys[1], Millis(15'000)));
+  EXPECT_TRUE(WaitDiskObjects(*client, 1, Millis(5000)))
+      << "the restarted node kept the removed object's copy";
+  EXPECT_EQ(client->Stat(keys[0]).status().code(), ErrorCode::OBJECT_NOT_FOUND)
+      << "a removed object came back from the disk of a restarted node";
+  auto exist = client->BatchExist({keys[0]});
+  ASSERT_TRUE(exist[0].ok());
+  EXPECT_FALSE(*exist[0]);
+}
+
+// An upsert's new bytes held only in memory (lazy persistence, below the watermark): the old
+// version's copy is deleted, so when the node dies with the new bytes its restart does not fall
+// back to the old version on disk. The key is simply gone.
+TEST_F(DiskTierTest, AnUpsertHeldOnlyInMemoryDoesNotFallBackToTheOldCopyAfterANodeRestart) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--offload-watermark", "0.3"}}));
+  ASSERT_TRUE(StartDiskNode(UniqueName("upsert"), 8 * MiB));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  const std::string key = "upsert/k";
+  // v1: half the memory, above the watermark: offloaded.
+  const Bytes v1 = testdata::Pattern("v1", 4 * MiB);
+  ASSERT_TRUE(client->Put(key, ByteSpan(v1)).ok());
+  ASSERT_TRUE(WaitOnDisk(*client, {key}, Millis(15'000)));
+  ASSERT_TRUE(WaitDiskObjects(*client, 1, Millis(5000)));
+
+  // v2: small, memory drops below the watermark: it stays in memory only.
+  const Bytes v2 = testdata::Pattern("v2", 512 * KiB);
+  ASSERT_TRUE(client->Upsert(key, ByteSpan(v2)).ok());
+  EXPECT_TRUE(WaitDiskObjects(*client, 0, Millis(5000)))
+      << "the replaced version's copy was not deleted";
+  auto stat = client->Stat(key);
+  ASSERT_TRUE(stat.ok());
+  EXPECT_EQ(stat->size, v2.size());
+  EXPECT_TRUE(stat->disk_replicas.empty()) << "v2 was offloaded: the test would prove nothing";
+  auto got = client->Get(key);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, v2);
+
+  // The node dies with v2; its successor takes the segment over (v2 is gone) and registers its
+  // disk, which must not hold v1 any more (nor may the master accept it).
+  ASSERT_TRUE(RestartDiskNode());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto segments = client->ListSegments();
+        return segments.ok() && segments->size() == 1 && (*segments)[0].disk_capacity > 0;
+      },
+      Millis(10'000), Millis(100)));
+  EXPECT_TRUE(WaitDiskObjects(*client, 0, Millis(5000)));
+  auto after = client->Stat(key);
+  EXPECT_EQ(after.status().code(), ErrorCode::OBJECT_NOT_FOUND)
+      << "the key fell back to its old version"
+      << (after.ok() ? " of " + std::to_string(after->size) + " bytes" : "");
+  EXPECT_EQ(client->Get(key).status().code(), ErrorCode::OBJECT_NOT_FOUND);
+}
+
+// The disk's id names its copies to the master across restarts: a damaged id file is an error at
+// start, never a silently new disk (whose garbage would go to nobody).
+TEST_F(DiskTierTest, ADamagedDiskIdFileStopsTheNode) {
+  ASSERT_TRUE(cluster_.Start(0, 0));
+  {
+    std::ofstream id(disk_dir_.path() + "/DISK_ID");
+    id << "granary-disk-id not-hex\n";
+  }
+  NodeProcess node(UniqueName("badid"), 4 * MiB, logs_.path());
+  EXPECT_FALSE(node.Start(cluster_.master_address(), {"--disk-dir", disk_dir_.path()}))
+      << "a node started with a damaged disk id";
+  EXPECT_NE(node.AllLogs().find("DISK_ID"), std::string::npos) << node.AllLogs();
 }
 
 TEST_F(DiskTierTest, AnUnusableDiskDirStopsTheNodeWithAClearMessage) {

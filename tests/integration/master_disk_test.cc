@@ -1,11 +1,16 @@
 // The SSD tier's master RPCs against the real granary-master: a node (played over gRPC) offloads
 // the objects the persistence policy picks, registers its disk inventory after a master restart,
-// and drops copies its disk evicted. The node's own disk I/O is tested with the node.
+// drops copies its disk evicted, and learns which copies the master let go (disk garbage). The
+// node's own disk I/O is tested with the node.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <thread>
 
+#include "master/history_file.h"
+#include "master/state_codec.h"
 #include "master_fixture.h"
 
 namespace granary::it {
@@ -13,6 +18,8 @@ namespace {
 
 class MasterDiskTest : public MasterTest {
  protected:
+  // Each played node has one disk.
+  static uint64_t DiskOf(const std::string& node) { return std::hash<std::string>{}(node) | 1; }
   template <typename Req, typename Resp>
   Resp Call(grpc::Status (pb::Master::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
             const Req& req) {
@@ -24,11 +31,14 @@ class MasterDiskTest : public MasterTest {
     return resp;
   }
   pb::OffloadStartResponse OffloadStart(const std::string& node, uint32_t max_keys = 100,
-                                        uint64_t max_bytes = 1ull << 40) {
+                                        uint64_t max_bytes = 1ull << 40,
+                                        const std::vector<uint64_t>& deleted_ids = {}) {
     pb::OffloadStartRequest req;
     req.set_client_id(node);
     req.set_max_keys(max_keys);
     req.set_max_bytes(max_bytes);
+    req.set_disk_id(DiskOf(node));
+    for (uint64_t id : deleted_ids) req.add_deleted_ids(id);
     return Call(&pb::Master::Stub::OffloadStart, req);
   }
   pb::BatchStatusResponse OffloadEnd(const std::string& node,
@@ -36,6 +46,7 @@ class MasterDiskTest : public MasterTest {
                                      uint64_t first_location, bool written = true) {
     pb::OffloadEndRequest req;
     req.set_client_id(node);
+    req.set_disk_id(DiskOf(node));
     for (const auto& item : items) {
       req.add_keys(item.key());
       req.add_version_gens(item.version_gen());
@@ -44,9 +55,12 @@ class MasterDiskTest : public MasterTest {
     }
     return Call(&pb::Master::Stub::OffloadEnd, req);
   }
+  // One request holding the disk's whole inventory.
   pb::BatchStatusResponse Register(const std::string& node, const std::vector<pb::DiskCopy>& copies) {
     pb::DiskRegisterRequest req;
     req.set_client_id(node);
+    req.set_disk_id(DiskOf(node));
+    req.set_complete(true);
     for (const auto& c : copies) *req.add_copies() = c;
     return Call(&pb::Master::Stub::DiskRegister, req);
   }
@@ -67,6 +81,7 @@ TEST_F(MasterDiskTest, EagerOffloadNamesEveryObjectOnTheNodesSegmentOnce) {
   MasterClient other = Client("node-2");
   ASSERT_EQ(node.Mount("seg-1", 4 * MiB, "127.0.0.1:7001").code(), code::kOk);
   ASSERT_EQ(other.Mount("seg-2", 4 * MiB, "127.0.0.1:7002").code(), code::kOk);
+  Register("node-1", {});  // an empty disk: it may offload from now on
   MasterClient w = Client("writer");
   pb::ReplicateConfig on_1 = Replicas(1);
   on_1.add_preferred_segments("seg-1");
@@ -90,6 +105,7 @@ TEST_F(MasterDiskTest, EagerOffloadNamesEveryObjectOnTheNodesSegmentOnce) {
   // "a" written, "b" given up: only "a" gains a disk replica, and "b" is offered again.
   pb::OffloadEndRequest end;
   end.set_client_id("node-1");
+  end.set_disk_id(DiskOf("node-1"));
   for (int i = 0; i < 2; ++i) {
     end.add_keys(started.items(i).key());
     end.add_version_gens(started.items(i).version_gen());
@@ -123,6 +139,7 @@ TEST_F(MasterDiskTest, LazyOffloadWaitsForTheWatermarkAndTakesTheLeastRecentlyRe
   ASSERT_TRUE(StartMaster({"--offload-watermark", "0.5"}));  // lazy is the default
   MasterClient node = Client("node-1");
   ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  Register("node-1", {});
   MasterClient w = Client("writer");
   // Access times are wall-clock milliseconds: a few apart, so that the order is the test's.
   auto step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
@@ -203,10 +220,15 @@ TEST_F(MasterDiskTest, MalformedOffloadCallsAreRefusedWholesale) {
   MasterClient node = Client("node-1");
   ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
   ASSERT_EQ(Client("w").Put("k", 100), code::kOk);
+  auto unregistered = OffloadStart("node-1");
+  EXPECT_TRUE(unregistered.disk_unknown()) << "offload from a disk that never registered";
+  EXPECT_EQ(unregistered.items_size(), 0);
+  Register("node-1", {});
   auto started = OffloadStart("node-1");
   ASSERT_EQ(started.items_size(), 1);
   pb::OffloadEndRequest bad;
   bad.set_client_id("node-1");
+  bad.set_disk_id(DiskOf("node-1"));
   bad.add_keys("k");
   bad.add_version_gens(started.items(0).version_gen());
   auto refused = Call(&pb::Master::Stub::OffloadEnd, bad);  // no location, no outcome
@@ -221,6 +243,74 @@ TEST_F(MasterDiskTest, MalformedOffloadCallsAreRefusedWholesale) {
   *wrong.Add() = item;
   EXPECT_EQ(OffloadEnd("node-1", wrong, 5).results(0).code(), code::kIllegalClient);
   EXPECT_EQ(OffloadEnd("node-1", started.items(), 5).results(0).code(), code::kOk);
+  ExpectServing();
+}
+
+
+// Stale copies: a removed object's disk copy is named to its node in every OffloadStart answer
+// (even under --persistence none, and with nothing to offload) until the node acknowledges it;
+// the disk may not bring it back. An acknowledgement is an operation of the ordered history; an
+// idle round is none.
+TEST_F(MasterDiskTest, OffloadStartNamesTheDiskGarbageUntilTheNodeAcknowledgesIt) {
+  const std::string history = master_.dir().path() + "/history";
+  ASSERT_TRUE(StartMaster({"--persistence", "none", "--history-file", history}));
+  MasterClient node = Client("node-1");
+  ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  auto registered = Register("node-1", {Copy("d1", 4096, 7, 11), Copy("d2", 4096, 8, 12)});
+  ASSERT_EQ(registered.results_size(), 2);
+  ASSERT_EQ(registered.results(0).code(), code::kOk);
+  MasterClient w = Client("writer");
+  ASSERT_EQ(w.RemoveOne("d1"), code::kOk);
+  auto metric = [&] {
+    auto doc = nlohmann::json::parse(HttpGet(master_.http_port(), "/status").body, nullptr, false);
+    return doc.is_object() && doc.contains("disk_garbage") ? doc["disk_garbage"].get<int64_t>() : -1;
+  };
+  EXPECT_EQ(metric(), 1);
+
+  auto told = OffloadStart("node-1");
+  ASSERT_EQ(told.code(), code::kOk) << told.message();
+  EXPECT_EQ(told.items_size(), 0);
+  ASSERT_EQ(told.delete_keys_size(), 1);
+  ASSERT_EQ(told.delete_locations_size(), 1);
+  ASSERT_EQ(told.delete_ids_size(), 1);
+  EXPECT_EQ(told.delete_keys(0), "d1");
+  EXPECT_EQ(told.delete_locations(0), 11u);
+  EXPECT_FALSE(told.disk_unknown());
+  EXPECT_EQ(OffloadStart("node-2").delete_keys_size(), 0) << "another disk was told";
+
+  // Until the node deletes it, a registration (a restart) may not bring it back.
+  auto back = Register("node-1", {Copy("d1", 4096, 7, 11)});
+  ASSERT_EQ(back.results_size(), 1);
+  EXPECT_EQ(back.results(0).code(), code::kObjectNotFound);
+  EXPECT_EQ(w.Exist({"d1", "d2"}), (std::vector<int32_t>{0, 1}));
+
+  // Asked again without an acknowledgement: named again.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(OffloadStart("node-1").delete_ids_size(), 1);
+  // Acknowledged: gone from the answers and from the metric; a repeated ack is harmless.
+  EXPECT_EQ(OffloadStart("node-1", 100, 1ull << 40, {told.delete_ids(0)}).delete_ids_size(), 0);
+  EXPECT_EQ(OffloadStart("node-1", 100, 1ull << 40, {told.delete_ids(0)}).code(), code::kOk);
+  EXPECT_EQ(metric(), 0);
+  // Acknowledged or not, the copy stays out: the disk is known, d1 is not.
+  EXPECT_EQ(Register("node-1", {Copy("d1", 4096, 7, 11)}).results(0).code(), code::kObjectNotFound);
+  EXPECT_EQ(w.ExistOne("d1"), 0);
+
+  // The history holds the two acknowledgements, and nothing for the idle rounds.
+  ASSERT_EQ(HttpGet(master_.http_port(), "/debug/digest").status, 200);  // flushes the file
+  auto records = master::ReadHistoryRecords(history);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  int acks = 0, demotions = 0;
+  for (size_t i = 1; i < records->size(); ++i) {
+    auto op = master::DecodeOperation((*records)[i]);
+    ASSERT_TRUE(op.ok());
+    if (const auto* ack = std::get_if<master::DiskGarbageAckOp>(&op->body)) {
+      acks++;
+      EXPECT_EQ(ack->ids, (std::vector<uint64_t>{told.delete_ids(0)}));
+      EXPECT_EQ(ack->disk_id, DiskOf("node-1"));
+    }
+    demotions += std::holds_alternative<master::DemoteStartOp>(op->body);
+  }
+  EXPECT_EQ(acks, 2);
+  EXPECT_EQ(demotions, 0);
   ExpectServing();
 }
 

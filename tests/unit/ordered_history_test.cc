@@ -48,15 +48,19 @@ struct RecordedRun {
 };
 
 // Drives `state` from several threads at once: puts (some failing mid-way), upserts, gets,
-// removes, regex removals, evictions, sweeps, mounts and unmounts, pings and expiries.
+// removes, regex removals, evictions, sweeps, mounts and unmounts, pings and expiries, and the
+// SSD tier's demotions, registrations, drops and disk garbage acknowledgements.
+uint64_t DiskOf(const std::string& node) { return 0xD15C00 + (node.back() - '0'); }  // node-N
+
 void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int rounds,
                        RecordedRun& run) {
   run.initial = state.EncodeSnapshot();
   state.AddObserver([&run](const Operation& op, const OpResult&) { run.log.push_back(op); });
   for (int s = 0; s < 3; ++s) {
-    EXPECT_TRUE(state.Mount({"node-" + std::to_string(s),
-                             Spec("seg-" + std::to_string(s), 2048 * kKiB, 100 + s, true)})
+    const std::string node = "node-" + std::to_string(s);
+    EXPECT_TRUE(state.Mount({node, Spec("seg-" + std::to_string(s), 2048 * kKiB, 100 + s, true)})
                     .status.ok());
+    state.DiskRegister({node, {}, DiskOf(node), true});  // its disk may offload
   }
   Evictor evictor(&state);
   std::atomic<int> done{0};
@@ -118,7 +122,8 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
         } else if (pick < 98) {
           // The SSD tier's offload: demotions that end, abort, or stall (swept later).
           const std::string node = "node-" + std::to_string(rng() % 3);
-          auto started = state.DemoteStart({node, keys});
+          const uint64_t disk = DiskOf(node);
+          auto started = state.DemoteStart({node, keys, disk});
           std::vector<std::string> demoting;
           std::vector<uint64_t> versions, locations;
           for (int k = 0; k < n; ++k) {
@@ -128,19 +133,29 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
             locations.push_back(rng());
           }
           if (demoting.empty()) continue;
-          const int fate = static_cast<int>(rng() % 4);
+          const int fate = static_cast<int>(rng() % 5);
           if (fate < 2) {
-            state.DemoteEnd({node, demoting, versions, locations});
+            state.DemoteEnd({node, demoting, versions, locations, disk});
           } else if (fate == 2) {
             state.DemoteAbort({node, demoting, versions});
-          } else {
+          } else if (fate == 3) {
             // The node's disk evicts one copy, and re-registers what it holds (a restart).
             state.DiskDrop({node, {demoting[0]}, {locations[0]}});
             std::vector<DiskEntry> inventory;
             for (size_t k = 0; k < demoting.size(); ++k) {
               inventory.push_back({demoting[k], 1 + rng() % (64 * kKiB), rng() % 4, locations[k]});
             }
-            state.DiskRegister({node, inventory});
+            state.DiskRegister({node, inventory, disk, rng() % 2 == 0});
+          } else {
+            // The copies were written, but the end is late: some are garbage by then. The node
+            // deletes what it is told (acknowledging some twice, as after a lost answer).
+            state.DemoteEnd({node, demoting, versions, locations, disk});
+            std::vector<uint64_t> ids;
+            for (const auto& g : state.DiskGarbageOf(disk, 1 + rng() % 8, 1 << 20)) {
+              if (rng() % 4 != 0) ids.push_back(g.id);
+            }
+            if (!ids.empty()) ids.push_back(ids.front());
+            state.DiskGarbageAck({node, disk, ids});
           }
         } else {
           clock.Advance(Millis(1 + rng() % 7));
