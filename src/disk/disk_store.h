@@ -13,6 +13,8 @@
 //     length and the checksum: a short (truncated/deleted) record is INVALID_READ or
 //     OBJECT_NOT_FOUND, a corrupted one CHECKSUM_MISMATCH; either way the object is dropped from
 //     the index and the caller must not use the buffer. Wrong bytes are never reported as OK.
+//     An OK result carries the copy's generation and value checksum, so the caller can tell
+//     which version it got (a key's location may name another version after a restart).
 //   - Remove(key) drops the object now; its space is freed once no read is using it.
 //   - Eviction is two-phase, because the node must tell the master before bytes disappear:
 //     SelectVictims(bytes) picks whole files (a bucket, a key's file, an offset record) by the
@@ -97,6 +99,7 @@ struct ReadResult {
   Status status;
   uint64_t size = 0;  // value bytes at the start of the buffer when status is OK
   uint64_t gen = 0;
+  uint64_t checksum = 0;  // when OK: the stored value checksum, which the bytes were checked against
 };
 
 struct DiskUsage {

@@ -394,7 +394,7 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
       drops.emplace_back(p.index, p.entry.placement.unit_id);
       continue;
     }
-    results[p.index] = ReadResult{Status::Ok(), p.entry.size, p.entry.gen};
+    results[p.index] = ReadResult{Status::Ok(), p.entry.size, p.entry.gen, p.entry.checksum};
   }
 
   // A unit whose file vanished takes all its objects with it (a bucket holds many), not only the

@@ -89,6 +89,8 @@ class DiskStoreTest : public ::testing::TestWithParam<StoreParam> {
       ASSERT_EQ(results[i].size, objects[i].size);
       ASSERT_EQ(results[i].gen, objects[i].gen);
       auto want = ValueFor(objects[i].key, objects[i].gen, objects[i].size);
+      ASSERT_EQ(results[i].checksum, objects[i].checksum) << objects[i].key;
+      ASSERT_EQ(results[i].checksum, Checksum(want)) << objects[i].key;
       ASSERT_TRUE(want.empty() || std::memcmp(buffers[i].data(), want.data(), want.size()) == 0)
           << objects[i].key;
     }
@@ -220,6 +222,30 @@ TEST_P(DiskStoreTest, RemoveDropsTheObjectAndFreesItsSpace) {
   EXPECT_EQ(usage.objects, 0u);
   EXPECT_EQ(usage.used, 0u) << "every file is gone once its objects are";
   EXPECT_EQ(usage.files, 0u);
+}
+
+TEST_P(DiskStoreTest, ReadReportsTheStoredChecksum) {
+  std::vector<StoredObject> objects;
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+    objects = WriteAll(*store, "sum", {0, 1, 4096, 70001});
+    ASSERT_EQ(objects.size(), 4u);
+    for (const auto& o : objects) {
+      auto got = ReadOne(*store, o.key, o.location);
+      ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+      EXPECT_EQ(got.checksum, Checksum(ValueFor(o.key, 1, o.size))) << o.key;
+      EXPECT_EQ(got.checksum, o.checksum) << o.key;
+    }
+    EXPECT_NE(objects[1].checksum, objects[3].checksum);
+  }
+  auto store = Open();
+  ASSERT_TRUE(store);
+  for (const auto& o : objects) {
+    auto got = ReadOne(*store, o.key, o.location);
+    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+    EXPECT_EQ(got.checksum, o.checksum) << o.key << ": the checksum survives recovery";
+  }
 }
 
 TEST_P(DiskStoreTest, ByteBudgetRefusesWhatDoesNotFitThenEvictionMakesRoom) {
