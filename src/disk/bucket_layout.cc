@@ -11,6 +11,13 @@
 // without metadata, or a .tmp: recovery deletes both. A data file shorter than its metadata says
 // (truncated) is discarded whole. Destroy removes the metadata first, for the same reason.
 //
+// A copy removed (or replaced) while its bucket keeps other live copies stays in the bucket's
+// files, so a tombstone naming it (record_format.h) is appended to <dir>/buckets/tombstones
+// before Remove returns: recovery skips every copy a tombstone names, deletes a bucket whose
+// copies all are, and rewrites the log without the tombstones of buckets that are gone. A torn
+// or damaged record (a crash mid-append) is ignored. The log is also rewritten while the store
+// runs once most of it names deleted buckets, so it stays proportional to the live tombstones.
+//
 // Location: tag 1 in bits 60..63 | bucket id in bits 24..59 | the object's index in the bucket
 // in bits 0..23 (bucket_max_keys is capped at 2^24 - 1 accordingly).
 #include <fcntl.h>
@@ -23,6 +30,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "common/logging.h"
 #include "disk/layout.h"
@@ -37,6 +46,25 @@ constexpr int kIdBits = 36;
 constexpr int kSlotBits = 24;
 constexpr uint64_t kMaxBucketId = (1ull << kIdBits) - 1;
 constexpr uint64_t kMaxMetaBytes = 256ull << 20;  // refuse to load anything larger at recovery
+constexpr uint64_t kSlotMask = (1ull << kSlotBits) - 1;
+// Allocated ahead of the tombstone log's end (fallocate, size kept): removes are how a full
+// filesystem gets space back, so their appends must not need new blocks.
+constexpr uint64_t kTombReserve = 64ull << 10;
+// Records of deleted buckets the log may carry beyond the live ones before it is rewritten.
+constexpr uint64_t kTombSlack = 1024;
+constexpr size_t kTombReadChunk = kTombstoneBytes * 21845;  // ~1 MiB of whole records
+
+// 0 or an errno; a write that makes no progress is ENOSPC.
+int WriteFully(int fd, const std::string& bytes, uint64_t offset) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return ENOSPC;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
 
 uint64_t BucketLocation(uint64_t id, uint64_t slot) {
   return (kTagBucket << kTagShift) | (id << kSlotBits) | slot;
@@ -50,6 +78,9 @@ class BucketLayout final : public Layout {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (ec) return Status(ErrorCode::INVALID_PARAMS, "cannot create " + dir_ + ": " + ec.message());
+    int fd = ::open(TombPath().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoStatus(errno, "opening " + TombPath(), ErrorCode::INVALID_PARAMS);
+    tomb_file_ = std::make_unique<FileHandle>(fd);
     return Status::Ok();
   }
 
@@ -109,9 +140,44 @@ class BucketLayout final : public Layout {
     if (::unlink(MetaPath(unit_id).c_str()) != 0 && errno != ENOENT) {
       return ErrnoStatus(errno, "deleting " + MetaPath(unit_id));
     }
+    Status st = Status::Ok();
     if (::unlink(DataPath(unit_id).c_str()) != 0 && errno != ENOENT) {
-      return ErrnoStatus(errno, "deleting " + DataPath(unit_id));
+      st = ErrnoStatus(errno, "deleting " + DataPath(unit_id));
     }
+    // The deletion must be durable before the tombstones that covered the bucket may go.
+    if (ctx_.sync_writes) {
+      if (int err = SyncDirectory(dir_); err != 0) return ErrnoStatus(err, "syncing " + dir_);
+    }
+    std::lock_guard lock(tomb_mu_);
+    if (auto it = tombs_.find(unit_id); it != tombs_.end()) {
+      tomb_live_ -= it->second.size();
+      tombs_.erase(it);
+    }
+    if (tomb_end_ / kTombstoneBytes >= 2 * tomb_live_ + kTombSlack) {
+      if (Status rw = RewriteTombsLocked(); !rw.ok()) GLOG_WARN("disk tier: compacting tombstones: {}", rw.ToString());
+    }
+    return st;
+  }
+
+  Status Forget(std::span<const ForgottenCopy> copies) override {
+    if (copies.empty()) return Status::Ok();
+    std::string records;
+    std::vector<Tombstone> made;
+    for (const ForgottenCopy& c : copies) {
+      made.push_back(Tombstone{c.placement.unit_id, static_cast<uint32_t>(c.placement.location & kSlotMask), c.gen,
+                               TombstoneKeyHash(c.key, ctx_.salt)});
+      records += EncodeTombstone(made.back(), ctx_.salt);
+    }
+    std::lock_guard lock(tomb_mu_);
+    ReserveTombsLocked(records.size());
+    // At the end of the whole records: a failed append leaves nothing the next one keeps.
+    if (int err = WriteFully(tomb_file_->fd, records, tomb_end_); err != 0) {
+      return ErrnoStatus(err, "appending a tombstone to " + TombPath());
+    }
+    tomb_end_ += records.size();
+    for (const Tombstone& t : made) tombs_[t.bucket_id].push_back(t);
+    tomb_live_ += made.size();
+    if (ctx_.sync_writes && ::fdatasync(tomb_file_->fd) != 0) return ErrnoStatus(errno, "syncing " + TombPath());
     return Status::Ok();
   }
 
@@ -128,13 +194,108 @@ class BucketLayout final : public Layout {
   }
   std::string DataPath(uint64_t id) const { return Name(id) + ".data"; }
   std::string MetaPath(uint64_t id) const { return Name(id) + ".meta"; }
+  std::string TombPath() const { return dir_ + "/tombstones"; }
 
   void WriteBucket(std::span<const PreparedObject> objects, size_t begin, size_t end, LayoutWrite* out);
+
+  struct TombScan {
+    std::unordered_map<uint64_t, std::vector<Tombstone>> by_bucket;
+    uint64_t valid = 0, damaged = 0, max_bucket = 0, file_bytes = 0;
+    bool torn_tail = false;
+  };
+  Status ReadTombsLocked(TombScan* scan);
+  // Replaces the log with the tombstones of tombs_ (temp file, fdatasync, rename).
+  Status RewriteTombsLocked();
+  void ReserveTombsLocked(uint64_t bytes);
 
   LayoutContext ctx_;
   std::string dir_;
   std::atomic<uint64_t> next_id_{1};
+
+  std::mutex tomb_mu_;  // the log and tombs_; no other lock is taken under it
+  std::unique_ptr<FileHandle> tomb_file_;
+  uint64_t tomb_end_ = 0;       // bytes of whole records: the next one goes here
+  uint64_t tomb_reserved_ = 0;  // blocks allocated up to here
+  bool tomb_reserve_works_ = true;
+  std::unordered_map<uint64_t, std::vector<Tombstone>> tombs_;  // by bucket, buckets on disk only
+  uint64_t tomb_live_ = 0;                                      // tombstones in tombs_
 };
+
+void BucketLayout::ReserveTombsLocked(uint64_t bytes) {
+  if (!tomb_reserve_works_ || tomb_end_ + bytes <= tomb_reserved_) return;
+  const uint64_t want = tomb_end_ + bytes + kTombReserve;
+  if (::fallocate(tomb_file_->fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(tomb_end_),
+                  static_cast<off_t>(want - tomb_end_)) == 0) {
+    tomb_reserved_ = want;
+  } else if (errno == EOPNOTSUPP || errno == ENOSYS) {
+    tomb_reserve_works_ = false;  // appends then allocate as they go
+  }
+}
+
+Status BucketLayout::RewriteTombsLocked() {
+  std::string bytes;
+  bytes.reserve(tomb_live_ * kTombstoneBytes);
+  for (const auto& [id, list] : tombs_) {
+    for (const Tombstone& t : list) bytes += EncodeTombstone(t, ctx_.salt);
+  }
+  const std::string tmp = TombPath() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "creating " + tmp);
+  // Synced even without sync_writes: the rename must never put a log the disk does not hold yet
+  // in place of one it does.
+  int err = WriteFully(fd, bytes, 0);
+  if (err == 0 && ::fdatasync(fd) != 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), TombPath().c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoStatus(err, "rewriting " + TombPath());
+  }
+  tomb_file_ = std::make_unique<FileHandle>(fd);
+  tomb_end_ = bytes.size();
+  tomb_reserved_ = tomb_end_;
+  ReserveTombsLocked(0);
+  // Should the rename not survive a power loss, the old log comes back: a superset, still right.
+  if (int sync_err = SyncDirectory(dir_); sync_err != 0) return ErrnoStatus(sync_err, "syncing " + dir_);
+  return Status::Ok();
+}
+
+Status BucketLayout::ReadTombsLocked(TombScan* scan) {
+  const int fd = tomb_file_->fd;
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "reading " + TombPath(), ErrorCode::INVALID_READ);
+  scan->file_bytes = static_cast<uint64_t>(st.st_size);
+  std::string chunk(kTombReadChunk, '\0');
+  for (uint64_t pos = 0; pos < scan->file_bytes;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), scan->file_bytes - pos));
+    size_t got = 0;
+    while (got < want) {
+      ssize_t n = ::pread(fd, chunk.data() + got, want - got, static_cast<off_t>(pos + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus(errno, "reading " + TombPath(), ErrorCode::INVALID_READ);
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got < want) return Status(ErrorCode::INVALID_READ, TombPath() + " shrank while being read");
+    size_t at = 0;
+    for (; at + kTombstoneBytes <= got; at += kTombstoneBytes) {
+      auto t = DecodeTombstone(std::as_bytes(std::span(chunk.data() + at, kTombstoneBytes)), ctx_.salt);
+      if (!t) {
+        scan->damaged++;
+        continue;
+      }
+      scan->valid++;
+      scan->max_bucket = std::max(scan->max_bucket, t->bucket_id);
+      scan->by_bucket[t->bucket_id].push_back(*t);
+    }
+    if (at < got) {  // only the file's last chunk can end mid-record
+      scan->torn_tail = true;
+      break;
+    }
+    pos += got;
+  }
+  return Status::Ok();
+}
 
 void BucketLayout::WriteBucket(std::span<const PreparedObject> objects, size_t begin, size_t end,
                                LayoutWrite* out) {
@@ -202,9 +363,14 @@ Result<LayoutRecovery> BucketLayout::Recover() {
   auto problem = [&](std::string what) {
     if (rec.report.problems.size() < 100) rec.report.problems.push_back(std::move(what));
   };
+  std::lock_guard lock(tomb_mu_);  // alone here (Open), but tombs_ is the mutex's
+  // Without its tombstones the store would serve removed copies: unreadable, it does not open.
+  TombScan tombs;
+  if (Status st = ReadTombsLocked(&tombs); !st.ok()) return st;
+  bool deleted_removed = false;  // a bucket whose every copy was removed
   // id -> (has data, has meta)
   std::map<uint64_t, std::pair<bool, bool>> seen;
-  uint64_t max_id = 0;
+  uint64_t max_id = tombs.max_bucket;  // an id a tombstone names is never reused
   std::error_code ec;
   // increment(ec), not a range-for: the latter's ++ throws, and no exception leaves this library.
   std::filesystem::directory_iterator it(dir_, ec), end;
@@ -278,17 +444,60 @@ Result<LayoutRecovery> BucketLayout::Recover() {
               std::to_string(meta->data_bytes) + " bytes)");
       continue;
     }
+    // A tombstone applies only to the copy it names: same slot, generation and key.
+    std::vector<bool> removed(meta->entries.size(), false);
+    std::vector<Tombstone> applied;
+    if (auto t = tombs.by_bucket.find(id); t != tombs.by_bucket.end()) {
+      for (const Tombstone& tomb : t->second) {
+        if (tomb.slot >= meta->entries.size() || removed[tomb.slot]) continue;
+        const BucketEntry& e = meta->entries[tomb.slot];
+        if (e.gen != tomb.gen || TombstoneKeyHash(e.key, ctx_.salt) != tomb.key_hash) continue;
+        removed[tomb.slot] = true;
+        applied.push_back(tomb);
+      }
+    }
+    if (applied.size() == meta->entries.size()) {
+      // Every copy removed: finish deleting it (metadata first), which also retires its tombstones.
+      if (::unlink(meta_path.c_str()) == 0 || errno == ENOENT) {
+        ::unlink(data_path.c_str());
+        deleted_removed = true;
+        continue;
+      }
+      tomb_live_ += applied.size();  // still on disk: its tombstones stay
+      tombs_[id] = std::move(applied);
+      continue;
+    }
     RecoveredUnit unit;
     unit.unit_id = id;
     unit.bytes = static_cast<uint64_t>(data_st.st_size) + static_cast<uint64_t>(meta_st.st_size);
     for (size_t slot = 0; slot < meta->entries.size(); ++slot) {
+      if (removed[slot]) continue;
       BucketEntry& e = meta->entries[slot];
       uint64_t length = AlignUp(e.size) + kBucketEntryBytes + e.key.size();
       unit.objects.push_back(RecoveredObject{std::move(e.key), e.gen, e.size, e.checksum,
                                              Placement{id, BucketLocation(id, slot), e.offset, length}});
     }
     rec.units.push_back(std::move(unit));
+    if (!applied.empty()) {
+      tomb_live_ += applied.size();
+      tombs_[id] = std::move(applied);
+    }
   }
+
+  if (tombs.torn_tail) problem("tombstone log: a torn record at its end (crash mid-append) ignored");
+  if (tombs.damaged > 0) problem("tombstone log: " + std::to_string(tombs.damaged) + " damaged record(s) ignored");
+  // Those deletions go to disk before the rewrite below drops their tombstones.
+  if (deleted_removed) (void)SyncDirectory(dir_);
+  tomb_end_ = tombs.file_bytes / kTombstoneBytes * kTombstoneBytes;
+  if (tombs.torn_tail || tombs.damaged > 0 || tomb_live_ != tombs.valid) {
+    // Only what still applies is kept; the rewrite also drops a torn tail.
+    if (Status st = RewriteTombsLocked(); !st.ok()) {
+      // The old log stays: every tombstone in it still applies only to its own copy.
+      GLOG_WARN("disk tier: {} (kept as it is)", st.ToString());
+      problem("tombstone log not compacted: " + st.message());
+    }
+  }
+  ReserveTombsLocked(0);
   return rec;
 }
 

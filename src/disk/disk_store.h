@@ -6,22 +6,32 @@
 //   - Write(batch) stores each object and answers, per object, where it went (StoredObject: an
 //     opaque u64 `location` plus the bytes it occupies) or why not. Objects are written once: a
 //     key already stored with the same generation answers its existing location without I/O; a
-//     new generation replaces the old copy. An object that does not fit the budget (or the
-//     filesystem: ENOSPC) gets NO_AVAILABLE_HANDLE while the rest of the batch goes on.
+//     new generation replaces the old copy, which is then forgotten on disk like a removed one
+//     (should that fail, it is logged, and recovery keeps the higher generation of the two). An
+//     object that does not fit the budget (or the filesystem: ENOSPC) gets NO_AVAILABLE_HANDLE
+//     while the rest of the batch goes on.
 //   - Read(batch) reads every request together (up to queue_depth in flight) into the caller's
 //     buffers, each 4 KiB-aligned and at least ReadBufferSize(size) long. Every read checks the
 //     length and the checksum: a short (truncated/deleted) record is INVALID_READ or
 //     OBJECT_NOT_FOUND, a corrupted one CHECKSUM_MISMATCH; either way the object is dropped from
 //     the index and the caller must not use the buffer. Wrong bytes are never reported as OK.
-//   - Remove(key) drops the object now; its space is freed once no read is using it.
+//     An OK result carries the copy's generation and value checksum, so the caller can tell
+//     which version it got (a key's location may name another version after a restart).
+//   - Remove(key, location) drops the copy from the index now and from the disk before it
+//     returns: once it has returned OK, no later Open() lists or serves that copy (with
+//     sync_writes even after a power loss, else after a crash of the process). Its space is
+//     freed once no read is using it. When that durable step fails (an I/O error), the copy is
+//     still out of the index and the error says it may come back at the next open.
 //   - Eviction is two-phase, because the node must tell the master before bytes disappear:
 //     SelectVictims(bytes) picks whole files (a bucket, a key's file, an offset record) by the
 //     policy (fifo: oldest first; lru: least recently written or read first), drops
 //     their objects from the index without any I/O and returns them; ReclaimVictims(max_wait)
 //     then waits (bounded) for reads still using them, closes their handles and deletes them.
 //   - Open() on a directory that holds a store recovers it: ListObjects() then returns every
-//     intact object; torn writes (missing or inconsistent metadata, short files) are discarded
-//     and reported in recovery(), never served.
+//     intact object not removed or replaced (of two copies of a key a crash left, the higher
+//     generation, then the later write); torn writes (missing or inconsistent metadata, short
+//     files) are discarded and reported in recovery(), never served. Evicted units are deleted
+//     by ReclaimVictims: a crash between the two phases brings them back.
 // Backends (DiskBackend): bucket (default), file-per-key, offset. docs/disk.md has the on-disk
 // formats and how each encodes a location.
 // Ownership: the store owns its files, handles and index; callers own their buffers.
@@ -97,7 +107,7 @@ struct ReadResult {
   Status status;
   uint64_t size = 0;  // value bytes at the start of the buffer when status is OK
   uint64_t gen = 0;
-  uint64_t checksum = 0;  // the record's value checksum (the bytes were verified against it)
+  uint64_t checksum = 0;  // when OK: the stored value checksum, which the bytes were checked against
 };
 
 struct DiskUsage {
@@ -127,7 +137,9 @@ class DiskStore {
 
   virtual std::vector<Result<StoredObject>> Write(std::span<const ObjectWrite> objects) = 0;
   virtual std::vector<ReadResult> Read(std::span<const ReadRequest> requests) = 0;
-  // OBJECT_NOT_FOUND when absent (or when `location` names another copy).
+  // OBJECT_NOT_FOUND when absent (or when `location` names another copy); WRITE_FAIL or
+  // NO_AVAILABLE_HANDLE when the copy, out of the index all the same, could not be made gone on
+  // disk (it may come back at the next open).
   virtual Status Remove(std::string_view key, uint64_t location = 0) = 0;
 
   virtual std::optional<StoredObject> Lookup(std::string_view key) const = 0;

@@ -73,15 +73,23 @@ Status DiskStoreImpl::LoadRecovery() {
     used_ += ru.bytes;
   }
   // Units in creation order: of two copies of a key, the higher generation wins, then the later.
+  // (Writes and removes forget the copies they drop, so two copies only meet here after a crash
+  // between a write and that.)
+  std::vector<RecoveredObject> losers;
   for (auto& ru : scan->units) {
     for (auto& ro : ru.objects) {
       Shard& shard = ShardOf(ro.key);
       std::lock_guard shard_lock(shard.mu);
       auto it = shard.entries.find(ro.key);
-      if (it != shard.entries.end() && it->second.gen > ro.gen) continue;
+      if (it != shard.entries.end() && it->second.gen > ro.gen) {
+        losers.push_back(ro);
+        continue;
+      }
       std::lock_guard units_lock(units_mu_);
       if (it != shard.entries.end()) {
-        units_[it->second.placement.unit_id].live--;
+        const Entry& old = it->second;
+        losers.push_back(RecoveredObject{ro.key, old.gen, old.size, old.checksum, old.placement});
+        units_[old.placement.unit_id].live--;
       }
       Unit& unit = units_[ru.unit_id];
       unit.live++;
@@ -89,13 +97,25 @@ Status DiskStoreImpl::LoadRecovery() {
       shard.entries[ro.key] = Entry{ro.gen, ro.size, ro.checksum, ro.placement};
     }
   }
+  // A loser in a unit that stays must not outlive the winner: were the winner removed, it would
+  // come back at the next open. (A unit of losers only is deleted whole below.)
+  std::vector<ForgottenCopy> forget;
+  {
+    std::lock_guard units_lock(units_mu_);
+    for (const auto& l : losers) {
+      if (units_[l.placement.unit_id].live > 0) forget.push_back(ForgottenCopy{l.key, l.gen, l.placement});
+    }
+  }
+  if (Status st = layout_->Forget(forget); !st.ok()) {
+    return Status(st.code(), "recovery could not retire a superseded copy: " + st.message());
+  }
   {
     std::lock_guard units_lock(units_mu_);
     for (auto& [id, unit] : units_) {
       if (unit.live == 0 && DoomLocked(id, unit, true)) empty_units.push_back(id);
     }
   }
-  DestroyUnits(empty_units);  // they held only superseded copies
+  (void)DestroyUnits(empty_units);  // they held only superseded copies (logged on failure)
   for (auto& shard : shards_) recovery_.objects += shard.entries.size();
   loaded_ = true;
   return Status::Ok();
@@ -162,6 +182,7 @@ std::vector<Result<StoredObject>> DiskStoreImpl::Write(std::span<const ObjectWri
     }
   }
   std::vector<uint64_t> destroy;
+  std::vector<Leaving> replaced;  // older copies of keys this batch wrote
   for (size_t j = 0; j < prepared.size(); ++j) {
     Result<Placement>& placed = written.placements[j];
     if (!placed.ok()) {
@@ -175,7 +196,8 @@ std::vector<Result<StoredObject>> DiskStoreImpl::Write(std::span<const ObjectWri
     std::lock_guard units_lock(units_mu_);
     auto it = shard.entries.find(p.key);
     if (it != shard.entries.end()) {
-      if (ReleaseEntryLocked(it->second.placement.unit_id)) destroy.push_back(it->second.placement.unit_id);
+      Leaving old{std::string(p.key), it->second.gen, it->second.placement};
+      if (LeaveLocked(old)) replaced.push_back(std::move(old));
       it->second = entry;
     } else {
       shard.entries.emplace(std::string(p.key), entry);
@@ -195,7 +217,12 @@ std::vector<Result<StoredObject>> DiskStoreImpl::Write(std::span<const ObjectWri
       if (unit.live == 0 && DoomLocked(wu.unit_id, unit, true)) destroy.push_back(wu.unit_id);
     }
   }
-  DestroyUnits(destroy);
+  (void)DestroyUnits(destroy);
+  // The new copies are written: a failure here leaves an old copy beside a new one, of which
+  // recovery keeps the higher generation (then the later) and forgets the other.
+  if (Status st = ForgetCopies(replaced); !st.ok()) {
+    GLOG_WARN("disk tier: a replaced copy stays on disk: {}", st.ToString());
+  }
   return results;
 }
 
@@ -230,7 +257,59 @@ void DiskStoreImpl::DropEntry(std::string_view key, uint64_t unit_id, std::vecto
   if (ReleaseEntryLocked(unit_id)) destroy->push_back(unit_id);
 }
 
-void DiskStoreImpl::DestroyUnits(const std::vector<uint64_t>& unit_ids) {
+bool DiskStoreImpl::LeaveLocked(Leaving& leaving) {
+  const uint64_t id = leaving.placement.unit_id;
+  auto it = units_.find(id);
+  if (it == units_.end()) return false;
+  Unit& unit = it->second;
+  if (unit.live > 0) unit.live--;
+  if (unit.live == 0 && !unit.committing && DoomLocked(id, unit, true)) {
+    leaving.going = true;
+  } else {
+    unit.readers++;
+  }
+  return true;
+}
+
+Status DiskStoreImpl::ForgetCopies(const std::vector<Leaving>& leaving) {
+  Status first = Status::Ok();
+  std::vector<ForgottenCopy> staying;
+  for (const Leaving& l : leaving) {
+    if (!l.going) staying.push_back(ForgottenCopy{l.key, l.gen, l.placement});
+  }
+  if (!staying.empty()) first = layout_->Forget(staying);
+  std::vector<uint64_t> unpinned;  // doomed units this unpin leaves unread
+  {
+    std::lock_guard lock(units_mu_);
+    for (const Leaving& l : leaving) {
+      if (l.going) continue;
+      auto it = units_.find(l.placement.unit_id);
+      if (it == units_.end()) continue;
+      Unit& unit = it->second;
+      unit.readers--;
+      if (unit.readers == 0 && unit.doomed && !unit.destroying) {
+        unit.destroying = true;
+        unpinned.push_back(it->first);
+      }
+    }
+    units_cv_.notify_all();
+  }
+  for (const Leaving& l : leaving) {
+    if (!l.going) continue;
+    Status st = DestroyUnits({l.placement.unit_id});
+    if (!st.ok()) {
+      // Its files (some of them) stayed: the copy must be forgotten in them instead.
+      ForgottenCopy copy{l.key, l.gen, l.placement};
+      if (layout_->Forget(std::span(&copy, 1)).ok()) st = Status::Ok();
+    }
+    if (!st.ok() && first.ok()) first = st;
+  }
+  (void)DestroyUnits(unpinned);  // their copies are forgotten already: a failure only keeps space
+  return first;
+}
+
+Status DiskStoreImpl::DestroyUnits(const std::vector<uint64_t>& unit_ids) {
+  Status first = Status::Ok();
   for (uint64_t id : unit_ids) {
     std::shared_ptr<FileHandle> handle;
     {
@@ -243,6 +322,7 @@ void DiskStoreImpl::DestroyUnits(const std::vector<uint64_t>& unit_ids) {
     handle.reset();  // no read pins the unit: this was the last holder, the fd closes here
     if (Status st = layout_->Destroy(id); !st.ok()) {
       GLOG_WARN("disk tier: deleting unit {}: {}", id, st.ToString());
+      if (first.ok()) first = std::move(st);
     }
     std::lock_guard lock(units_mu_);
     auto it = units_.find(id);
@@ -252,6 +332,7 @@ void DiskStoreImpl::DestroyUnits(const std::vector<uint64_t>& unit_ids) {
     units_.erase(it);
     units_cv_.notify_all();
   }
+  return first;
 }
 
 std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> requests) {
@@ -440,7 +521,7 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
     GLOG_WARN("disk tier: {}", results[index].status.ToString());
     DropEntry(requests[index].key, unit_id, &destroy);
   }
-  DestroyUnits(destroy);
+  (void)DestroyUnits(destroy);
   return results;
 }
 
@@ -449,7 +530,7 @@ Status DiskStoreImpl::Remove(std::string_view key, uint64_t location) {
   if (location != 0) {
     if (Status st = layout_->CheckLocation(location); !st.ok()) return st;
   }
-  std::vector<uint64_t> destroy;
+  std::vector<Leaving> leaving;
   {
     Shard& shard = ShardOf(key);
     std::lock_guard shard_lock(shard.mu);
@@ -457,12 +538,15 @@ Status DiskStoreImpl::Remove(std::string_view key, uint64_t location) {
     if (it == shard.entries.end() || (location != 0 && it->second.placement.location != location)) {
       return Status(ErrorCode::OBJECT_NOT_FOUND, "no disk copy of '" + Shown(key) + "' to remove");
     }
-    uint64_t unit_id = it->second.placement.unit_id;
+    Leaving copy{std::string(key), it->second.gen, it->second.placement};
     shard.entries.erase(it);
     std::lock_guard units_lock(units_mu_);
-    if (ReleaseEntryLocked(unit_id)) destroy.push_back(unit_id);
+    if (LeaveLocked(copy)) leaving.push_back(std::move(copy));
   }
-  DestroyUnits(destroy);
+  if (Status st = ForgetCopies(leaving); !st.ok()) {
+    return Status(st.code(), "disk copy of '" + Shown(key) +
+                                 "' removed from the index, but it may come back at the next open: " + st.message());
+  }
   return Status::Ok();
 }
 
@@ -565,7 +649,7 @@ Status DiskStoreImpl::ReclaimVictims(std::chrono::milliseconds max_wait) {
         continue;
       }
     }
-    DestroyUnits(destroy);
+    (void)DestroyUnits(destroy);
     if (still_read == 0) return Status::Ok();
   }
 }

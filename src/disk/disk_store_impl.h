@@ -8,6 +8,10 @@
 // A unit is destroyed exactly once, by whoever first sees it doomed (evicted, or without live
 // objects) with no read pinning it - a finishing read, Remove, or ReclaimVictims - except that
 // SelectVictims never destroys (phase one does no I/O).
+// A copy that leaves the index by Remove or a replacing write leaves the disk too before the
+// call returns: its unit is destroyed then, or (when the unit stays: other live copies, reads)
+// pinned like a read while the layout forgets the copy (Layout::Forget), so that the unit
+// cannot be destroyed, and its space reused, under that.
 // Ownership: owns the layout and the I/O engine. Thread safety: see DiskStore.
 #pragma once
 
@@ -85,7 +89,22 @@ class DiskStoreImpl final : public DiskStore {
   bool ReleaseEntryLocked(uint64_t unit_id);
   // Removes `key` if its entry still lives in `unit_id`; appends units to destroy.
   void DropEntry(std::string_view key, uint64_t unit_id, std::vector<uint64_t>* destroy);
-  void DestroyUnits(const std::vector<uint64_t>& unit_ids);
+  // The first error (every one is logged); the units leave units_ either way.
+  Status DestroyUnits(const std::vector<uint64_t>& unit_ids);
+
+  // A copy leaving the index for good. going: its unit goes with it (claimed for destruction);
+  // else the unit is pinned (readers) until the layout has forgotten the copy.
+  struct Leaving {
+    std::string key;
+    uint64_t gen = 0;
+    Placement placement;
+    bool going = false;
+  };
+  // With units_mu_ held, the entry already out of its shard. False: the unit is gone already.
+  bool LeaveLocked(Leaving& leaving);
+  // With no lock held: makes the copies durably gone (destroying their units, or Layout::Forget),
+  // then unpins. The first error; every copy is attempted.
+  Status ForgetCopies(const std::vector<Leaving>& leaving);
 
   DiskStoreOptions options_;
   std::unique_ptr<FileHandle> dir_lock_;

@@ -6,7 +6,9 @@
 // key padded to 4 KiB, then the value padded to 4 KiB, so reads of the value are aligned. It is
 // written as <id>.obj.tmp and renamed once complete: a crash leaves a .tmp, which recovery
 // deletes, and a record whose header is bad or whose file is shorter than its header says
-// (truncated) is discarded too.
+// (truncated) is discarded too. Removing a copy deletes its file; while a read still uses the
+// file, its header block is zeroed first, so that the file, deleted later, cannot come back at
+// recovery meanwhile (recovery deletes such a file without reporting it torn).
 //
 // Location: tag 2 in bits 60..63 | the file's id in bits 0..59.
 #include <fcntl.h>
@@ -14,6 +16,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -86,7 +90,32 @@ class FileLayout final : public Layout {
     if (::unlink(PathOf(unit_id).c_str()) != 0 && errno != ENOENT) {
       return ErrnoStatus(errno, "deleting " + PathOf(unit_id));
     }
+    if (ctx_.sync_writes) {
+      if (int err = SyncDirectory(DirOf(unit_id)); err != 0) return ErrnoStatus(err, "syncing " + DirOf(unit_id));
+    }
     return Status::Ok();
+  }
+
+  // Zeroes the header block in place: a read in flight reads the value, after it.
+  Status Forget(std::span<const ForgottenCopy> copies) override {
+    Status first = Status::Ok();
+    for (const ForgottenCopy& c : copies) {
+      const std::string path = PathOf(c.placement.unit_id);
+      int fd = OpenStoreFile(ctx_, path, O_WRONLY);
+      if (fd < 0) {
+        if (errno != ENOENT && first.ok()) first = ErrnoStatus(errno, "opening " + path);
+        continue;  // ENOENT: already deleted
+      }
+      FileHandle file(fd);
+      StagedWriter writer(*ctx_.io);
+      static const std::array<std::byte, 1> kZero{};
+      writer.Put(fd, 0, kZero, 0);  // one zero byte, padded: a whole zero block
+      auto failures = writer.Flush();
+      int err = failures.empty() ? 0 : failures.begin()->second;
+      if (err == 0 && ctx_.sync_writes && ::fdatasync(fd) != 0) err = errno;
+      if (err != 0 && first.ok()) first = ErrnoStatus(err, "clearing the header of " + path);
+    }
+    return first;
   }
 
  private:
@@ -195,6 +224,12 @@ Result<LayoutRecovery> FileLayout::Recover() {
     ssize_t got = fd < 0 ? -1 : ::pread(fd, head.data(), head.size(), 0);
     if (fd >= 0 && ::fstat(fd, &st) != 0) got = -1;
     if (fd >= 0) ::close(fd);
+    // A header block of zeros: a removed copy whose file a crash kept from being deleted.
+    if (got >= static_cast<ssize_t>(kBlockSize) &&
+        std::all_of(head.data(), head.data() + kBlockSize, [](std::byte b) { return b == std::byte{0}; })) {
+      ::unlink(path.c_str());
+      continue;
+    }
     std::string key;
     auto h = got <= 0 ? std::nullopt
                       : DecodeRecordPrefix(std::span<const std::byte>(head.data(), static_cast<size_t>(got)),

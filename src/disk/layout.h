@@ -11,6 +11,12 @@
 //   - Recover() lists the intact units of the directory with their objects, and deletes what is
 //     torn (see each layout for how it tells).
 //   - Destroy() deletes a unit; the index calls it once, when no read uses the unit any more.
+//     Once it returned OK, no later Recover() lists anything of that unit (with sync_writes, even
+//     after a power loss). On error the unit may be partly there, and the index Forget()s what
+//     it held.
+//   - Forget() is how a copy leaves the disk while its unit stays (other live copies in it, reads
+//     in flight, or a Destroy that failed): once it returned OK, no later Recover() lists that
+//     copy. The index keeps the unit from Destroy() until Forget() returns.
 // Ownership: a layout owns its files and directories; FileHandle closes its fd when the last
 // holder drops it (a unit's cached handle and the reads in flight share it).
 // Thread safety: every method from any thread at once.
@@ -53,6 +59,13 @@ struct Placement {
   uint64_t location = 0;
   uint64_t value_offset = 0;  // of the value inside the unit's file (4 KiB-aligned)
   uint64_t length = 0;        // what the object occupies (for a bucket: its share)
+};
+
+// A copy the index dropped (Remove, a replacing write, the loser of two recovered copies).
+struct ForgottenCopy {
+  std::string_view key;
+  uint64_t gen = 0;
+  Placement placement;
 };
 
 struct WrittenUnit {
@@ -113,6 +126,8 @@ class Layout {
   virtual Result<std::shared_ptr<FileHandle>> OpenUnit(uint64_t unit_id) = 0;
   virtual bool CacheHandles() const = 0;
   virtual Status Destroy(uint64_t unit_id) = 0;
+  // The first error; every copy is attempted.
+  virtual Status Forget(std::span<const ForgottenCopy> copies) = 0;
   // The budget the layout itself imposes (the offset file's size), or 0 for none.
   virtual uint64_t Capacity() const { return 0; }
   // At a clean close, with no read in flight and every doomed unit destroyed: `live` is all the

@@ -10,6 +10,8 @@
 // Crash safety comes from write order: the value first, its header last, so a header is only on
 // disk once its value is; and a freed record's header block is zeroed before its space is
 // reused, so a stale header can neither come back nor hide the records written over its value.
+// A removed record's header is zeroed before Remove returns, even while a read still uses its
+// value (the space itself is freed once no read does).
 //
 // Location: tag 3 in bits 60..63 | the record's offset / 4096 in bits 0..59.
 #include <fcntl.h>
@@ -73,19 +75,36 @@ class OffsetLayout final : public Layout {
   bool CacheHandles() const override { return false; }
 
   Status Destroy(uint64_t unit_id) override {
-    Extent extent;
+    auto extent = Find(unit_id);
+    if (!extent) return Status::Ok();
+    // A header that could not be zeroed keeps its space: nothing may be written under a header
+    // that still holds (the next open's scan would take the old record back, or lose the new).
+    if (Status st = ZeroHeader(extent->offset, ctx_.sync_writes); !st.ok()) return st;
     {
       MetaShard& shard = ShardOf(unit_id);
       std::lock_guard lock(shard.mu);
-      auto it = shard.records.find(unit_id);
-      if (it == shard.records.end()) return Status::Ok();
-      extent = it->second;
-      shard.records.erase(it);
+      shard.records.erase(unit_id);
     }
-    Status st = ZeroHeader(extent.offset);
     std::lock_guard lock(alloc_mu_);
-    allocator_.Free(extent.offset, extent.length);
-    return st;
+    allocator_.Free(extent->offset, extent->length);
+    return Status::Ok();
+  }
+
+  // The index keeps these records from Destroy meanwhile: their extents cannot be reused under us.
+  Status Forget(std::span<const ForgottenCopy> copies) override {
+    Status first = Status::Ok();
+    bool zeroed = false;
+    for (const ForgottenCopy& c : copies) {
+      auto extent = Find(c.placement.unit_id);
+      if (!extent) continue;
+      Status st = ZeroHeader(extent->offset, false);
+      zeroed = zeroed || st.ok();
+      if (!st.ok() && first.ok()) first = st;
+    }
+    if (zeroed && ctx_.sync_writes && ::fdatasync(file_->fd) != 0 && first.ok()) {
+      first = ErrnoStatus(errno, "syncing the offset file");
+    }
+    return first;
   }
 
  private:
@@ -97,15 +116,23 @@ class OffsetLayout final : public Layout {
     std::unordered_map<uint64_t, Extent> records;  // unit id -> its place in the file
   };
   MetaShard& ShardOf(uint64_t id) { return meta_[id % kMetaShards]; }
+  std::optional<Extent> Find(uint64_t id) {
+    MetaShard& shard = ShardOf(id);
+    std::lock_guard lock(shard.mu);
+    auto it = shard.records.find(id);
+    if (it == shard.records.end()) return std::nullopt;
+    return it->second;
+  }
 
-  Status ZeroHeader(uint64_t offset) {
+  Status ZeroHeader(uint64_t offset, bool sync) {
     StagedWriter writer(*ctx_.io);
     static const std::array<std::byte, 1> kZero{};
     writer.Put(file_->fd, offset, kZero, 0);  // one zero byte, padded: a whole zero block
     auto failures = writer.Flush();
     if (!failures.empty()) {
-      return ErrnoStatus(failures.begin()->second, "zeroing a freed record's header");
+      return ErrnoStatus(failures.begin()->second, "zeroing a record's header in the offset file");
     }
+    if (sync && ::fdatasync(file_->fd) != 0) return ErrnoStatus(errno, "syncing the offset file");
     return Status::Ok();
   }
 
@@ -178,7 +205,7 @@ LayoutWrite OffsetLayout::Write(std::span<const PreparedObject> objects) {
   for (const Slot& s : slots) {
     auto f = failures.find(static_cast<uint32_t>(s.index));
     if (f != failures.end()) {
-      (void)ZeroHeader(s.extent.offset);  // best effort: a half-written header must not survive
+      (void)ZeroHeader(s.extent.offset, false);  // best effort: a half-written header must not survive
       std::lock_guard lock(alloc_mu_);
       allocator_.Free(s.extent.offset, s.extent.length);
       out.placements[s.index] = ErrnoStatus(f->second, "writing a record to the offset file");

@@ -153,6 +153,36 @@ Result<BucketMeta> DecodeBucketMeta(std::span<const std::byte> bytes, uint64_t s
   return meta;
 }
 
+uint64_t TombstoneKeyHash(std::string_view key, uint64_t salt) { return Hash(key.data(), key.size(), salt); }
+
+std::string EncodeTombstone(const Tombstone& t, uint64_t salt) {
+  std::string out;
+  out.reserve(kTombstoneBytes);
+  Put<uint32_t>(out, kTombstoneMagic);
+  Put<uint16_t>(out, 1);  // version
+  Put<uint16_t>(out, 0);
+  Put<uint32_t>(out, t.slot);
+  Put<uint32_t>(out, 0);
+  Put<uint64_t>(out, t.bucket_id);
+  Put<uint64_t>(out, t.gen);
+  Put<uint64_t>(out, t.key_hash);
+  Put<uint64_t>(out, Hash(out.data(), out.size(), salt));
+  return out;
+}
+
+std::optional<Tombstone> DecodeTombstone(std::span<const std::byte> bytes, uint64_t salt) {
+  if (bytes.size() < kTombstoneBytes) return std::nullopt;
+  const std::byte* p = bytes.data();
+  if (Get<uint32_t>(p) != kTombstoneMagic || Get<uint16_t>(p + 4) != 1) return std::nullopt;
+  if (Hash(p, kTombstoneBytes - 8, salt) != Get<uint64_t>(p + kTombstoneBytes - 8)) return std::nullopt;
+  Tombstone t;
+  t.slot = Get<uint32_t>(p + 8);
+  t.bucket_id = Get<uint64_t>(p + 16);
+  t.gen = Get<uint64_t>(p + 24);
+  t.key_hash = Get<uint64_t>(p + 32);
+  return t;
+}
+
 std::string EncodeOffsetIndex(const OffsetIndex& index, uint64_t salt) {
   std::string body;
   for (size_t i = 0; i < index.records.size(); ++i) {

@@ -1,5 +1,6 @@
 // disk/record_format.h - the bytes the disk tier puts on disk besides values: the record header
-// (file-per-key and offset backends) and the bucket metadata file. docs/disk.md draws both.
+// (file-per-key and offset backends), the bucket metadata file, the bucket backend's tombstones
+// and the offset backend's shutdown index. docs/disk.md draws them.
 //
 // Promise: Encode* produce what Decode* accept; Decode* accept nothing else - wrong magic or
 // version, a checksum that does not hold, sizes out of range or pointing outside the bytes given
@@ -69,6 +70,26 @@ struct BucketMeta {
 std::string EncodeBucketMeta(const BucketMeta& meta, uint64_t salt);
 // INVALID_READ naming what is wrong. Entries must lie inside data_bytes and not overlap.
 Result<BucketMeta> DecodeBucketMeta(std::span<const std::byte> bytes, uint64_t salt);
+
+// --- bucket tombstone: one fixed-size record per copy removed from a bucket that stays on disk,
+// appended to <dir>/buckets/tombstones. [magic u32 "GRTB" | version u16 | pad u16 | slot u32 |
+// pad u32 | bucket_id u64 | gen u64 | key_hash u64 | checksum u64 (of the 40 bytes before it)].
+// It names the copy by (bucket, slot) and also by (gen, key hash), so that a tombstone outliving
+// its bucket can never hide another copy should that bucket id ever be used again.
+inline constexpr uint32_t kTombstoneMagic = 0x42545247;  // "GRTB"
+inline constexpr size_t kTombstoneBytes = 48;
+
+struct Tombstone {
+  uint64_t bucket_id = 0;
+  uint32_t slot = 0;  // the copy's index in the bucket's metadata
+  uint64_t gen = 0;
+  uint64_t key_hash = 0;  // TombstoneKeyHash(key)
+};
+
+uint64_t TombstoneKeyHash(std::string_view key, uint64_t salt);
+std::string EncodeTombstone(const Tombstone& tombstone, uint64_t salt);  // kTombstoneBytes bytes
+// nullopt unless `bytes` (at least kTombstoneBytes) start with a valid tombstone.
+std::optional<Tombstone> DecodeTombstone(std::span<const std::byte> bytes, uint64_t salt);
 
 // --- offset backend's shutdown index (<dir>/offset.index): the record table as it was at a clean
 // close, so the next open need not scan the file. A 64-byte header [magic u32 "GROI" |

@@ -1,7 +1,8 @@
 // The disk tier against real faults on real files: a full filesystem mid-batch (a small tmpfs),
-// torn writes left by a crash (partial buckets, .tmp files, truncated files, broken headers), a
-// writer process killed with -9 in the middle of its writes, and open-time errors (missing or
-// read-only directory, no O_DIRECT, another backend's directory, bad options).
+// torn writes left by a crash (partial buckets, .tmp files, truncated files, broken headers, a
+// torn or damaged tombstone log), a writer process killed with -9 in the middle of its writes or
+// removes, and open-time errors (missing or read-only directory, no O_DIRECT, another backend's
+// directory, bad options).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -295,6 +296,104 @@ TEST_P(DiskKillTest, WriterKilledMidWriteLeavesOnlyByteExactObjects) {
   }
 }
 
+// The child: writes batches of 8 new keys (two buckets of 4), then removes six of them - the
+// whole second bucket and two copies of the first - and tells the parent after each batch whose
+// removes all returned. It is killed.
+[[noreturn]] void RemoverChild(const std::string& dir, DiskBackend backend, IoMode io, int ack_fd,
+                               uint32_t first_batch) {
+  DiskStoreOptions o;
+  o.dir = dir;
+  o.backend = backend;
+  o.io = io;
+  o.disk_size = 128ull << 20;
+  o.bucket_max_keys = 4;
+  auto store = DiskStore::Open(o);
+  if (!store.ok()) ::_exit(3);
+  for (uint32_t batch = first_batch; batch < first_batch + 100000; ++batch) {
+    std::vector<std::string> keys;
+    std::vector<std::vector<std::byte>> values;
+    for (uint32_t j = 0; j < 8; ++j) {
+      keys.push_back("b" + std::to_string(batch) + "_" + std::to_string(j));
+      values.push_back(ValueFor(keys.back(), 1, 4096 + SizeFor(keys.back(), 1) % 9000));
+    }
+    std::vector<ObjectWrite> writes;
+    for (uint32_t j = 0; j < 8; ++j) writes.push_back(ObjectWrite{keys[j], 1, values[j], {}});
+    auto written = (*store)->Write(writes);
+    for (auto& r : written) {
+      if (!r.ok()) ::_exit(4);
+    }
+    for (uint32_t j : {1u, 3u, 4u, 5u, 6u, 7u}) {
+      if (!(*store)->Remove(keys[j], written[j]->location).ok()) ::_exit(5);
+    }
+    if (::write(ack_fd, &batch, sizeof(batch)) != sizeof(batch)) ::_exit(6);
+  }
+  ::_exit(7);
+}
+
+TEST_P(DiskKillTest, RemoverKilledMidRemoveNeverBringsARemovedCopyBack) {
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::pair<uint32_t, uint32_t>> acked;  // per attempt: first batch, last acknowledged
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const uint32_t first = 1 + attempt * 1000000;
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::thread worker([&] { RemoverChild(dir.path(), GetParam().backend, GetParam().io, fds[1], first); });
+      worker.join();
+      ::_exit(8);
+    }
+    ::close(fds[1]);
+    uint32_t last_acked = 0, acks = 0;
+    const int want_acks = 2 + attempt * 3;
+    while (acks < static_cast<uint32_t>(want_acks)) {
+      pollfd p{fds[0], POLLIN, 0};
+      ASSERT_EQ(::poll(&p, 1, 20000), 1) << "the remover stopped acknowledging";
+      ASSERT_EQ(::read(fds[0], &last_acked, sizeof(last_acked)), static_cast<ssize_t>(sizeof(last_acked)))
+          << "the remover died on its own";
+      ++acks;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the remover exited with " << WEXITSTATUS(status);
+    uint32_t ack;
+    while (::read(fds[0], &ack, sizeof(ack)) == static_cast<ssize_t>(sizeof(ack))) last_acked = ack;
+    ::close(fds[0]);
+    acked.emplace_back(first, last_acked);
+
+    DiskStoreOptions o;
+    o.dir = dir.path();
+    o.backend = GetParam().backend;
+    o.io = GetParam().io;
+    o.disk_size = 128ull << 20;
+    o.bucket_max_keys = 4;
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto recovered = (*store)->ListObjects();
+    std::set<std::string> keys;
+    for (const auto& obj : recovered) keys.insert(obj.key);
+    EXPECT_EQ(CheckReadable(**store, recovered), "") << "every recovered object reads byte-exact";
+    size_t batches = 0;
+    for (const auto& [from, to] : acked) {  // this attempt's and every earlier one's
+      for (uint32_t batch = from; batch <= to; ++batch, ++batches) {
+        const std::string prefix = "b" + std::to_string(batch) + "_";
+        for (uint32_t j = 0; j < 8; ++j) {
+          const bool removed = j != 0 && j != 2;
+          EXPECT_EQ(keys.count(prefix + std::to_string(j)), removed ? 0u : 1u)
+              << prefix << j << (removed ? " was removed, yet came back" : " was acknowledged, yet is gone");
+        }
+      }
+    }
+    std::cout << "kill -9 after batch " << last_acked << ": " << recovered.size() << " objects recovered, "
+              << batches << " acknowledged batches checked\n";
+  }
+}
+
 const auto kFaultParams = ::testing::Values(FaultParam{DiskBackend::kBucket, IoMode::kUring},
                                             FaultParam{DiskBackend::kBucket, IoMode::kPosix},
                                             FaultParam{DiskBackend::kFilePerKey, IoMode::kUring},
@@ -432,6 +531,184 @@ TEST(DiskTornWriteTest, OffsetRecoveryDropsRecordsWithoutAValidHeader) {
   EXPECT_EQ(more.size(), 2u);
   EXPECT_EQ(CheckReadable(**store, more), "");
   EXPECT_LT((*store)->Usage().capacity - (*store)->Usage().used, free_bytes);
+}
+
+std::string TombstoneLog(const std::string& dir) { return dir + "/buckets/tombstones"; }
+
+TEST(DiskTornWriteTest, TornTombstoneAtTheLogsEndIsIgnored) {
+  TempDir dir;
+  DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kBucket);
+  o.bucket_max_keys = 8;
+  std::vector<StoredObject> objects;
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    objects = WriteKeys(**store, {"a", "b", "c", "d", "e", "f"}, 20000);  // one bucket
+    for (const char* key : {"a", "b", "c"}) ASSERT_TRUE((*store)->Remove(key).ok()) << key;
+  }
+  ASSERT_EQ(fs::file_size(TombstoneLog(dir.path())), 3u * 48);
+  // c's record cut short, as by a crash mid-append (before Remove("c") could return).
+  fs::resize_file(TombstoneLog(dir.path()), 3 * 48 - 20);
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->recovery().units_discarded, 0u);
+  bool reported = false;
+  for (const auto& p : (*store)->recovery().problems) reported |= p.find("torn") != std::string::npos;
+  EXPECT_TRUE(reported) << "the torn record is reported";
+  auto listed = (*store)->ListObjects();
+  std::set<std::string> keys;
+  for (auto& l : listed) keys.insert(l.key);
+  EXPECT_EQ(keys, (std::set<std::string>{"c", "d", "e", "f"})) << "a and b stay removed; c's tombstone never was";
+  EXPECT_EQ(CheckReadable(**store, listed), "");
+  EXPECT_EQ(fs::file_size(TombstoneLog(dir.path())), 2u * 48) << "rewritten without the torn bytes";
+  // Appends go on after the last whole record.
+  ASSERT_TRUE((*store)->Remove("d").ok());
+  EXPECT_EQ(fs::file_size(TombstoneLog(dir.path())), 3u * 48);
+  store->reset();
+  auto reopened = DiskStore::Open(o);
+  ASSERT_TRUE(reopened.ok());
+  keys.clear();
+  for (auto& l : (*reopened)->ListObjects()) keys.insert(l.key);
+  EXPECT_EQ(keys, (std::set<std::string>{"c", "e", "f"}));
+}
+
+TEST(DiskTornWriteTest, DamagedTombstoneIsIgnoredNeverMisapplied) {
+  TempDir dir;
+  DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kBucket);
+  o.bucket_max_keys = 8;
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    WriteKeys(**store, {"a", "b", "c"}, 20000);
+    ASSERT_TRUE((*store)->Remove("a").ok());
+    ASSERT_TRUE((*store)->Remove("b").ok());
+  }
+  testing::FlipByte({TombstoneLog(dir.path()), 0}, 20);  // a's record: its bucket id
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::set<std::string> keys;
+  auto listed = (*store)->ListObjects();
+  for (auto& l : listed) keys.insert(l.key);
+  EXPECT_EQ(keys, (std::set<std::string>{"a", "c"})) << "a damaged tombstone removes nothing";
+  EXPECT_EQ(CheckReadable(**store, listed), "");
+  EXPECT_EQ(fs::file_size(TombstoneLog(dir.path())), 48u);
+}
+
+// A tombstone names its copy by key and generation too: one left over from another bucket of the
+// same id (here: another store's log, same salt) removes nothing else.
+TEST(DiskTornWriteTest, ATombstoneOnlyRemovesTheCopyItNames) {
+  TempDir first, second;
+  DiskStoreOptions o = TornOptions(first.path(), DiskBackend::kBucket);
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    WriteKeys(**store, {"a", "b"}, 5000);  // bucket 1
+    ASSERT_TRUE((*store)->Remove("a").ok());  // bucket 1, slot 0
+  }
+  fs::copy_file(first.path() + "/FORMAT", second.path() + "/FORMAT");
+  o.dir = second.path();
+  std::vector<StoredObject> objects;
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    objects = WriteKeys(**store, {"x", "y"}, 5000);  // bucket 1 again
+  }
+  fs::copy_file(TombstoneLog(first.path()), TombstoneLog(second.path()), fs::copy_options::overwrite_existing);
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->ListObjects().size(), 2u) << "x sits in bucket 1, slot 0, but is not a";
+  EXPECT_EQ(CheckReadable(**store, objects), "");
+  EXPECT_EQ(fs::file_size(TombstoneLog(second.path())), 0u) << "a tombstone that names nothing is dropped";
+}
+
+// A crash between a write and the tombstone of the copy it replaced leaves both copies; recovery
+// keeps the newer and retires the older, so that removing the newer later cannot revive it.
+TEST(DiskTornWriteTest, SupersededCopyLeftByACrashIsRetiredAtRecovery) {
+  TempDir dir;
+  const DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kBucket);
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    WriteKeys(**store, {"k", "other"}, 5000);  // one bucket
+    const auto value = ValueFor("k", 2, 7000);
+    ObjectWrite newer{"k", 2, value, {}};
+    ASSERT_TRUE((*store)->Write(std::span(&newer, 1))[0].ok());
+  }
+  ASSERT_EQ(fs::file_size(TombstoneLog(dir.path())), 48u) << "the gen 1 copy's tombstone";
+  fs::resize_file(TombstoneLog(dir.path()), 0);  // the crash came before it
+  {
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto k = (*store)->Lookup("k");
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->gen, 2u) << "the higher generation wins";
+    EXPECT_EQ((*store)->ListObjects().size(), 2u);
+    EXPECT_EQ(fs::file_size(TombstoneLog(dir.path())), 48u) << "recovery retired the gen 1 copy";
+    ASSERT_TRUE((*store)->Remove("k").ok());
+  }
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  auto listed = (*store)->ListObjects();
+  ASSERT_EQ(listed.size(), 1u) << "gen 1 did not step in for the removed gen 2";
+  EXPECT_EQ(listed[0].key, "other");
+}
+
+// When the durable step of a remove fails, the copy still leaves the index and the caller hears.
+TEST(DiskRemoveFaultTest, AFailedDurableStepIsReportedAndTheKeyIsStillDropped) {
+  for (DiskBackend backend : {DiskBackend::kBucket, DiskBackend::kOffset}) {
+    SCOPED_TRACE(std::string(BackendName(backend)));
+    TempDir dir;
+    DiskStoreOptions o = TornOptions(dir.path(), backend);
+    auto store = DiskStore::Open(o);
+    ASSERT_TRUE(store.ok());
+    auto objects = WriteKeys(**store, {"a", "b"}, 20000);  // one bucket, or two records
+    ASSERT_EQ(objects.size(), 2u);
+    Status st;
+    {
+      // What the remove must write to: the tombstone log, or the offset file (a's header).
+      testing::ReadOnlyFds fail(backend == DiskBackend::kBucket ? TombstoneLog(dir.path())
+                                                                : dir.path() + "/offset.data");
+      ASSERT_GE(fail.count(), 1u);
+      st = (*store)->Remove("a", objects[0].location);
+      EXPECT_FALSE((*store)->Lookup("a")) << "out of the index all the same";
+      EXPECT_EQ(CheckReadable(**store, {objects[1]}), "") << "reads still work";
+    }
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("may come back"), std::string::npos) << st.ToString();
+    AlignedBuffer buffer(DiskStore::ReadBufferSize(20000));
+    ReadRequest r{"a", 0, buffer.span()};
+    EXPECT_EQ((*store)->Read(std::span(&r, 1))[0].status.code(), ErrorCode::OBJECT_NOT_FOUND);
+    EXPECT_EQ((*store)->Remove("a").code(), ErrorCode::OBJECT_NOT_FOUND);
+    ASSERT_TRUE((*store)->Remove("b").ok()) << "the next remove works again";
+  }
+}
+
+TEST(DiskBucketTest, TombstoneLogStaysSmall) {
+  TempDir dir;
+  DiskStoreOptions o = TornOptions(dir.path(), DiskBackend::kBucket);
+  o.bucket_max_keys = 2;
+  auto store = DiskStore::Open(o);
+  ASSERT_TRUE(store.ok());
+  // Each round: a bucket of two, one removed (a tombstone), then the other (the bucket goes).
+  uint64_t largest = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const std::string a = "t" + std::to_string(i) + "a", b = "t" + std::to_string(i) + "b";
+    ASSERT_EQ(WriteKeys(**store, {a, b}, 100).size(), 2u);
+    ASSERT_TRUE((*store)->Remove(a).ok());
+    ASSERT_TRUE((*store)->Remove(b).ok());
+    largest = std::max<uint64_t>(largest, fs::file_size(TombstoneLog(dir.path())));
+  }
+  EXPECT_LT(largest, 1500u * 48) << "tombstones of deleted buckets are dropped as the store runs";
+  EXPECT_EQ(CountFiles(dir.path() + "/buckets", ".data"), 0u);
+  auto kept = WriteKeys(**store, {"x", "y"}, 100);
+  ASSERT_TRUE((*store)->Remove("x").ok());
+  store->reset();
+  auto reopened = DiskStore::Open(o);
+  ASSERT_TRUE(reopened.ok());
+  auto listed = (*reopened)->ListObjects();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].key, "y");
+  EXPECT_EQ(fs::file_size(TombstoneLog(dir.path())), 48u) << "only x's tombstone still applies";
 }
 
 TEST(DiskOffsetIndexTest, CleanCloseReopensFromTheIndexWithoutAScan) {
@@ -614,10 +891,18 @@ TEST(DiskOpenTest, SyncWritesWriteReadAndRecover) {
       objects = WriteKeys(**store, {"s1", "s2", "s3"}, 70000);
       ASSERT_EQ(objects.size(), 3u) << BackendName(backend);
     }
+    {
+      auto store = DiskStore::Open(o);
+      ASSERT_TRUE(store.ok());
+      EXPECT_EQ((*store)->ListObjects().size(), 3u) << BackendName(backend);
+      EXPECT_EQ(CheckReadable(**store, objects), "") << BackendName(backend);
+      ASSERT_TRUE((*store)->Remove("s2").ok()) << BackendName(backend);
+    }
+    fs::remove(dir.path() + "/offset.index");  // as after a crash: the offset file is scanned
     auto store = DiskStore::Open(o);
     ASSERT_TRUE(store.ok());
-    EXPECT_EQ((*store)->ListObjects().size(), 3u) << BackendName(backend);
-    EXPECT_EQ(CheckReadable(**store, objects), "") << BackendName(backend);
+    EXPECT_EQ((*store)->ListObjects().size(), 2u) << BackendName(backend) << ": s2 stays removed";
+    EXPECT_FALSE((*store)->Lookup("s2")) << BackendName(backend);
   }
 }
 

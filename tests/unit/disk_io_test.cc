@@ -228,6 +228,30 @@ TEST(DiskFormatTest, BucketMetaRoundTripsAndRefusesDamage) {
   EXPECT_EQ(refuse(unaligned).code(), ErrorCode::INVALID_READ);
 }
 
+TEST(DiskFormatTest, TombstoneRoundTripsAndRefusesEveryDamagedByte) {
+  const Tombstone t{0x123456789, 77, 9, TombstoneKeyHash("model/prefix-hash", 5)};
+  const std::string encoded = EncodeTombstone(t, 5);
+  ASSERT_EQ(encoded.size(), kTombstoneBytes);
+  auto back = DecodeTombstone(Bytes(encoded), 5);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->bucket_id, t.bucket_id);
+  EXPECT_EQ(back->slot, 77u);
+  EXPECT_EQ(back->gen, 9u);
+  EXPECT_EQ(back->key_hash, t.key_hash);
+  EXPECT_NE(TombstoneKeyHash("model/prefix-hash", 6), t.key_hash) << "the key hash is salted";
+  EXPECT_NE(TombstoneKeyHash("model/prefix-hasi", 5), t.key_hash);
+  EXPECT_FALSE(DecodeTombstone(Bytes(encoded), 4)) << "another store's salt";
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    std::string damaged = encoded;
+    damaged[i] ^= 0x01;
+    EXPECT_FALSE(DecodeTombstone(Bytes(damaged), 5)) << "byte " << i;
+  }
+  for (size_t n = 0; n < encoded.size(); ++n) {
+    EXPECT_FALSE(DecodeTombstone(Bytes(encoded.substr(0, n)), 5)) << "torn at " << n;
+  }
+  EXPECT_FALSE(DecodeTombstone(Bytes(std::string(kTombstoneBytes, '\0')), 5)) << "zeros";
+}
+
 TEST(DiskFormatTest, RandomBytesNeverDecode) {
   std::mt19937_64 rng(7);
   std::string key;
@@ -242,6 +266,7 @@ TEST(DiskFormatTest, RandomBytesNeverDecode) {
     }
     EXPECT_FALSE(DecodeRecordPrefix(Bytes(junk), 1, &key));
     EXPECT_FALSE(DecodeBucketMeta(Bytes(junk), 1).ok());
+    EXPECT_FALSE(DecodeTombstone(Bytes(junk), 1));
   }
 }
 

@@ -1,7 +1,9 @@
 // Helpers shared by the disk tier's tests: temporary directories under /tmp, deterministic values,
-// and finding where a value's bytes landed in the directory (to corrupt or truncate them).
+// finding where a value's bytes landed in the directory (to corrupt or truncate them), and making
+// a store's own descriptor of a file refuse writes (to fail its I/O on purpose).
 #pragma once
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -91,5 +93,43 @@ inline void FlipByte(const FoundBytes& at, uint64_t delta) {
   f.seekp(static_cast<std::streamoff>(at.offset + delta));
   f.write(&c, 1);
 }
+
+// While it lives, every descriptor of this process open on `path` is a read-only one of the same
+// file: writes through it fail (EBADF), reads still work. Restored at scope end.
+class ReadOnlyFds {
+ public:
+  explicit ReadOnlyFds(const std::string& path) {
+    std::error_code ec;
+    const auto target = std::filesystem::canonical(path, ec);
+    if (ec) return;
+    std::vector<int> fds;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      std::error_code link_ec;
+      if (std::filesystem::read_symlink(it->path(), link_ec) == target && !link_ec) {
+        fds.push_back(std::stoi(it->path().filename().string()));
+      }
+    }
+    for (int fd : fds) {
+      int saved = ::dup(fd);
+      int read_only = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (saved < 0 || read_only < 0 || ::dup2(read_only, fd) < 0) continue;
+      ::close(read_only);
+      swapped_.emplace_back(fd, saved);
+    }
+  }
+  ~ReadOnlyFds() {
+    for (auto [fd, saved] : swapped_) {
+      ::dup2(saved, fd);
+      ::close(saved);
+    }
+  }
+  ReadOnlyFds(const ReadOnlyFds&) = delete;
+  ReadOnlyFds& operator=(const ReadOnlyFds&) = delete;
+  size_t count() const { return swapped_.size(); }
+
+ private:
+  std::vector<std::pair<int, int>> swapped_;  // (the store's fd, a dup of its original)
+};
 
 }  // namespace granary::disk::testing
