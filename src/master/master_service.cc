@@ -288,7 +288,9 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
   auto results = state_->GetReplicaList({req->client_id(), Keys(req->keys())});
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   size_t errors = 0;
-  for (const auto& r : results) {
+  std::vector<std::string> unreadable;  // locked by the state, but refused here: unlocked below
+  for (size_t k = 0; k < results.size(); ++k) {
+    const auto& r = results[k];
     proto::GetReplicaResult* out = resp->add_results();
     FillReplicas(r.replicas, out->mutable_replicas());
     FillDiskReplicas(r.disk, out->mutable_disk_replicas());
@@ -303,6 +305,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
         status = Status(ErrorCode::OBJECT_NOT_FOUND,
                         out->disk_replicas_size() > 0 ? "only on the disk of an unmounted node"
                                                       : "every replica's segment is gone");
+        unreadable.push_back(req->keys(static_cast<int>(k)));
       }
     }
     out->set_code(Code(status));
@@ -311,6 +314,9 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
     out->set_checksum(r.checksum);
     errors += !status.ok();
   }
+  // The client releases only what it was told it may read: a lock kept here would make the key
+  // unremovable (OBJECT_HAS_LEASE) until the lease ran out.
+  if (!unreadable.empty()) (void)state_->FinishRead({req->client_id(), std::move(unreadable)});
   resp->set_lease_ttl_ms(static_cast<uint64_t>(state_->policy().lease_ttl_ms));
   scope.KeyErrors(errors);
   return grpc::Status::OK;

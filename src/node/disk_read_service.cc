@@ -1,9 +1,12 @@
 #include "node/disk_read_service.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "transfer/protocol.h"
 
@@ -60,7 +63,13 @@ Result<std::vector<DiskReadService::Entry>> DiskReadService::Parse(std::span<con
 }
 
 DiskReadService::DiskReadService(disk::DiskStore* store, Options options)
-    : store_(store), options_(std::move(options)) {}
+    : store_(store), options_(Sane(std::move(options))) {}
+
+DiskReadService::Options DiskReadService::Sane(Options o) {
+  o.window_entries = std::max<size_t>(1, o.window_entries);  // a window always advances
+  o.budget_wait_ms = std::max(0, o.budget_wait_ms);
+  return o;
+}
 
 bool DiskReadService::AcquireStaging(uint64_t bytes) {
   std::unique_lock lock(mu_);
@@ -83,13 +92,21 @@ void DiskReadService::ReleaseStaging(uint64_t bytes) {
 }
 
 bool DiskReadService::Serve(const std::vector<Entry>& entries, const Emit& emit) {
+  // Only entries naming the copy the index holds get staging and I/O: a request's sizes are the
+  // asker's word, the index's are not (made-up keys claiming 1 GiB each must cost nothing).
+  std::vector<char> held(entries.size(), 0);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::optional<disk::StoredObject> copy = store_->Lookup(entries[i].key);
+    held[i] = copy && copy->location == entries[i].location && copy->size == entries[i].size &&
+              copy->checksum == entries[i].checksum;
+  }
   size_t next = 0;
   while (next < entries.size()) {
     // The window: consecutive entries up to the entry and byte caps (at least one).
     size_t end = next;
     uint64_t window = 0;
     while (end < entries.size() && end - next < options_.window_entries) {
-      const uint64_t need = disk::DiskStore::ReadBufferSize(entries[end].size);
+      const uint64_t need = held[end] ? disk::DiskStore::ReadBufferSize(entries[end].size) : 0;
       if (end > next && window + need > options_.window_bytes) break;
       window += need;
       ++end;
@@ -117,25 +134,38 @@ bool DiskReadService::Serve(const std::vector<Entry>& entries, const Emit& emit)
       continue;
     }
     std::vector<disk::ReadRequest> reads;
+    std::vector<size_t> read_of(end - next, SIZE_MAX);  // entry -> its read, if it has one
     reads.reserve(end - next);
     uint64_t at = 0;
     for (size_t i = next; i < end; ++i) {
+      if (!held[i]) continue;
       const uint64_t need = disk::DiskStore::ReadBufferSize(entries[i].size);
+      read_of[i - next] = reads.size();
       reads.push_back({entries[i].key, entries[i].location,
                        std::span<std::byte>(staging.get() + at, need)});
       at += need;
     }
-    std::vector<disk::ReadResult> results = store_->Read(reads);
+    std::vector<disk::ReadResult> results =
+        reads.empty() ? std::vector<disk::ReadResult>{} : store_->Read(reads);
     bool open = true;
     for (size_t i = next; i < end && open; ++i) {
-      const disk::ReadResult& r = results[i - next];
       const Entry& e = entries[i];
+      const size_t r_index = read_of[i - next];
+      disk::ReadResult r;
+      if (r_index == SIZE_MAX) {
+        r.status = Status(ErrorCode::OBJECT_NOT_FOUND, "");  // not the copy the index holds
+      } else {
+        r = results[r_index];
+      }
       ErrorCode code = r.status.code();
-      // The store no longer holds that copy intact (it dropped a torn or corrupted one).
-      const bool lost = code == ErrorCode::OBJECT_NOT_FOUND || code == ErrorCode::INVALID_READ ||
-                        code == ErrorCode::CHECKSUM_MISMATCH;
+      // The store found the copy it held gone (its file vanished), torn or corrupted, and
+      // dropped it: the master must stop naming it. A miss at lookup is the asker's problem.
+      const bool lost = r_index != SIZE_MAX &&
+                        (code == ErrorCode::OBJECT_NOT_FOUND || code == ErrorCode::INVALID_READ ||
+                         code == ErrorCode::CHECKSUM_MISMATCH);
+      if (code != ErrorCode::OK && !lost) code = ErrorCode::OBJECT_NOT_FOUND;
       if (r.status.ok() && (r.size != e.size || r.checksum != e.checksum)) {
-        // Another version under this key and location (the asker's view is stale): not lost.
+        // Replaced between the lookup and the read (the asker's view is stale): not lost.
         code = ErrorCode::OBJECT_NOT_FOUND;
       }
       if (lost && options_.on_lost) options_.on_lost(e.key, e.location);
@@ -150,7 +180,7 @@ bool DiskReadService::Serve(const std::vector<Entry>& entries, const Emit& emit)
         }
       }
       std::span<const std::byte> bytes;
-      if (code == ErrorCode::OK) bytes = {reads[i - next].buffer.data(), e.size};
+      if (code == ErrorCode::OK) bytes = {reads[r_index].buffer.data(), e.size};
       open = emit(static_cast<uint32_t>(i), code, bytes);
     }
     staging.reset();

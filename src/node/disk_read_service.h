@@ -4,9 +4,10 @@
 // Promise: an entry's bytes are answered only when the store holds exactly the copy asked for -
 // that key at that location, with the size and checksum the master named - and read them whole
 // and intact (the store verifies each read against the record's checksum); anything else is a
-// refusal with no bytes (OBJECT_NOT_FOUND for another copy or version, the store's code for a
-// torn or corrupted record). A copy found torn or corrupted is reported through on_lost, so the
-// master stops naming it.
+// refusal with no bytes (INVALID_READ or CHECKSUM_MISMATCH for a torn or corrupted record,
+// OBJECT_NOT_FOUND for everything else). An entry the index does not hold as named costs no
+// staging and no I/O (its size is the asker's word). A copy the store held but found gone, torn
+// or corrupted when reading it is reported through on_lost, so the master stops naming it.
 // Reads are issued a window at a time (up to window_entries objects and window_bytes, at least
 // one object) so the store keeps its queue full; each window's staging memory (4 KiB-aligned, as
 // O_DIRECT needs) is charged to one node-wide budget, so many connections cannot make the node
@@ -68,6 +69,7 @@ class DiskReadService {
   Stats stats() const;
 
  private:
+  static Options Sane(Options options);
   bool AcquireStaging(uint64_t bytes);
   void ReleaseStaging(uint64_t bytes);
 

@@ -183,21 +183,30 @@ void DiskTier::DropLost() {
     lost.swap(lost_);
   }
   if (lost.empty()) return;
-  proto::DiskDropRequest req;
-  req.set_client_id(node_id_);
-  for (const auto& [key, location] : lost) {
-    req.add_keys(key);
-    req.add_locations(location);
-  }
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
-  proto::BatchStatusResponse resp;
-  grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
-  if (!s.ok()) {
-    GLOG_WARN("disk drop of {} lost copies: {}; retrying", lost.size(), s.error_message());
-    std::lock_guard lock(mu_);
-    for (auto& l : lost) {
-      if (lost_.size() < 100'000) lost_.push_back(std::move(l));
+  std::sort(lost.begin(), lost.end());
+  lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
+  // Small calls: far under the master's batch and message limits, whatever the keys' length.
+  constexpr size_t kPerCall = 1000;
+  for (size_t begin = 0; begin < lost.size(); begin += kPerCall) {
+    const size_t end = std::min(lost.size(), begin + kPerCall);
+    proto::DiskDropRequest req;
+    req.set_client_id(node_id_);
+    for (size_t i = begin; i < end; ++i) {
+      req.add_keys(lost[i].first);
+      req.add_locations(lost[i].second);
+    }
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+    proto::BatchStatusResponse resp;
+    grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
+    if (!s.ok()) {
+      GLOG_WARN("disk drop of {} lost copies: {}; retrying", lost.size() - begin,
+                s.error_message());
+      std::lock_guard lock(mu_);
+      for (size_t i = begin; i < lost.size() && lost_.size() < 100'000; ++i) {
+        lost_.push_back(std::move(lost[i]));
+      }
+      return;
     }
   }
 }

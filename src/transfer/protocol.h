@@ -28,8 +28,10 @@
 // location (the node's handle, from the master) and the checksum and size the master holds.
 // The response is a ResponseHeader whose `length` is the entry count, then one ResponseHeader
 // per entry, in order (request_id = the entry's index), each followed by `length` value bytes
-// when its status is 0. An entry the node cannot serve byte-exact (another copy or version under
-// the key, evicted, torn, corrupted) gets OBJECT_NOT_FOUND and no bytes: never other bytes.
+// when its status is 0. An entry the node cannot serve byte-exact gets no bytes, never other
+// bytes: INVALID_READ or CHECKSUM_MISMATCH for a torn or corrupted copy, NO_AVAILABLE_HANDLE when
+// the node's staging memory stayed busy, OBJECT_NOT_FOUND for anything else (another copy or
+// version under the key, evicted).
 // A malformed body (counts, lengths) is refused with INVALID_PARAMS (length 0) and the
 // connection stays in sync; a node without a disk tier refuses with OBJECT_NOT_FOUND.
 #pragma once

@@ -578,10 +578,13 @@ bool TcpTransport::DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadIte
   req.length = body.size();
   iovec iov[2] = {{&req, sizeof(req)}, {body.data(), body.size()}};
   if (int err = SendFully(conn.fd, iov, 2, timeout); err != 0) {
+    if (err != kEof && err != ECONNRESET && err != EPIPE) *answered = true;
     return broken(0, err, "send failed: ");
   }
   ResponseHeader head;
   if (int err = RecvFully(conn.fd, &head, sizeof(head), timeout); err != 0) {
+    // Only a connection the node had closed is worth a second try; a silent node is not.
+    if (err != kEof && err != ECONNRESET && err != EPIPE) *answered = true;
     return broken(0, err, "no response: ");
   }
   *answered = true;
@@ -635,10 +638,13 @@ std::vector<Status> TcpTransport::ReadDisk(const std::string& endpoint,
     uint64_t total = 0;
     for (const auto& part : items[i].dst) total += part.size();
     if (total != items[i].size || items[i].key.empty() ||
-        items[i].key.size() > kMaxDiskReadKey || items[i].location == 0) {
+        items[i].key.size() > kMaxDiskReadKey || items[i].location == 0 ||
+        items[i].size > kMaxDiskReadObject) {
+      // Checked here, one item at a time: the node refuses a whole body for one bad entry.
       out[i] = Status(ErrorCode::INVALID_PARAMS,
                       "disk read of '" + items[i].key.substr(0, 64) +
-                          "': empty or oversized key, no location, or buffers of another size");
+                          "': empty or oversized key, no location, an object over " +
+                          std::to_string(kMaxDiskReadObject) + " bytes, or buffers of another size");
     }
   }
   auto ep = GetEndpoint(endpoint);

@@ -102,7 +102,8 @@ class TcpTransport {
 
   Status Transfer(Opcode op, const RemoteRange& range, uint8_t* buf);
   // One DISK_READ request for `items` (within the protocol's limits) on `conn`; false when the
-  // connection is unusable afterwards. `answered`: the node sent response bytes.
+  // connection is unusable afterwards. `answered`: the node sent response bytes, or the failure
+  // was not a closed connection (a timeout): not worth resending.
   bool DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadItem> items,
                      std::vector<Status>& out, bool* answered);
   Result<std::shared_ptr<Endpoint>> GetEndpoint(const std::string& endpoint);

@@ -212,6 +212,18 @@ TEST_F(MasterDiskTest, TheDiskInventoryComesBackAfterAMasterRestart) {
   EXPECT_EQ(info.node_disk().capacity_bytes(), 100 * MiB);
   EXPECT_EQ(info.node_disk().used_bytes(), 5 * MiB);
   EXPECT_EQ(info.node_disk().object_count(), 2u);
+
+  // Its node unmounts: d2's disk copy has no data server to be read from. A miss, and no read
+  // lock is left behind (a remove goes through at once, not OBJECT_HAS_LEASE).
+  ASSERT_EQ(node.Unmount("seg-1").code(), code::kOk);
+  auto orphan = r.GetOne("d2");
+  ASSERT_GT(orphan.disk_replicas_size(), 0) << "the unmount dropped the disk copy: nothing to test";
+  {
+    EXPECT_EQ(orphan.code(), code::kObjectNotFound) << orphan.message();
+    auto removed = r.Remove({"d2"});
+    ASSERT_EQ(removed.results_size(), 1);
+    EXPECT_EQ(removed.results(0).code(), code::kOk) << removed.results(0).message();
+  }
 }
 
 TEST_F(MasterDiskTest, MalformedOffloadCallsAreRefusedWholesale) {

@@ -137,4 +137,19 @@ struct DiskBenchOptions {
 };
 int RunDiskBench(const DiskBenchOptions& options);
 
+// Gets served from a node's disk tier end to end, around a master restart; see disk_hit_bench.cc.
+struct DiskHitBenchOptions {
+  std::string master = "127.0.0.1:50051";
+  std::string phase = "get";  // put (then restart the master) or get
+  std::vector<std::string> sizes = {"64KiB", "256KiB", "1MiB", "4MiB"};
+  uint32_t batch = 32;              // objects per BatchPut / BatchGetInto
+  uint64_t bytes = 256ull << 20;    // per size
+  double seconds = 2;               // of gets per size, after the first pass over every key
+  int wait_seconds = 120;           // for offload (put) or registration (get)
+  std::string prefix = "diskhit";
+  std::string label;
+  std::string json_path;
+};
+int RunDiskHitBench(const DiskHitBenchOptions& options);
+
 }  // namespace granary::bench

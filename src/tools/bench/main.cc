@@ -1,6 +1,9 @@
 // granary-bench: benchmark drivers. `granary-bench --help` lists the suites.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
+#include "common/units.h"
 #include "tools/bench/bench.h"
 
 int main(int argc, char** argv) {
@@ -128,7 +131,35 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 600.0));
   disk->add_option("--json", dko.json_path, "also write the results as JSON to this file");
 
+  DiskHitBenchOptions dho;
+  std::string dh_bytes = "256MiB";
+  auto* diskhit = app.add_subcommand(
+      "diskhit", "gets served from a node's disk tier, end to end (phases around a master restart)");
+  diskhit->add_option("--master", dho.master, "master address HOST:PORT")->capture_default_str();
+  diskhit->add_option("--phase", dho.phase, "put: store and wait for offload; get: measure")
+      ->capture_default_str()->check(CLI::IsMember({"put", "get"}));
+  diskhit->add_option("--sizes", dho.sizes, "object sizes")->capture_default_str()->delimiter(',');
+  diskhit->add_option("--batch", dho.batch, "objects per call")->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
+  diskhit->add_option("--bytes", dh_bytes, "bytes of objects per size")->capture_default_str();
+  diskhit->add_option("--seconds", dho.seconds, "gets per size after the first pass")
+      ->capture_default_str()->check(CLI::Range(0.0, 600.0));
+  diskhit->add_option("--wait-seconds", dho.wait_seconds, "bound on waiting for offload/registration")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  diskhit->add_option("--prefix", dho.prefix, "key prefix")->capture_default_str();
+  diskhit->add_option("--label", dho.label, "free text copied into the JSON");
+  diskhit->add_option("--json", dho.json_path, "also write the results as JSON to this file");
+
   CLI11_PARSE(app, argc, argv);
+  if (diskhit->parsed()) {
+    auto bytes = granary::ParseSize(dh_bytes);
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "granary-bench: bad --bytes %s\n", dh_bytes.c_str());
+      return 2;
+    }
+    dho.bytes = *bytes;
+    return RunDiskHitBench(dho);
+  }
   if (disk->parsed()) return RunDiskBench(dko);
   if (master->parsed()) return RunMasterBench(mo);
   if (limits->parsed()) return RunLimits(lo);
