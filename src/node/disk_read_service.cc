@@ -21,9 +21,6 @@ Status Malformed(const std::string& what) {
   return Status(ErrorCode::INVALID_PARAMS, "malformed DISK_READ body: " + what);
 }
 
-struct FreeAligned {
-  void operator()(std::byte* p) const { std::free(p); }
-};
 
 }  // namespace
 
@@ -63,10 +60,15 @@ Result<std::vector<DiskReadService::Entry>> DiskReadService::Parse(std::span<con
 }
 
 DiskReadService::DiskReadService(disk::DiskStore* store, Options options)
-    : store_(store), options_(Sane(std::move(options))) {}
+    : store_(store), options_(Sane(std::move(options))) {
+  for (size_t i = 0; i < options_.reader_threads; ++i) {
+    readers_.emplace_back([this] { ReaderLoop(); });
+  }
+}
 
 DiskReadService::Options DiskReadService::Sane(Options o) {
   o.window_entries = std::max<size_t>(1, o.window_entries);  // a window always advances
+  o.reader_threads = std::max<size_t>(1, o.reader_threads);
   o.budget_wait_ms = std::max(0, o.budget_wait_ms);
   return o;
 }
@@ -91,6 +93,95 @@ void DiskReadService::ReleaseStaging(uint64_t bytes) {
   cv_.notify_all();
 }
 
+// One window of a request: its entries, its staging, its reads and their results.
+struct DiskReadService::Window {
+  size_t begin = 0, end = 0;
+  uint64_t bytes = 0;          // staging it needs
+  bool staged = false;         // budget and memory obtained
+  std::unique_ptr<std::byte, void (*)(std::byte*)> staging{nullptr, [](std::byte* p) { std::free(p); }};
+  std::vector<disk::ReadRequest> reads;
+  std::vector<size_t> read_of;  // entry - begin -> its read, SIZE_MAX when it has none
+  std::vector<disk::ReadResult> results;
+};
+
+void DiskReadService::Load(const std::vector<Entry>& entries, const std::vector<char>& held,
+                           Window& w) {
+  if (!AcquireStaging(w.bytes)) return;
+  if (w.bytes > 0) {
+    w.staging.reset(static_cast<std::byte*>(std::aligned_alloc(disk::kBlockSize, w.bytes)));
+    if (!w.staging) {
+      ReleaseStaging(w.bytes);
+      return;
+    }
+  }
+  w.staged = true;
+  w.read_of.assign(w.end - w.begin, SIZE_MAX);
+  uint64_t at = 0;
+  for (size_t i = w.begin; i < w.end; ++i) {
+    if (!held[i]) continue;
+    const uint64_t need = disk::DiskStore::ReadBufferSize(entries[i].size);
+    w.read_of[i - w.begin] = w.reads.size();
+    w.reads.push_back({entries[i].key, entries[i].location,
+                       std::span<std::byte>(w.staging.get() + at, need)});
+    at += need;
+  }
+  if (!w.reads.empty()) w.results = store_->Read(w.reads);
+}
+
+bool DiskReadService::EmitWindow(const std::vector<Entry>& entries, Window& w, const Emit& emit) {
+  for (size_t i = w.begin; i < w.end; ++i) {
+    const Entry& e = entries[i];
+    if (!w.staged) {
+      {
+        std::lock_guard lock(mu_);
+        stats_.refused++;
+      }
+      if (!emit(static_cast<uint32_t>(i), ErrorCode::NO_AVAILABLE_HANDLE, {})) return false;
+      continue;
+    }
+    const size_t r_index = w.read_of[i - w.begin];
+    disk::ReadResult r;
+    if (r_index == SIZE_MAX) {
+      r.status = Status(ErrorCode::OBJECT_NOT_FOUND, "");  // not the copy the index holds
+    } else {
+      r = w.results[r_index];
+    }
+    ErrorCode code = r.status.code();
+    // The store found the copy it held gone (its file vanished), torn or corrupted, and
+    // dropped it: the master must stop naming it. A miss at lookup is the asker's problem.
+    const bool lost = r_index != SIZE_MAX &&
+                      (code == ErrorCode::OBJECT_NOT_FOUND || code == ErrorCode::INVALID_READ ||
+                       code == ErrorCode::CHECKSUM_MISMATCH);
+    if (code != ErrorCode::OK && !lost) code = ErrorCode::OBJECT_NOT_FOUND;
+    if (r.status.ok() && (r.size != e.size || r.checksum != e.checksum)) {
+      // Replaced between the lookup and the read (the asker's view is stale): not lost.
+      code = ErrorCode::OBJECT_NOT_FOUND;
+    }
+    if (lost && options_.on_lost) options_.on_lost(e.key, e.location);
+    {
+      std::lock_guard lock(mu_);
+      if (code == ErrorCode::OK) {
+        stats_.objects++;
+        stats_.bytes += e.size;
+      } else {
+        stats_.refused++;
+        stats_.lost += lost && code != ErrorCode::OBJECT_NOT_FOUND;
+      }
+    }
+    std::span<const std::byte> bytes;
+    if (code == ErrorCode::OK) bytes = {w.reads[r_index].buffer.data(), e.size};
+    if (!emit(static_cast<uint32_t>(i), code, bytes)) return false;
+  }
+  return true;
+}
+
+void DiskReadService::Release(Window& w) {
+  if (!w.staged) return;
+  w.staging.reset();
+  ReleaseStaging(w.bytes);
+  w.staged = false;
+}
+
 bool DiskReadService::Serve(const std::vector<Entry>& entries, const Emit& emit) {
   // Only entries naming the copy the index holds get staging and I/O: a request's sizes are the
   // asker's word, the index's are not (made-up keys claiming 1 GiB each must cost nothing).
@@ -100,95 +191,72 @@ bool DiskReadService::Serve(const std::vector<Entry>& entries, const Emit& emit)
     held[i] = copy && copy->location == entries[i].location && copy->size == entries[i].size &&
               copy->checksum == entries[i].checksum;
   }
-  size_t next = 0;
-  while (next < entries.size()) {
-    // The window: consecutive entries up to the entry and byte caps (at least one).
-    size_t end = next;
-    uint64_t window = 0;
-    while (end < entries.size() && end - next < options_.window_entries) {
-      const uint64_t need = held[end] ? disk::DiskStore::ReadBufferSize(entries[end].size) : 0;
-      if (end > next && window + need > options_.window_bytes) break;
-      window += need;
-      ++end;
+  // Windows: consecutive entries up to the entry and byte caps (at least one each).
+  std::vector<Window> windows;
+  for (size_t next = 0; next < entries.size();) {
+    Window w;
+    w.begin = next;
+    w.end = next;
+    while (w.end < entries.size() && w.end - w.begin < options_.window_entries) {
+      const uint64_t need = held[w.end] ? disk::DiskStore::ReadBufferSize(entries[w.end].size) : 0;
+      if (w.end > w.begin && w.bytes + need > options_.window_bytes) break;
+      w.bytes += need;
+      ++w.end;
     }
-    if (!AcquireStaging(window)) {
-      for (size_t i = next; i < end; ++i) {
-        {
-          std::lock_guard lock(mu_);
-          stats_.refused++;
-        }
-        if (!emit(static_cast<uint32_t>(i), ErrorCode::NO_AVAILABLE_HANDLE, {})) return false;
-      }
-      next = end;
-      continue;
-    }
-    std::unique_ptr<std::byte, FreeAligned> staging(
-        window == 0 ? nullptr
-                    : static_cast<std::byte*>(std::aligned_alloc(disk::kBlockSize, window)));
-    if (window > 0 && !staging) {
-      ReleaseStaging(window);
-      for (size_t i = next; i < end; ++i) {
-        if (!emit(static_cast<uint32_t>(i), ErrorCode::NO_AVAILABLE_HANDLE, {})) return false;
-      }
-      next = end;
-      continue;
-    }
-    std::vector<disk::ReadRequest> reads;
-    std::vector<size_t> read_of(end - next, SIZE_MAX);  // entry -> its read, if it has one
-    reads.reserve(end - next);
-    uint64_t at = 0;
-    for (size_t i = next; i < end; ++i) {
-      if (!held[i]) continue;
-      const uint64_t need = disk::DiskStore::ReadBufferSize(entries[i].size);
-      read_of[i - next] = reads.size();
-      reads.push_back({entries[i].key, entries[i].location,
-                       std::span<std::byte>(staging.get() + at, need)});
-      at += need;
-    }
-    std::vector<disk::ReadResult> results =
-        reads.empty() ? std::vector<disk::ReadResult>{} : store_->Read(reads);
-    bool open = true;
-    for (size_t i = next; i < end && open; ++i) {
-      const Entry& e = entries[i];
-      const size_t r_index = read_of[i - next];
-      disk::ReadResult r;
-      if (r_index == SIZE_MAX) {
-        r.status = Status(ErrorCode::OBJECT_NOT_FOUND, "");  // not the copy the index holds
-      } else {
-        r = results[r_index];
-      }
-      ErrorCode code = r.status.code();
-      // The store found the copy it held gone (its file vanished), torn or corrupted, and
-      // dropped it: the master must stop naming it. A miss at lookup is the asker's problem.
-      const bool lost = r_index != SIZE_MAX &&
-                        (code == ErrorCode::OBJECT_NOT_FOUND || code == ErrorCode::INVALID_READ ||
-                         code == ErrorCode::CHECKSUM_MISMATCH);
-      if (code != ErrorCode::OK && !lost) code = ErrorCode::OBJECT_NOT_FOUND;
-      if (r.status.ok() && (r.size != e.size || r.checksum != e.checksum)) {
-        // Replaced between the lookup and the read (the asker's view is stale): not lost.
-        code = ErrorCode::OBJECT_NOT_FOUND;
-      }
-      if (lost && options_.on_lost) options_.on_lost(e.key, e.location);
-      {
-        std::lock_guard lock(mu_);
-        if (code == ErrorCode::OK) {
-          stats_.objects++;
-          stats_.bytes += e.size;
-        } else {
-          stats_.refused++;
-          stats_.lost += lost && code != ErrorCode::OBJECT_NOT_FOUND;
-        }
-      }
-      std::span<const std::byte> bytes;
-      if (code == ErrorCode::OK) bytes = {reads[r_index].buffer.data(), e.size};
-      open = emit(static_cast<uint32_t>(i), code, bytes);
-    }
-    staging.reset();
-    ReleaseStaging(window);
-    if (!open) return false;
-    next = end;
+    next = w.end;
+    windows.push_back(std::move(w));
   }
-  return true;
+  // Window k + 1 is read by a reader thread while window k is sent: disk and network overlap.
+  bool open = true;
+  std::future<void> loading = Submit([&] { Load(entries, held, windows[0]); });
+  for (size_t k = 0; k < windows.size(); ++k) {
+    loading.get();
+    if (open && k + 1 < windows.size()) {
+      loading = Submit([&, k] { Load(entries, held, windows[k + 1]); });
+    }
+    if (open) open = EmitWindow(entries, windows[k], emit);
+    Release(windows[k]);
+    if (!open && k + 1 < windows.size() && loading.valid()) {
+      loading.get();  // the reader must be done with the next window's staging
+      Release(windows[k + 1]);
+      break;
+    }
+  }
+  return open;
+}
+
+std::future<void> DiskReadService::Submit(std::function<void()> job) {
+  std::packaged_task<void()> task(std::move(job));
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard lock(jobs_mu_);
+    jobs_.push_back(std::move(task));
+  }
+  jobs_cv_.notify_one();
+  return done;
+}
+
+void DiskReadService::ReaderLoop() {
+  while (true) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock lock(jobs_mu_);
+      jobs_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and nothing left to finish
+      task = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    task();
+  }
+}
+
+DiskReadService::~DiskReadService() {
+  {
+    std::lock_guard lock(jobs_mu_);
+    stopping_ = true;
+  }
+  jobs_cv_.notify_all();
+  for (auto& t : readers_) t.join();
 }
 
 DiskReadService::Stats DiskReadService::stats() const {

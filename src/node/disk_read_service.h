@@ -9,15 +9,20 @@
 // staging and no I/O (its size is the asker's word). A copy the store held but found gone, torn
 // or corrupted when reading it is reported through on_lost, so the master stops naming it.
 // Reads are issued a window at a time (up to window_entries objects and window_bytes, at least
-// one object) so the store keeps its queue full; each window's staging memory (4 KiB-aligned, as
-// O_DIRECT needs) is charged to one node-wide budget, so many connections cannot make the node
-// allocate without bound: a window waits (bounded) for budget, and is refused with
-// NO_AVAILABLE_HANDLE when none frees up in time.
-// Ownership: borrows the store, which must outlive the service.
+// one object) so the store keeps its queue full; the service's reader threads read window k + 1
+// while the caller sends window k, so disk and network overlap. Each window's staging memory
+// (4 KiB-aligned, as O_DIRECT needs) is charged to one node-wide budget, so many connections
+// cannot make the node allocate without bound: a window waits (bounded) for budget, and is
+// refused with NO_AVAILABLE_HANDLE when none frees up in time.
+// Ownership: borrows the store, which must outlive the service; owns its reader threads (the
+// I/O engine keeps a ring per thread, so readers are long-lived, not one per window).
 // Thread safety: Serve may be called from many threads at once (one per connection).
 #pragma once
 
 #include <condition_variable>
+#include <deque>
+#include <future>
+#include <thread>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -33,7 +38,8 @@ namespace granary::node {
 struct DiskReadServiceOptions {
   uint64_t staging_budget = 512ull << 20;  // all windows in flight on the node together
   uint64_t window_bytes = 64ull << 20;     // staging per window (one larger object still goes)
-  size_t window_entries = 32;              // the disk queue depth a window fills
+  size_t window_entries = 16;              // the disk queue depth a window fills
+  size_t reader_threads = 2;               // read windows ahead, for every connection
   int budget_wait_ms = 5000;
   // A copy the store found torn or corrupted (and dropped): the node tells the master.
   std::function<void(std::string_view key, uint64_t location)> on_lost;
@@ -56,6 +62,9 @@ class DiskReadService {
   using Emit = std::function<bool(uint32_t index, ErrorCode code, std::span<const std::byte> bytes)>;
 
   DiskReadService(disk::DiskStore* store, Options options);
+  ~DiskReadService();
+  DiskReadService(const DiskReadService&) = delete;
+  DiskReadService& operator=(const DiskReadService&) = delete;
 
   // Reads the entries and emits each; false when an Emit returned false.
   bool Serve(const std::vector<Entry>& entries, const Emit& emit);
@@ -69,9 +78,16 @@ class DiskReadService {
   Stats stats() const;
 
  private:
+  struct Window;
   static Options Sane(Options options);
   bool AcquireStaging(uint64_t bytes);
   void ReleaseStaging(uint64_t bytes);
+  // Stages and reads one window (on a reader thread); leaves it unstaged when budget is short.
+  void Load(const std::vector<Entry>& entries, const std::vector<char>& held, Window& w);
+  bool EmitWindow(const std::vector<Entry>& entries, Window& w, const Emit& emit);
+  void Release(Window& w);
+  std::future<void> Submit(std::function<void()> job);
+  void ReaderLoop();
 
   disk::DiskStore* store_;
   const Options options_;
@@ -79,6 +95,12 @@ class DiskReadService {
   std::condition_variable cv_;
   uint64_t staging_used_ = 0;
   Stats stats_;
+
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> readers_;
 };
 
 }  // namespace granary::node
