@@ -140,6 +140,48 @@ TEST_F(DiskReadTest, ABatchLoadsEveryObjectByteExactAcrossWindows) {
   EXPECT_EQ(tcp_.IdleConnections(endpoint_), 1u);
 }
 
+// tcp_transport.h: ReadDisk cuts a batch into as few requests as the protocol's limits allow
+// (1,024 entries or 1 MiB of body each).
+TEST_F(DiskReadTest, ABatchBeyondTheProtocolsLimitsGoesInSeveralRequests) {
+  OpenStore(disk::DiskBackend::kOffset);
+  std::vector<disk::ObjectWrite> writes;
+  for (int i = 0; i < 1500; ++i) {
+    Stored s;
+    s.key = "tiny/" + std::to_string(i);
+    s.value = ValueFor(s.key, 1, 1 + i % 100);
+    objects_.push_back(std::move(s));
+  }
+  for (const auto& s : objects_) writes.push_back({s.key, 1, s.value, Checksum(s.value)});
+  auto written = store_->Write(writes);
+  for (size_t i = 0; i < written.size(); ++i) {
+    ASSERT_TRUE(written[i].ok()) << written[i].status().ToString();
+    objects_[i].copy = *written[i];
+  }
+  StartServer();
+  std::vector<size_t> all(objects_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  auto items = ItemsFor(all);
+  const uint64_t before = server_->stats().requests;
+  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+  for (size_t i = 0; i < items.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << objects_[i].key << ": " << got[i].ToString();
+    ASSERT_EQ(bufs_[i], objects_[i].value) << objects_[i].key;
+  }
+  EXPECT_EQ(server_->stats().requests - before, 2u) << "1500 entries: two requests, no more";
+  // Keys long enough that 1 MiB of body holds fewer than 1,024 of them: cut by bytes.
+  std::vector<DiskReadItem> long_keys;
+  std::vector<std::vector<std::byte>> long_bufs(300, std::vector<std::byte>(1));
+  for (size_t i = 0; i < long_bufs.size(); ++i) {
+    long_keys.push_back({std::string(4000, 'k') + std::to_string(i), 3ull << 60, 0, 1,
+                         {std::span<std::byte>(long_bufs[i])}});
+  }
+  const uint64_t before_long = server_->stats().requests;
+  for (const Status& s : tcp_.ReadDisk(endpoint_, long_keys)) {
+    EXPECT_EQ(s.code(), ErrorCode::OBJECT_NOT_FOUND) << s.ToString();
+  }
+  EXPECT_EQ(server_->stats().requests - before_long, 2u) << "300 x 4 KiB keys: two bodies";
+}
+
 TEST_F(DiskReadTest, AnEntryNamingAnyOtherCopyGetsNoBytesAndTheRestStillLoad) {
   OpenStore();
   WriteObjects(6);
