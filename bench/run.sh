@@ -10,7 +10,9 @@
 #
 # Suites: 1 limits (memcpy, loopback TCP, O_DIRECT disk), 2 kv (objects: Granary shm and TCP,
 # Redis, memcached; 2b the Python client), 3 master (metadata batches) + state, 4 trace (when `granary-bench trace`
-# exists), 5 scale (master RSS per object, batch exist at millions of objects).
+# exists), 5 scale (master RSS per object, batch exist at millions of objects), 6 the SSD tier
+# (bench/disk.sh: disk limits, the disk store, disk hits end to end, the trace with a disk tier;
+# its own results directory bench/results/disk-<stamp>/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${GRANARY_BIN:-build/bin}
@@ -18,7 +20,7 @@ QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -207,6 +209,11 @@ run_bounded 600 "$BIN/granary-bench" scale --master "127.0.0.1:$MASTER_PORT" \
   --master-pid "$MASTER_PID" --objects "$SCALE_OBJECTS" --value-size 1024 --threads 1,4 \
   --seconds "$SCALE_SECONDS" --json "$WORK/scale.json"
 stop "$MASTER_PID"
+
+echo "== suite 6: the SSD tier (bench/disk.sh) =="
+DISK_ARGS=()
+[ "$QUICK" = 1 ] && DISK_ARGS+=(--quick)
+run_bounded 1800 env GRANARY_BIN="$BIN" bash bench/disk.sh "${DISK_ARGS[@]}"
 
 OUT="bench/results/$STAMP.json"
 python3 bench/merge.py --work "$WORK" --quick "$QUICK" --machine "$(machine_summary)" \
