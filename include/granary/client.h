@@ -28,12 +28,22 @@ namespace granary {
 using ByteSpan = std::span<const std::byte>;
 using MutableByteSpan = std::span<std::byte>;
 
+// Whether the object is copied to a node's disk tier (docs/disk.md). It changes nothing where no
+// node runs one. kDefault: the master's --persistence.
+enum class Persistence : uint8_t {
+  kDefault = 0,
+  kEager = 1,  // soon after its put ends
+  kLazy = 2,   // once its node's memory passes the master's offload watermark
+  kNone = 3,   // never: memory eviction drops it
+};
+
 struct ReplicateConfig {
   uint32_t replica_num = 1;        // memory replicas, on distinct segments, best effort
   bool with_soft_pin = false;      // evicted only after every unpinned object
   bool with_hard_pin = false;      // never evicted; still removable
   std::vector<std::string> preferred_segments;  // tried first, then the others
   uint64_t soft_pin_ttl_ms = 0;    // 0: the master's default
+  Persistence persistence = Persistence::kDefault;  // an upsert's own replaces the old one's
 };
 
 struct ClientOptions {

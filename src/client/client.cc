@@ -36,6 +36,7 @@ proto::ReplicateConfig ToProto(const ReplicateConfig& c) {
   out.set_with_hard_pin(c.with_hard_pin);
   for (const auto& s : c.preferred_segments) out.add_preferred_segments(s);
   out.set_soft_pin_ttl_ms(c.soft_pin_ttl_ms);
+  out.set_persistence(static_cast<proto::Persistence>(c.persistence));  // same numbering
   return out;
 }
 
@@ -434,6 +435,9 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
   const size_t n = keys.size();
   if (parts.size() != n) return Fill(n, Mismatch("values"));
   if (n == 0) return {};
+  if (static_cast<uint8_t>(config.persistence) > static_cast<uint8_t>(Persistence::kNone)) {
+    return Fill(n, Status(ErrorCode::INVALID_PARAMS, "persistence is none of the enum's values"));
+  }
   proto::BatchPutStartRequest start;
   start.set_client_id(client_id_);
   start.set_upsert(upsert);

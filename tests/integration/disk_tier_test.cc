@@ -4,7 +4,7 @@
 // eviction keeps objects that have a disk copy; a Get of a disk-only object loads it from the
 // node's disk (DISK_READ), and a corrupted copy is a miss that the master forgets, never wrong
 // bytes; a removed or replaced object's old copy is deleted and never comes back after a node
-// restart.
+// restart. A put's own persistence (ReplicateConfig.persistence) overrides the master's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -440,6 +440,50 @@ TEST_F(DiskTierTest, AnUnusableDiskDirStopsTheNodeWithAClearMessage) {
   auto started = node.Start(cluster_.master_address(), {"--disk-dir", "/nonexistent/granary"});
   EXPECT_FALSE(started) << "a node started on a missing disk directory";
   EXPECT_NE(node.AllLogs().find("/nonexistent/granary"), std::string::npos) << node.AllLogs();
+}
+
+// ReplicateConfig.persistence: under a master default of none, a put asking for eager reaches the
+// disk, while one left at default (and one asking for none) never does.
+TEST_F(DiskTierTest, APutAskingForEagerReachesTheDiskUnderAMasterDefaultOfNone) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "none"}}));
+  ASSERT_TRUE(StartDiskNode(UniqueName("perput"), 16 * MiB));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  const Bytes eager_value = testdata::Pattern("perput/eager", 200 * KiB);
+  const Bytes plain_value = testdata::Pattern("perput/default", 200 * KiB);
+  ReplicateConfig eager;
+  eager.persistence = Persistence::kEager;
+  ReplicateConfig none;
+  none.persistence = Persistence::kNone;
+  ASSERT_TRUE(client->Put("perput/default", ByteSpan(plain_value)).ok());
+  ASSERT_TRUE(client->Put("perput/none", ByteSpan(plain_value), none).ok());
+  ASSERT_TRUE(client->Put("perput/eager", ByteSpan(eager_value), eager).ok());
+  ASSERT_TRUE(WaitOnDisk(*client, {"perput/eager"}, Millis(10'000)))
+      << "the eager put never reached the disk under --persistence none";
+  // Ten more offload rounds (100 ms each) pass: the others are still in memory only.
+  std::this_thread::sleep_for(Millis(1000));
+  for (const std::string key : {"perput/default", "perput/none"}) {
+    auto st = client->Stat(key);
+    ASSERT_TRUE(st.ok()) << key << ": " << st.status().ToString();
+    EXPECT_TRUE(st->disk_replicas.empty()) << key << " was offloaded";
+    EXPECT_EQ(st->replicas.size(), 1u);
+  }
+  EXPECT_TRUE(WaitDiskObjects(*client, 1, Millis(5000))) << "the disk holds other objects";
+  // The eager object keeps its memory copy and reads back as it was written.
+  auto got = client->Get("perput/eager");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, eager_value);
+  // An upsert with its own config replaces the persistence too: default is none here, and the
+  // old version's copy goes (it is garbage once replaced), so the disk ends up empty.
+  const Bytes newer = testdata::Pattern("perput/eager-2", 100 * KiB);
+  ASSERT_TRUE(client->Upsert("perput/eager", ByteSpan(newer)).ok());
+  EXPECT_TRUE(WaitDiskObjects(*client, 0, Millis(10'000)))
+      << "the replaced version's copy stayed, or the upsert inherited eager";
+  std::this_thread::sleep_for(Millis(500));
+  auto st = client->Stat("perput/eager");
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->disk_replicas.empty()) << "the upsert (default: none) was offloaded";
 }
 
 }  // namespace
