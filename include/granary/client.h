@@ -8,7 +8,8 @@
 // Transport: a replica on this host is read and written with one memcpy through its shared
 // memory; any other over TCP, striped over several connections for large objects.
 // Ownership: the Client owns its connections, mappings and, when segment_size > 0, an embedded
-// storage node contributing that much memory. Buffers passed in stay the caller's.
+// storage node contributing that much memory (and, with disk_dir, a disk tier). Buffers passed
+// in stay the caller's.
 // Thread safety: every method may be called from many threads at once.
 #pragma once
 
@@ -59,6 +60,16 @@ struct ClientOptions {
   uint64_t stripe_threshold = 4 << 20;  // objects above this go over several connections
   bool use_shared_memory = true;   // false: always TCP, even on this host
   size_t io_threads = 4;           // transfers of one batch run in parallel on these
+  // The embedded node's SSD tier (docs/disk.md), as granary-node's --disk-* flags: non-empty
+  // disk_dir (an existing, writable directory) needs segment_size > 0. Empty strings and a 0
+  // interval take granary-node's defaults; a bad value fails Connect with INVALID_PARAMS.
+  std::string disk_dir;
+  uint64_t disk_size = 0;          // 0: 80% of the free space of disk_dir's filesystem at start
+  std::string disk_backend;        // bucket (default), file or offset
+  std::string disk_eviction;       // lru (default) or fifo
+  std::string disk_io;             // auto (default), uring or posix
+  int64_t offload_interval_ms = 0; // how often it asks the master what to copy (default 1s)
+                                   // < 0: never (no offload, no garbage deletion)
 };
 
 struct ObjectInfo {

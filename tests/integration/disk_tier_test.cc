@@ -4,7 +4,8 @@
 // eviction keeps objects that have a disk copy; a Get of a disk-only object loads it from the
 // node's disk (DISK_READ), and a corrupted copy is a miss that the master forgets, never wrong
 // bytes; a removed or replaced object's old copy is deleted and never comes back after a node
-// restart. A put's own persistence (ReplicateConfig.persistence) overrides the master's.
+// restart. A put's own persistence (ReplicateConfig.persistence) overrides the master's, and a
+// client's embedded node runs the same tier (ClientOptions.disk_dir).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -484,6 +485,80 @@ TEST_F(DiskTierTest, APutAskingForEagerReachesTheDiskUnderAMasterDefaultOfNone) 
   auto st = client->Stat("perput/eager");
   ASSERT_TRUE(st.ok());
   EXPECT_TRUE(st->disk_replicas.empty()) << "the upsert (default: none) was offloaded";
+}
+
+// ClientOptions.disk_dir: a client with an embedded node contributes memory and a disk tier; its
+// objects are offloaded (master --persistence eager), survive a master restart on its disk, and
+// another client reads them back from there.
+TEST_F(DiskTierTest, AnEmbeddedNodesDiskTierServesAnotherClientAfterAMasterRestart) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"}}));
+  ClientOptions options;
+  options.segment_size = 16 * MiB;
+  options.segment_name = UniqueName("embedded");
+  options.disk_dir = disk_dir_.path();
+  options.disk_size = 64 * MiB;
+  options.offload_interval_ms = 100;
+  auto owner = cluster_.MakeClient(false, options);
+  ASSERT_NE(owner, nullptr);
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  std::vector<std::string> keys;
+  uint64_t total = 0;
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back("embedded/" + std::to_string(i));
+    const Bytes value = testdata::Pattern(keys.back(), (i + 1) * 53 * KiB);
+    total += value.size();
+    ASSERT_TRUE(owner->Put(keys.back(), ByteSpan(value)).ok());
+  }
+  ASSERT_TRUE(WaitOnDisk(*owner, keys, Millis(15'000))) << "the embedded node offloaded nothing";
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto listed = owner->ListSegments();
+        return listed.ok() && listed->size() == 1 && (*listed)[0].disk_capacity == 64 * MiB &&
+               (*listed)[0].disk_objects == keys.size();
+      },
+      Millis(5000), Millis(100)))
+      << "the embedded node does not report its disk tier";
+  EXPECT_TRUE(std::filesystem::exists(disk_dir_.File("DISK_ID")));
+
+  // The master restarts: memory contents are gone, the embedded node registers its disk again.
+  ASSERT_TRUE(cluster_.RestartMaster());
+  auto reader = cluster_.MakeClient(false);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(WaitOnDisk(*reader, keys, Millis(15'000)))
+      << "the embedded node did not register its disk copies with the restarted master";
+  auto got = reader->BatchGet(keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(*got[i], testdata::Pattern(keys[i], (i + 1) * 53 * KiB)) << keys[i];
+  }
+  EXPECT_EQ(reader->Stats().disk_bytes_read, total) << "the bytes did not come from the disk";
+}
+
+TEST_F(DiskTierTest, AnEmbeddedDiskTierWithBadSettingsFailsConnect) {
+  ASSERT_TRUE(cluster_.Start(0, 0));
+  auto connect = [&](ClientOptions o) {
+    o.master_address = cluster_.master_address();
+    auto c = Client::Connect(o);
+    return c.ok() ? Status::Ok() : c.status();
+  };
+  ClientOptions no_segment;
+  no_segment.disk_dir = disk_dir_.path();
+  EXPECT_EQ(connect(no_segment).code(), ErrorCode::INVALID_PARAMS) << "a disk without memory";
+  ClientOptions missing;
+  missing.segment_size = 4 * MiB;
+  missing.disk_dir = disk_dir_.File("no-such-dir");
+  EXPECT_EQ(connect(missing).code(), ErrorCode::INVALID_PARAMS);
+  ClientOptions bad_backend;
+  bad_backend.segment_size = 4 * MiB;
+  bad_backend.disk_dir = disk_dir_.path();
+  bad_backend.disk_backend = "tape";
+  Status s = connect(bad_backend);
+  EXPECT_EQ(s.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_NE(s.message().find("tape"), std::string::npos) << s.ToString();
+  // Nothing half-started is left: the master lists no segment.
+  auto segments = cluster_.ListSegmentNames();
+  ASSERT_TRUE(segments.has_value());
+  EXPECT_TRUE(segments->empty());
 }
 
 }  // namespace
