@@ -8,7 +8,8 @@
 // Transport: a replica on this host is read and written with one memcpy through its shared
 // memory; any other over TCP, striped over several connections for large objects.
 // Ownership: the Client owns its connections, mappings and, when segment_size > 0, an embedded
-// storage node contributing that much memory. Buffers passed in stay the caller's.
+// storage node contributing that much memory (and, with disk_dir, a disk tier). Buffers passed
+// in stay the caller's.
 // Thread safety: every method may be called from many threads at once.
 #pragma once
 
@@ -28,12 +29,22 @@ namespace granary {
 using ByteSpan = std::span<const std::byte>;
 using MutableByteSpan = std::span<std::byte>;
 
+// Whether the object is copied to a node's disk tier (docs/disk.md). It changes nothing where no
+// node runs one. kDefault: the master's --persistence.
+enum class Persistence : uint8_t {
+  kDefault = 0,
+  kEager = 1,  // soon after its put ends
+  kLazy = 2,   // once its node's memory passes the master's offload watermark
+  kNone = 3,   // never: memory eviction drops it
+};
+
 struct ReplicateConfig {
   uint32_t replica_num = 1;        // memory replicas, on distinct segments, best effort
   bool with_soft_pin = false;      // evicted only after every unpinned object
   bool with_hard_pin = false;      // never evicted; still removable
   std::vector<std::string> preferred_segments;  // tried first, then the others
   uint64_t soft_pin_ttl_ms = 0;    // 0: the master's default
+  Persistence persistence = Persistence::kDefault;  // an upsert's own replaces the old one's
 };
 
 struct ClientOptions {
@@ -49,6 +60,16 @@ struct ClientOptions {
   uint64_t stripe_threshold = 4 << 20;  // objects above this go over several connections
   bool use_shared_memory = true;   // false: always TCP, even on this host
   size_t io_threads = 4;           // transfers of one batch run in parallel on these
+  // The embedded node's SSD tier (docs/disk.md), as granary-node's --disk-* flags: non-empty
+  // disk_dir (an existing, writable directory) needs segment_size > 0. Empty strings and a 0
+  // interval take granary-node's defaults; a bad value fails Connect with INVALID_PARAMS.
+  std::string disk_dir;
+  uint64_t disk_size = 0;          // 0: 80% of the free space of disk_dir's filesystem at start
+  std::string disk_backend;        // bucket (default), file or offset
+  std::string disk_eviction;       // lru (default) or fifo
+  std::string disk_io;             // auto (default), uring or posix
+  int64_t offload_interval_ms = 0; // how often it asks the master what to copy (default 1s)
+                                   // < 0: never (no offload, no garbage deletion)
 };
 
 struct ObjectInfo {

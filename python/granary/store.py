@@ -21,11 +21,11 @@ def _size(value):
     return _granary.parse_size(value) if isinstance(value, str) else int(value)
 
 
-def _config(replicas, soft_pin, hard_pin, preferred_segments, soft_pin_ttl_ms):
+def _config(replicas, soft_pin, hard_pin, preferred_segments, soft_pin_ttl_ms, persistence):
     return _granary.ReplicateConfig(replica_num=replicas, with_soft_pin=soft_pin,
                                     with_hard_pin=hard_pin,
                                     preferred_segments=list(preferred_segments),
-                                    soft_pin_ttl_ms=soft_pin_ttl_ms)
+                                    soft_pin_ttl_ms=soft_pin_ttl_ms, persistence=persistence)
 
 
 def _check_writes(keys, codes):
@@ -67,17 +67,25 @@ class Store:
 
     Store(master="127.0.0.1:50051", *, segment_size=0, ...) connects to the master; with
     `segment_size` > 0 (bytes, or a string like "4GB") this process also contributes that much
-    memory as an embedded storage node, unmounted on close(). Use it as a context manager.
+    memory as an embedded storage node, unmounted on close(). With `disk_dir` (an existing
+    directory) that node also runs an SSD tier there, as granary-node --disk-dir does:
+    `disk_size` (0: 80% of the free space), `disk_backend`, `disk_eviction`, `disk_io` and
+    `offload_interval_ms` take granary-node's defaults when left out. Use it as a context
+    manager.
     """
 
     def __init__(self, master="127.0.0.1:50051", *, segment_size=0, segment_name="",
                  host="127.0.0.1", port=0, use_shared_memory=True, rpc_timeout_ms=10_000,
-                 io_timeout_ms=30_000, connections_per_node=4, io_threads=4):
+                 io_timeout_ms=30_000, connections_per_node=4, io_threads=4, disk_dir="",
+                 disk_size=0, disk_backend="", disk_eviction="", disk_io="",
+                 offload_interval_ms=0):
         self._client = _granary.Client(
             master, segment_size=_size(segment_size), segment_name=segment_name, data_host=host,
             data_port=port, rpc_timeout_ms=rpc_timeout_ms, io_timeout_ms=io_timeout_ms,
             connections_per_node=connections_per_node, use_shared_memory=use_shared_memory,
-            io_threads=io_threads)
+            io_threads=io_threads, disk_dir=str(disk_dir), disk_size=_size(disk_size),
+            disk_backend=disk_backend, disk_eviction=disk_eviction, disk_io=disk_io,
+            offload_interval_ms=offload_interval_ms)
         self._default = _granary.ReplicateConfig()
 
     # ---- lifecycle ----
@@ -106,14 +114,16 @@ class Store:
         return self._client.segment_name
 
     def _cfg(self, replicas=1, soft_pin=False, hard_pin=False, preferred_segments=(),
-             soft_pin_ttl_ms=0):
-        if (replicas, soft_pin, hard_pin, preferred_segments, soft_pin_ttl_ms) == (1, False, False,
-                                                                                    (), 0):
+             soft_pin_ttl_ms=0, persistence="default"):
+        if (replicas, soft_pin, hard_pin, preferred_segments, soft_pin_ttl_ms,
+                persistence) == (1, False, False, (), 0, "default"):
             return self._default
-        return _config(replicas, soft_pin, hard_pin, preferred_segments, soft_pin_ttl_ms)
+        return _config(replicas, soft_pin, hard_pin, preferred_segments, soft_pin_ttl_ms,
+                       persistence)
 
     # ---- writes (keyword options: replicas, soft_pin, hard_pin, preferred_segments,
-    # soft_pin_ttl_ms). put keeps an existing value (write-once); upsert replaces it. ----
+    # soft_pin_ttl_ms, persistence: "default" (the master's --persistence), "eager", "lazy" or
+    # "none"). put keeps an existing value (write-once); upsert replaces it. ----
     def put(self, key, value, **options):
         self._client.put(key, value, self._cfg(**options))
 

@@ -36,6 +36,7 @@ proto::ReplicateConfig ToProto(const ReplicateConfig& c) {
   out.set_with_hard_pin(c.with_hard_pin);
   for (const auto& s : c.preferred_segments) out.add_preferred_segments(s);
   out.set_soft_pin_ttl_ms(c.soft_pin_ttl_ms);
+  out.set_persistence(static_cast<proto::Persistence>(c.persistence));  // same numbering
   return out;
 }
 
@@ -54,6 +55,11 @@ class ClientImpl final : public Client {
   ~ClientImpl() override { Close(); }
 
   Status Init() {
+    if (!options_.disk_dir.empty() && options_.segment_size == 0) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "disk_dir needs an embedded node (segment_size > 0): the disk tier offloads "
+                    "from the node's own memory");
+    }
     if (options_.segment_size > 0) {
       node::StorageNodeOptions n;
       n.master_address = options_.master_address;
@@ -61,6 +67,17 @@ class ClientImpl final : public Client {
       n.segment_size = options_.segment_size;
       n.listen_host = options_.data_host;
       n.port = options_.data_port;
+      // Unset fields keep granary-node's defaults, so both run the same tier.
+      node::DiskTierSettings disk;
+      disk.dir = options_.disk_dir;
+      disk.size = options_.disk_size;
+      if (!options_.disk_backend.empty()) disk.backend = options_.disk_backend;
+      if (!options_.disk_eviction.empty()) disk.eviction = options_.disk_eviction;
+      if (!options_.disk_io.empty()) disk.io = options_.disk_io;
+      if (options_.offload_interval_ms != 0) disk.offload_interval_ms = options_.offload_interval_ms;
+      auto tier = node::MakeDiskTierOptions(disk, n.rpc_timeout_ms);
+      if (!tier.ok()) return tier.status();
+      n.disk = std::move(*tier);
       auto node = node::StorageNode::Start(n);
       if (!node.ok()) return node.status();
       node_ = std::move(*node);
@@ -434,6 +451,9 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
   const size_t n = keys.size();
   if (parts.size() != n) return Fill(n, Mismatch("values"));
   if (n == 0) return {};
+  if (static_cast<uint8_t>(config.persistence) > static_cast<uint8_t>(Persistence::kNone)) {
+    return Fill(n, Status(ErrorCode::INVALID_PARAMS, "persistence is none of the enum's values"));
+  }
   proto::BatchPutStartRequest start;
   start.set_client_id(client_id_);
   start.set_upsert(upsert);

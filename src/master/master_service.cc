@@ -28,6 +28,9 @@ PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
   p.with_hard_pin = c.with_hard_pin();
   p.preferred_segments.assign(c.preferred_segments().begin(), c.preferred_segments().end());
   p.soft_pin_ttl_ms = static_cast<int64_t>(std::min<uint64_t>(c.soft_pin_ttl_ms(), INT64_MAX));
+  // Values past kNone (a newer client's, or junk) stay out of range: PutStart refuses them.
+  const int raw = c.persistence();
+  p.persistence = static_cast<PutPersistence>(raw >= 0 && raw <= 0xFF ? raw : 0xFF);
   return p;
 }
 }  // namespace

@@ -168,8 +168,8 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
         dropped += std::erase_if(meta.committed->replicas, on_segment);
         // With no copy left in memory or on disk the object is gone.
         if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
+          UncountCommitted(*meta.committed);
           meta.committed.reset();
-          committed_count_--;
         }
       }
       if (meta.demotion) std::erase_if(meta.demotion->held, on_segment);
@@ -239,9 +239,9 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
       disk_replica_count_ -= std::erase_if(
           meta.committed->disk, [&](const DiskReplica& d) { return d.node_id == op.client_id; });
       if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
+        UncountCommitted(*meta.committed);
         meta.committed.reset();  // nothing holds it any more (its memory was freed before)
         meta.readers.clear();
-        committed_count_--;
         EraseIfEmpty(shard, current);
       }
     }
@@ -284,6 +284,12 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
     batch_error = Status(ErrorCode::INVALID_PARAMS, "replica_num " +
                                                         std::to_string(op.config.replica_num) +
                                                         " exceeds " + std::to_string(kMaxReplicas));
+  }
+  if (static_cast<uint8_t>(op.config.persistence) > kMaxPutPersistence) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS,
+                         "persistence " +
+                             std::to_string(static_cast<unsigned>(op.config.persistence)) +
+                             " is none of default, eager, lazy, none");
   }
   if (!batch_error.ok()) {
     for (auto& r : results) r.status = batch_error;
@@ -358,6 +364,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   const uint64_t gen = pending.gen;
   pending.version.size = size;
   pending.version.replicas = extents;
+  pending.version.persistence = op.config.persistence;
   pending.pin.hard = op.config.with_hard_pin;
   pending.pin.soft = op.config.with_soft_pin;
   pending.pin.soft_ttl_ms =
@@ -413,8 +420,8 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
         } else {
           FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
         }
+        UncountCommitted(*meta.committed);
         meta.committed.reset();
-        committed_count_--;
       } else {  // a new object enters its queue (an upsert keeps its place)
         meta.in_main = policy_.eviction_policy == EvictionPolicy::kS3Fifo &&
                        GhostTake(op.keys[i]);
@@ -426,7 +433,7 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
       meta.committed = std::move(pending.version);
       meta.committed->checksum = op.checksums[i];
       meta.committed->gen = pending.gen;
-      committed_count_++;
+      CountCommitted(*meta.committed);
       meta.hard_pinned = pending.pin.hard;
       meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
       meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
@@ -583,9 +590,9 @@ void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   } else {
     FreeExtents(meta.committed->replicas);
   }
+  UncountCommitted(*meta.committed);
   meta.committed.reset();
   meta.readers.clear();
-  committed_count_--;
   EraseIfEmpty(shard, it);
 }
 

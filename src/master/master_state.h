@@ -226,6 +226,11 @@ class MasterState {
   uint64_t segment_id_base() const { return segment_id_base_; }
   const Clock* clock() const { return clock_; }
   uint64_t object_count() const { return committed_count_.load(std::memory_order_relaxed); }
+  // Committed versions whose put chose a persistence of its own: while 0, the offload planner
+  // decides by the master's policy alone and can skip its scan.
+  uint64_t explicit_persistence_count() const {
+    return explicit_persistence_count_.load(std::memory_order_relaxed);
+  }
   uint64_t pending_count() const { return pending_count_.load(std::memory_order_relaxed); }
   size_t client_count() const;
   size_t deferred_free_count() const;
@@ -310,6 +315,15 @@ class MasterState {
   void SetPending(Shard& shard, ObjectIter it, PendingWrite pending);
   void ClearPending(Shard& shard, ObjectIter it);
   void EraseIfEmpty(Shard& shard, ObjectIter it);
+  // Every committed version enters and leaves the counters through these two.
+  void CountCommitted(const Version& v) {
+    committed_count_++;
+    if (v.persistence != PutPersistence::kDefault) explicit_persistence_count_++;
+  }
+  void UncountCommitted(const Version& v) {
+    committed_count_--;
+    if (v.persistence != PutPersistence::kDefault) explicit_persistence_count_--;
+  }
   void FreeExtents(const std::vector<Extent>& extents);
   // s3fifo ghost: remember a key evicted unread; Take answers whether it was remembered (and
   // forgets it).
@@ -324,6 +338,7 @@ class MasterState {
   SegmentTable segments_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> committed_count_{0};
+  std::atomic<uint64_t> explicit_persistence_count_{0};
   std::atomic<uint64_t> pending_count_{0};
   uint64_t disk_replica_count_ = 0;  // under apply_mu_; lets node expiry skip its scan when 0
 

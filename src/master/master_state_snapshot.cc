@@ -168,7 +168,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
 
   std::vector<std::unique_ptr<Shard>> shards;
   for (uint32_t i = 0; i < policy_.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
-  uint64_t count = 0, committed = 0, pending = 0, disk = 0;
+  uint64_t count = 0, committed = 0, pending = 0, disk = 0, explicit_persistence = 0;
   in(count);
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
     std::string key;
@@ -183,7 +183,10 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
     auto [it, inserted] = shard.objects.try_emplace(std::move(key), std::move(meta));
     if (!inserted) return bad("duplicate key");
     committed += it->second.committed.has_value();
-    if (it->second.committed) disk += it->second.committed->disk.size();
+    if (it->second.committed) {
+      disk += it->second.committed->disk.size();
+      explicit_persistence += it->second.committed->persistence != PutPersistence::kDefault;
+    }
     if (it->second.pending) {
       shard.pending_keys.insert(std::string_view(it->first));
       pending++;
@@ -249,6 +252,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
   segment_id_base_ = base;
   shards_ = std::move(shards);
   committed_count_ = committed;
+  explicit_persistence_count_ = explicit_persistence;
   pending_count_ = pending;
   disk_replica_count_ = disk;
   {

@@ -47,6 +47,11 @@ struct DiskReplica {
   uint64_t disk_id = 0;
 };
 
+// A put's own persistence (ReplicateConfig.persistence): whether the offload planner copies this
+// version to disk. kDefault follows the master's --persistence; the others override it.
+enum class PutPersistence : uint8_t { kDefault = 0, kEager = 1, kLazy = 2, kNone = 3 };
+inline constexpr uint8_t kMaxPutPersistence = 3;
+
 struct Version {
   uint64_t size = 0;
   uint64_t checksum = 0;
@@ -56,6 +61,8 @@ struct Version {
   // A node's disk evicted a copy of this version: it is not offloaded again (with a disk smaller
   // than the memory, eager offload would otherwise rewrite what the disk just evicted, forever).
   bool offload_declined = false;
+  // As its put (or upsert) asked: each version carries its own, an upsert does not inherit it.
+  PutPersistence persistence = PutPersistence::kDefault;
 };
 
 // The committed version `version_gen` being copied to `node_id`'s disk.

@@ -6,11 +6,15 @@
 // no demotion under way, and whose version no node's disk evicted already; at most max_keys of
 // them and about max_bytes. It only reads the state:
 // the caller turns the plan into a DemoteStart operation, which re-checks each key in order.
-//   eager: every such object, oldest commit first (write-through to disk soon after the put).
+// Each object goes by its put's persistence (ReplicateConfig.persistence), or by the master's
+// policy when its put left it at default:
+//   eager: offloaded soon after its put ends (write-through to disk), oldest commit first.
 //   lazy:  only while the node's segments are above `offload_watermark` of their capacity, the
 //          least recently read first: the objects eviction will reach next get their disk copy
 //          first, so that eviction demotes them instead of dropping them.
-//   none:  nothing.
+//   none:  never (memory eviction drops it).
+// Eager objects come before lazy ones in a plan. While no committed object has a persistence of
+// its own, a policy of none (or lazy below the watermark) answers without scanning.
 // Thread safety: any thread; Plan holds shard locks one at a time, like the evictor's scans.
 #pragma once
 
@@ -44,5 +48,8 @@ class OffloadPlanner {
 
 // "eager", "lazy" or "none".
 Result<Persistence> ParsePersistence(const std::string& name);
+
+// What the planner does with a version of persistence `put` under the master's `policy`.
+Persistence EffectivePersistence(PutPersistence put, Persistence policy);
 
 }  // namespace granary::master

@@ -26,6 +26,9 @@ struct PlacementConfig {
   bool with_hard_pin = false;
   std::vector<std::string> preferred_segments;
   int64_t soft_pin_ttl_ms = 0;  // 0 takes the master's default
+  // Recorded on the put's version. Kept as received: PutStart refuses a value beyond kNone (a
+  // client's unknown enum) with INVALID_PARAMS, so the logged op replays to the same refusal.
+  PutPersistence persistence = PutPersistence::kDefault;
 };
 
 struct MountSegmentOp {

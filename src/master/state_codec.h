@@ -13,7 +13,15 @@
 namespace granary::master {
 
 // 2: disk ids of disk replicas and demotions, the disk garbage, the known disks.
-inline constexpr uint64_t kSnapshotFormat = 2;
+// 3: each version's and each PutStart's persistence (ReplicateConfig.persistence).
+inline constexpr uint64_t kSnapshotFormat = 3;
+
+// One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
+template <typename IO> void Fields(IO& io, PutPersistence& p) {
+  uint8_t raw = static_cast<uint8_t>(p);
+  io(raw);
+  p = static_cast<PutPersistence>(raw);
+}
 
 template <typename IO> void Fields(IO& io, Extent& e) {
   io(e.segment_id); io(e.offset); io(e.length); io(e.handle);
@@ -23,6 +31,11 @@ template <typename IO> void Fields(IO& io, DiskReplica& d) {
 }
 template <typename IO> void Fields(IO& io, Version& v) {
   io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk); io(v.offload_declined);
+  io(v.persistence);
+  // A state never holds an unknown value (PutStart refuses it): a snapshot that does is malformed.
+  if constexpr (IO::kDecoding) {
+    if (static_cast<uint8_t>(v.persistence) > kMaxPutPersistence) io.Fail();
+  }
 }
 template <typename IO> void Fields(IO& io, Demotion& d) {
   io(d.node_id); io(d.version_gen); io(d.start_ms); io(d.held); io(d.hold_until_ms); io(d.disk_id);
@@ -47,7 +60,7 @@ template <typename IO> void Fields(IO& io, SegmentSpec& s) {
 }
 template <typename IO> void Fields(IO& io, PlacementConfig& c) {
   io(c.replica_num); io(c.with_soft_pin); io(c.with_hard_pin); io(c.preferred_segments);
-  io(c.soft_pin_ttl_ms);
+  io(c.soft_pin_ttl_ms); io(c.persistence);
 }
 template <typename IO> void Fields(IO& io, MountRef& m) { io(m.name); io(m.token); }
 template <typename IO> void Fields(IO& io, MountSegmentOp& o) { io(o.client_id); io(o.segment); }

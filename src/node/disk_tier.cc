@@ -65,6 +65,26 @@ Result<uint64_t> LoadOrCreateDiskId(const std::string& dir) {
 }
 }  // namespace
 
+Result<DiskTierOptions> MakeDiskTierOptions(const DiskTierSettings& settings,
+                                            int rpc_timeout_ms) {
+  DiskTierOptions options;
+  if (settings.dir.empty()) return options;
+  auto backend = disk::ParseBackend(settings.backend);
+  if (!backend.ok()) return backend.status();
+  auto eviction = disk::ParseEvictionPolicy(settings.eviction);
+  if (!eviction.ok()) return eviction.status();
+  auto io = disk::ParseIoMode(settings.io);
+  if (!io.ok()) return io.status();
+  options.store.dir = settings.dir;
+  options.store.disk_size = settings.size;
+  options.store.backend = *backend;
+  options.store.eviction = *eviction;
+  options.store.io = *io;
+  options.offload_interval_ms = settings.offload_interval_ms;
+  options.rpc_timeout_ms = rpc_timeout_ms;
+  return options;
+}
+
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSegment* segment,
                                                  proto::Master::Stub* master,
                                                  std::string node_id) {

@@ -54,6 +54,19 @@ struct DiskTierOptions {
   DiskReadServiceOptions reads;  // reads.on_lost is set by the tier
 };
 
+// The tier as granary-node's --disk-* flags name it, and as a client's embedded node takes it
+// (ClientOptions.disk_*): one parser, so both run the same tier with the same defaults.
+struct DiskTierSettings {
+  std::string dir;                 // empty: no disk tier
+  uint64_t size = 0;               // 0: 80% of the free space of dir's filesystem at start
+  std::string backend = "bucket";  // disk::ParseBackend
+  std::string eviction = "lru";    // disk::ParseEvictionPolicy
+  std::string io = "auto";         // disk::ParseIoMode
+  int64_t offload_interval_ms = 1000;
+};
+// INVALID_PARAMS naming the setting a parser refuses. An empty dir gives options without a tier.
+Result<DiskTierOptions> MakeDiskTierOptions(const DiskTierSettings& settings, int rpc_timeout_ms);
+
 class DiskTier {
  public:
   // Opens (or recovers) the store. Errors are the store's (a missing or read-only directory...).

@@ -32,13 +32,13 @@ struct NodeConfig {
   bool standalone = false;
   uint16_t master_port = 50051;
   uint16_t http_port = 9003;
-  // The SSD tier (docs/disk.md).
+  // The SSD tier (docs/disk.md); defaults are node::DiskTierSettings'.
   std::string disk_dir;
   uint64_t disk_size = 0;  // 0: 80% of the free space of disk_dir's filesystem
-  std::string disk_backend = "bucket";
-  std::string disk_eviction = "lru";
-  std::string disk_io = "auto";
-  int64_t offload_interval_ms = 1000;
+  std::string disk_backend = granary::node::DiskTierSettings{}.backend;
+  std::string disk_eviction = granary::node::DiskTierSettings{}.eviction;
+  std::string disk_io = granary::node::DiskTierSettings{}.io;
+  int64_t offload_interval_ms = granary::node::DiskTierSettings{}.offload_interval_ms;
 };
 
 // Half of what /dev/shm can still hold, a quarter of RAM, and at most 4 GiB.
@@ -127,23 +127,15 @@ int main(int argc, char** argv) {
   options.prefault = c.prefault;
   options.heartbeat_interval_ms = c.heartbeat_interval_ms;
   options.reclaim_interval_ms = c.reclaim_interval_ms;
-  if (!c.disk_dir.empty()) {
-    auto backend = disk::ParseBackend(c.disk_backend);
-    auto eviction = disk::ParseEvictionPolicy(c.disk_eviction);
-    auto io = disk::ParseIoMode(c.disk_io);
-    for (const Status& s : {backend.status(), eviction.status(), io.status()}) {
-      if (!s.ok()) {
-        std::fprintf(stderr, "granary-node: %s\n", s.message().c_str());
-        return 2;
-      }
+  {
+    auto disk = granary::node::MakeDiskTierOptions({c.disk_dir, c.disk_size, c.disk_backend,
+                                           c.disk_eviction, c.disk_io, c.offload_interval_ms},
+                                          options.rpc_timeout_ms);
+    if (!disk.ok()) {
+      std::fprintf(stderr, "granary-node: %s\n", disk.status().message().c_str());
+      return 2;
     }
-    options.disk.store.dir = c.disk_dir;
-    options.disk.store.disk_size = c.disk_size;
-    options.disk.store.backend = *backend;
-    options.disk.store.eviction = *eviction;
-    options.disk.store.io = *io;
-    options.disk.offload_interval_ms = c.offload_interval_ms;
-    options.disk.rpc_timeout_ms = options.rpc_timeout_ms;
+    options.disk = std::move(*disk);
   }
   auto node = node::StorageNode::Start(options);
   if (!node.ok()) {

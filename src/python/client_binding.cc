@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -18,6 +19,20 @@ namespace granary::python {
 namespace {
 
 using Keys = std::vector<std::string>;
+
+// ReplicateConfig.persistence by the names of the master's --persistence flag (plus "default").
+constexpr const char* kPersistenceNames[] = {"default", "eager", "lazy", "none"};
+const char* PersistenceName(Persistence p) {
+  const auto i = static_cast<size_t>(p);
+  return i < std::size(kPersistenceNames) ? kPersistenceNames[i] : "?";
+}
+Persistence PersistenceFromName(const std::string& name) {
+  for (size_t i = 0; i < std::size(kPersistenceNames); ++i) {
+    if (name == kPersistenceNames[i]) return static_cast<Persistence>(i);
+  }
+  Raise(Status(ErrorCode::INVALID_PARAMS, "persistence '" + name.substr(0, 64) +
+                                              "' is none of default, eager, lazy, none"));
+}
 
 ByteSpan Const(std::span<std::byte> s) { return {s.data(), s.size()}; }
 
@@ -335,11 +350,21 @@ class PyClient {
       d["length"] = r.length;
       replicas.append(d);
     }
+    py::list disk;
+    for (const auto& r : s.disk_replicas) {
+      py::dict d;
+      d["node_id"] = r.node_id;
+      d["endpoint"] = r.endpoint;
+      d["location"] = r.location;
+      d["length"] = r.length;
+      disk.append(d);
+    }
     py::dict d;
     d["state"] = s.state;
     d["size"] = s.size;
     d["checksum"] = s.checksum;
     d["replicas"] = replicas;
+    d["disk_replicas"] = disk;
     d["read_locks"] = s.read_locks;
     d["hard_pinned"] = s.hard_pinned;
     d["soft_pinned"] = s.soft_pinned;
@@ -359,6 +384,9 @@ class PyClient {
       d["free_bytes"] = s.free_bytes;
       d["largest_free_block"] = s.largest_free_block;
       d["objects"] = s.replicas;
+      d["disk_capacity"] = s.disk_capacity;
+      d["disk_used"] = s.disk_used;
+      d["disk_objects"] = s.disk_objects;
       out.append(d);
     }
     return out;
@@ -375,6 +403,7 @@ class PyClient {
     d["tcp_bytes_written"] = s.tcp_bytes_written;
     d["tcp_bytes_read"] = s.tcp_bytes_read;
     d["shm_mappings"] = s.shm_mappings;
+    d["disk_bytes_read"] = s.disk_bytes_read;
     return d;
   }
   const std::string& client_id() const { return client_->client_id(); }
@@ -582,13 +611,20 @@ void RegisterClient(py::module_& m) {
 
   py::class_<ReplicateConfig>(m, "ReplicateConfig")
       .def(py::init([](uint32_t replica_num, bool soft, bool hard, std::vector<std::string> pref,
-                       uint64_t ttl) {
-             return ReplicateConfig{replica_num, soft, hard, std::move(pref), ttl};
+                       uint64_t ttl, const std::string& persistence) {
+             return ReplicateConfig{replica_num, soft, hard, std::move(pref), ttl,
+                                    PersistenceFromName(persistence)};
            }),
            py::arg("replica_num") = 1, py::arg("with_soft_pin") = false,
            py::arg("with_hard_pin") = false,
            py::arg("preferred_segments") = std::vector<std::string>{},
-           py::arg("soft_pin_ttl_ms") = 0)
+           py::arg("soft_pin_ttl_ms") = 0, py::arg("persistence") = "default")
+      .def_property(
+          "persistence", [](const ReplicateConfig& c) { return PersistenceName(c.persistence); },
+          [](ReplicateConfig& c, const std::string& name) {
+            c.persistence = PersistenceFromName(name);
+          },
+          "\"default\" (the master's --persistence), \"eager\", \"lazy\" or \"none\"")
       .def_readwrite("replica_num", &ReplicateConfig::replica_num)
       .def_readwrite("with_soft_pin", &ReplicateConfig::with_soft_pin)
       .def_readwrite("with_hard_pin", &ReplicateConfig::with_hard_pin)
@@ -623,7 +659,10 @@ void RegisterClient(py::module_& m) {
       .def(py::init([](const std::string& master, uint64_t segment_size,
                        const std::string& segment_name, const std::string& data_host,
                        uint16_t data_port, int rpc_timeout_ms, int io_timeout_ms,
-                       size_t connections_per_node, bool use_shared_memory, size_t io_threads) {
+                       size_t connections_per_node, bool use_shared_memory, size_t io_threads,
+                       const std::string& disk_dir, uint64_t disk_size,
+                       const std::string& disk_backend, const std::string& disk_eviction,
+                       const std::string& disk_io, int64_t offload_interval_ms) {
              ClientOptions o;
              o.master_address = master;
              o.segment_size = segment_size;
@@ -635,6 +674,12 @@ void RegisterClient(py::module_& m) {
              o.connections_per_node = connections_per_node;
              o.use_shared_memory = use_shared_memory;
              o.io_threads = io_threads;
+             o.disk_dir = disk_dir;
+             o.disk_size = disk_size;
+             o.disk_backend = disk_backend;
+             o.disk_eviction = disk_eviction;
+             o.disk_io = disk_io;
+             o.offload_interval_ms = offload_interval_ms;
              Result<std::unique_ptr<Client>> c = Status(ErrorCode::INTERNAL_ERROR, "");
              {
                py::gil_scoped_release release;
@@ -646,7 +691,9 @@ void RegisterClient(py::module_& m) {
            py::arg("data_host") = "127.0.0.1", py::arg("data_port") = 0,
            py::arg("rpc_timeout_ms") = 10'000, py::arg("io_timeout_ms") = 30'000,
            py::arg("connections_per_node") = 4, py::arg("use_shared_memory") = true,
-           py::arg("io_threads") = 4)
+           py::arg("io_threads") = 4, py::arg("disk_dir") = "", py::arg("disk_size") = 0,
+           py::arg("disk_backend") = "", py::arg("disk_eviction") = "", py::arg("disk_io") = "",
+           py::arg("offload_interval_ms") = 0)
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)

@@ -4,7 +4,8 @@
 // eviction keeps objects that have a disk copy; a Get of a disk-only object loads it from the
 // node's disk (DISK_READ), and a corrupted copy is a miss that the master forgets, never wrong
 // bytes; a removed or replaced object's old copy is deleted and never comes back after a node
-// restart.
+// restart. A put's own persistence (ReplicateConfig.persistence) overrides the master's, and a
+// client's embedded node runs the same tier (ClientOptions.disk_dir).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -440,6 +441,124 @@ TEST_F(DiskTierTest, AnUnusableDiskDirStopsTheNodeWithAClearMessage) {
   auto started = node.Start(cluster_.master_address(), {"--disk-dir", "/nonexistent/granary"});
   EXPECT_FALSE(started) << "a node started on a missing disk directory";
   EXPECT_NE(node.AllLogs().find("/nonexistent/granary"), std::string::npos) << node.AllLogs();
+}
+
+// ReplicateConfig.persistence: under a master default of none, a put asking for eager reaches the
+// disk, while one left at default (and one asking for none) never does.
+TEST_F(DiskTierTest, APutAskingForEagerReachesTheDiskUnderAMasterDefaultOfNone) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "none"}}));
+  ASSERT_TRUE(StartDiskNode(UniqueName("perput"), 16 * MiB));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  const Bytes eager_value = testdata::Pattern("perput/eager", 200 * KiB);
+  const Bytes plain_value = testdata::Pattern("perput/default", 200 * KiB);
+  ReplicateConfig eager;
+  eager.persistence = Persistence::kEager;
+  ReplicateConfig none;
+  none.persistence = Persistence::kNone;
+  ASSERT_TRUE(client->Put("perput/default", ByteSpan(plain_value)).ok());
+  ASSERT_TRUE(client->Put("perput/none", ByteSpan(plain_value), none).ok());
+  ASSERT_TRUE(client->Put("perput/eager", ByteSpan(eager_value), eager).ok());
+  ASSERT_TRUE(WaitOnDisk(*client, {"perput/eager"}, Millis(10'000)))
+      << "the eager put never reached the disk under --persistence none";
+  // Ten more offload rounds (100 ms each) pass: the others are still in memory only.
+  std::this_thread::sleep_for(Millis(1000));
+  for (const std::string key : {"perput/default", "perput/none"}) {
+    auto st = client->Stat(key);
+    ASSERT_TRUE(st.ok()) << key << ": " << st.status().ToString();
+    EXPECT_TRUE(st->disk_replicas.empty()) << key << " was offloaded";
+    EXPECT_EQ(st->replicas.size(), 1u);
+  }
+  EXPECT_TRUE(WaitDiskObjects(*client, 1, Millis(5000))) << "the disk holds other objects";
+  // The eager object keeps its memory copy and reads back as it was written.
+  auto got = client->Get("perput/eager");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, eager_value);
+  // An upsert with its own config replaces the persistence too: default is none here, and the
+  // old version's copy goes (it is garbage once replaced), so the disk ends up empty.
+  const Bytes newer = testdata::Pattern("perput/eager-2", 100 * KiB);
+  ASSERT_TRUE(client->Upsert("perput/eager", ByteSpan(newer)).ok());
+  EXPECT_TRUE(WaitDiskObjects(*client, 0, Millis(10'000)))
+      << "the replaced version's copy stayed, or the upsert inherited eager";
+  std::this_thread::sleep_for(Millis(500));
+  auto st = client->Stat("perput/eager");
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->disk_replicas.empty()) << "the upsert (default: none) was offloaded";
+}
+
+// ClientOptions.disk_dir: a client with an embedded node contributes memory and a disk tier; its
+// objects are offloaded (master --persistence eager), survive a master restart on its disk, and
+// another client reads them back from there.
+TEST_F(DiskTierTest, AnEmbeddedNodesDiskTierServesAnotherClientAfterAMasterRestart) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"}}));
+  ClientOptions options;
+  options.segment_size = 16 * MiB;
+  options.segment_name = UniqueName("embedded");
+  options.disk_dir = disk_dir_.path();
+  options.disk_size = 64 * MiB;
+  options.offload_interval_ms = 100;
+  auto owner = cluster_.MakeClient(false, options);
+  ASSERT_NE(owner, nullptr);
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  std::vector<std::string> keys;
+  uint64_t total = 0;
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back("embedded/" + std::to_string(i));
+    const Bytes value = testdata::Pattern(keys.back(), (i + 1) * 53 * KiB);
+    total += value.size();
+    ASSERT_TRUE(owner->Put(keys.back(), ByteSpan(value)).ok());
+  }
+  ASSERT_TRUE(WaitOnDisk(*owner, keys, Millis(15'000))) << "the embedded node offloaded nothing";
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto listed = owner->ListSegments();
+        return listed.ok() && listed->size() == 1 && (*listed)[0].disk_capacity == 64 * MiB &&
+               (*listed)[0].disk_objects == keys.size();
+      },
+      Millis(5000), Millis(100)))
+      << "the embedded node does not report its disk tier";
+  EXPECT_TRUE(std::filesystem::exists(disk_dir_.File("DISK_ID")));
+
+  // The master restarts: memory contents are gone, the embedded node registers its disk again.
+  ASSERT_TRUE(cluster_.RestartMaster());
+  auto reader = cluster_.MakeClient(false);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(WaitOnDisk(*reader, keys, Millis(15'000)))
+      << "the embedded node did not register its disk copies with the restarted master";
+  auto got = reader->BatchGet(keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(*got[i], testdata::Pattern(keys[i], (i + 1) * 53 * KiB)) << keys[i];
+  }
+  EXPECT_EQ(reader->Stats().disk_bytes_read, total) << "the bytes did not come from the disk";
+}
+
+TEST_F(DiskTierTest, AnEmbeddedDiskTierWithBadSettingsFailsConnect) {
+  ASSERT_TRUE(cluster_.Start(0, 0));
+  auto connect = [&](ClientOptions o) {
+    o.master_address = cluster_.master_address();
+    auto c = Client::Connect(o);
+    return c.ok() ? Status::Ok() : c.status();
+  };
+  ClientOptions no_segment;
+  no_segment.disk_dir = disk_dir_.path();
+  EXPECT_EQ(connect(no_segment).code(), ErrorCode::INVALID_PARAMS) << "a disk without memory";
+  ClientOptions missing;
+  missing.segment_size = 4 * MiB;
+  missing.disk_dir = disk_dir_.File("no-such-dir");
+  EXPECT_EQ(connect(missing).code(), ErrorCode::INVALID_PARAMS);
+  ClientOptions bad_backend;
+  bad_backend.segment_size = 4 * MiB;
+  bad_backend.disk_dir = disk_dir_.path();
+  bad_backend.disk_backend = "tape";
+  Status s = connect(bad_backend);
+  EXPECT_EQ(s.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_NE(s.message().find("tape"), std::string::npos) << s.ToString();
+  // Nothing half-started is left: the master lists no segment.
+  auto segments = cluster_.ListSegmentNames();
+  ASSERT_TRUE(segments.has_value());
+  EXPECT_TRUE(segments->empty());
 }
 
 }  // namespace

@@ -69,10 +69,11 @@ def test_setup_takes_engine_and_every_mooncake_keyword(standalone, caplog):
     assert "enable_client_http_server is ignored" in caplog.text
     caplog.clear()
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", standalone.master,
-                   object(), enable_ssd_offload=True, ssd_offload_path="/tmp/granary-ssd",
+                   object(), enable_ssd_offload=False, ssd_offload_path="/tmp/granary-ssd",
                    tenant_id="default") == OK
     assert "transfer engine passed is not used" in caplog.text
-    assert "enable_ssd_offload/ssd_offload_path are ignored" in caplog.text
+    assert "ssd_offload_path '/tmp/granary-ssd' is ignored without enable_ssd_offload" \
+        in caplog.text
     assert s.close() == OK
     # Every name as a keyword, Mooncake's spelling of the sixth included.
     assert s.setup(local_hostname="127.0.0.1", metadata_server="P2PHANDSHAKE",
@@ -83,7 +84,7 @@ def test_setup_takes_engine_and_every_mooncake_keyword(standalone, caplog):
     assert s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
                     "global_segment_size": "0", "local_buffer_size": "1MB", "protocol": "tcp",
                     "rdma_devices": "", "master_server_address": standalone.master,
-                    "enable_ssd_offload": "true", "tenant_id": "default",
+                    "enable_ssd_offload": "false", "tenant_id": "default",
                     "enable_client_http_server": "false", "client_http_port": "9300"}) == OK
     assert s.close() == OK
 

@@ -7,6 +7,7 @@
 
 #include "master/evictor.h"
 #include "master/master_state.h"
+#include "master/offload_planner.h"
 
 namespace granary::master {
 namespace {
@@ -503,6 +504,126 @@ TEST(MasterTiersBound, GarbageBeyondTheBoundDropsTheOldestAndTheyStillNeverComeB
   ASSERT_FALSE(now.empty());
   EXPECT_EQ(now.back().key, "k0");
   EXPECT_EQ(state.disk_garbage_dropped(), 3u);
+}
+
+// ---- per-put persistence (ReplicateConfig.persistence) and the offload planner ----
+
+// A master under `policy` with one 2 MiB segment of "node", whose disk has registered.
+class MasterTiersPersistence : public ::testing::Test {
+ protected:
+  struct Setup {
+    ManualClock clock;
+    MasterState state{MasterPolicy{}, &clock};
+    OffloadPlanner planner;
+    explicit Setup(Persistence policy) : planner(&state, {policy, 0.80}) {
+      EXPECT_TRUE(state.Mount({"node", {"seg", 2 * kMiB, "127.0.0.1:1", "granary-seg", "h", 1, true}})
+                      .status.ok());
+      state.Ping("node");
+      EXPECT_TRUE(state.DiskRegister({"node", {}, kDisk, true}).empty());
+    }
+    void Put(const std::string& key, uint64_t size, PutPersistence persistence,
+             bool upsert = false) {
+      PlacementConfig config;
+      config.persistence = persistence;
+      auto started = state.PutStart({"w", {key}, {size}, config, upsert})[0];
+      ASSERT_TRUE(started.status.ok()) << key << ": " << started.status.ToString();
+      ASSERT_TRUE(state.PutEnd({"w", {key}, {7}, {started.put_gen}})[0].ok());
+    }
+    bool Planned(const std::string& key) {
+      auto plan = planner.Plan("node", 100, 64 * kMiB);
+      return std::find(plan.begin(), plan.end(), key) != plan.end();
+    }
+  };
+  static constexpr Persistence kPolicies[] = {Persistence::kEager, Persistence::kLazy,
+                                              Persistence::kNone};
+  static constexpr PutPersistence kPuts[] = {PutPersistence::kDefault, PutPersistence::kEager,
+                                             PutPersistence::kLazy, PutPersistence::kNone};
+};
+
+TEST_F(MasterTiersPersistence, EveryMasterDefaultAndPerPutValueCombination) {
+  for (Persistence policy : kPolicies) {
+    for (PutPersistence put : kPuts) {
+      SCOPED_TRACE("policy " + std::to_string(static_cast<int>(policy)) + ", put " +
+                   std::to_string(static_cast<int>(put)));
+      Setup s(policy);
+      const Persistence wanted = put == PutPersistence::kDefault ? policy
+                                 : put == PutPersistence::kEager ? Persistence::kEager
+                                 : put == PutPersistence::kLazy  ? Persistence::kLazy
+                                                                 : Persistence::kNone;
+      EXPECT_EQ(EffectivePersistence(put, policy), wanted);
+      s.Put("k", 64 * kKiB, put);
+      // Memory below the watermark: only eager objects are offloaded.
+      EXPECT_EQ(s.Planned("k"), wanted == Persistence::kEager);
+      // Above it (a filler that is itself never offloaded): lazy ones too, none never.
+      s.Put("filler", 1792 * kKiB, PutPersistence::kNone);
+      EXPECT_FALSE(s.Planned("filler"));
+      EXPECT_EQ(s.Planned("k"), wanted != Persistence::kNone);
+      // The planner's pick is what a demotion then takes; a none object never gets a disk copy,
+      // so memory eviction drops it.
+      if (wanted == Persistence::kNone) {
+        Evictor evictor(&s.state);
+        evictor.EvictBytes(2 * kMiB);
+        EXPECT_EQ(s.state.BatchExist({"k"})[0], 0) << "a none object outlived its memory";
+      }
+    }
+  }
+}
+
+TEST_F(MasterTiersPersistence, EagerObjectsComeBeforeLazyOnesAndLazyOnesByLastRead) {
+  Setup s(Persistence::kNone);
+  s.Put("lazy-old", 64 * kKiB, PutPersistence::kLazy);
+  s.clock.Advance(Millis(5));
+  s.Put("lazy-new", 64 * kKiB, PutPersistence::kLazy);
+  s.clock.Advance(Millis(5));
+  s.Put("eager", 64 * kKiB, PutPersistence::kEager);
+  s.Put("filler", 1600 * kKiB, PutPersistence::kDefault);  // master default none
+  EXPECT_EQ(s.planner.Plan("node", 100, 64 * kMiB),
+            (std::vector<std::string>{"eager", "lazy-old", "lazy-new"}));
+  EXPECT_EQ(s.planner.Plan("node", 1, 64 * kMiB), (std::vector<std::string>{"eager"}));
+}
+
+TEST_F(MasterTiersPersistence, AnUpsertCarriesItsOwnPersistence) {
+  Setup s(Persistence::kNone);
+  s.Put("k", 64 * kKiB, PutPersistence::kEager);
+  EXPECT_TRUE(s.Planned("k"));
+  s.Put("k", 64 * kKiB, PutPersistence::kDefault, /*upsert=*/true);
+  EXPECT_FALSE(s.Planned("k")) << "the upsert inherited the old version's eager";
+  EXPECT_EQ(s.state.explicit_persistence_count(), 0u);
+  s.Put("k", 64 * kKiB, PutPersistence::kEager, /*upsert=*/true);
+  EXPECT_TRUE(s.Planned("k"));
+  EXPECT_EQ(s.state.explicit_persistence_count(), 1u);
+  // A pending upsert does not change what the committed version asked for.
+  PlacementConfig none;
+  none.persistence = PutPersistence::kNone;
+  ASSERT_TRUE(s.state.PutStart({"w", {"k"}, {kKiB}, none, true})[0].status.ok());
+  EXPECT_TRUE(s.Planned("k"));
+  ASSERT_TRUE(s.state.Remove({{"k"}, true})[0].ok());
+  EXPECT_EQ(s.state.explicit_persistence_count(), 0u);
+}
+
+TEST_F(MasterTiersPersistence, ItIsPartOfTheSnapshotAndDigest) {
+  Setup a(Persistence::kLazy), b(Persistence::kLazy);
+  a.Put("k", 64 * kKiB, PutPersistence::kEager);
+  b.Put("k", 64 * kKiB, PutPersistence::kDefault);
+  EXPECT_NE(a.state.Digest(), b.state.Digest()) << "persistence is not in the digest";
+  Setup c(Persistence::kLazy);
+  ASSERT_TRUE(c.state.LoadSnapshot(a.state.EncodeSnapshot()).ok());
+  EXPECT_EQ(c.state.Digest(), a.state.Digest());
+  EXPECT_EQ(c.state.explicit_persistence_count(), 1u);
+  EXPECT_TRUE(c.Planned("k")) << "the loaded state forgot the put's eager";
+}
+
+TEST_F(MasterTiersPersistence, AnUnknownValueFailsThePutAndChangesNothing) {
+  Setup s(Persistence::kLazy);
+  PlacementConfig config;
+  config.persistence = static_cast<PutPersistence>(4);
+  auto started = s.state.PutStart({"w", {"a", "b"}, {kKiB, kKiB}, config, false});
+  EXPECT_EQ(started[0].status.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(started[1].status.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(s.state.BatchExist({"a", "b"}), (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(s.state.segments().used_bytes(), 0u);
+  EXPECT_EQ(s.state.object_count(), 0u);
+  EXPECT_EQ(s.state.pending_count(), 0u);
 }
 
 }  // namespace

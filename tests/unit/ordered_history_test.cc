@@ -81,6 +81,9 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
           PlacementConfig config;
           config.replica_num = 1 + static_cast<uint32_t>(rng() % 2);
           config.with_soft_pin = rng() % 10 == 0;
+          // Half the puts choose their own persistence (default, eager, lazy, none, or an
+          // unknown value, which PutStart refuses and the replay must refuse alike).
+          if (rng() % 2 == 0) config.persistence = static_cast<PutPersistence>(rng() % 5);
           auto started = state.PutStart({client, keys, sizes, config, rng() % 8 == 0});
           std::vector<std::string> ok_keys;
           std::vector<uint64_t> gens, sums;
@@ -168,6 +171,18 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
   run.final_state = state.StateFingerprint();
 }
 
+// Committed versions with a persistence of their own, counted the slow way: the state's counter
+// (which lets the offload planner skip its scan) must agree after any history.
+uint64_t CountExplicitPersistence(const MasterState& state) {
+  uint64_t n = 0;
+  for (size_t s = 0; s < state.shard_count(); ++s) {
+    state.ScanShard(s, [&](const std::string&, const ObjectMeta& meta) {
+      n += meta.committed && meta.committed->persistence != PutPersistence::kDefault;
+    });
+  }
+  return n;
+}
+
 class OrderedHistoryTest : public ::testing::TestWithParam<EvictionPolicy> {};
 
 TEST_P(OrderedHistoryTest, ReplayOfAConcurrentRunGivesTheSameState) {
@@ -197,6 +212,9 @@ TEST_P(OrderedHistoryTest, ReplayOfAConcurrentRunGivesTheSameState) {
   EXPECT_EQ(standby.Digest(), run.final_state.digest) << "replay diverged from the leader";
   EXPECT_EQ(standby.object_count(), leader.object_count());
   EXPECT_EQ(standby.segments().used_bytes(), leader.segments().used_bytes());
+  EXPECT_GT(CountExplicitPersistence(leader), 0u) << "the run committed no put with its own";
+  EXPECT_EQ(leader.explicit_persistence_count(), CountExplicitPersistence(leader));
+  EXPECT_EQ(standby.explicit_persistence_count(), CountExplicitPersistence(standby));
 
   // From the snapshot taken mid-run, plus the operations after it.
   ASSERT_FALSE(run.mid_snapshot.empty());
@@ -210,6 +228,7 @@ TEST_P(OrderedHistoryTest, ReplayOfAConcurrentRunGivesTheSameState) {
     ASSERT_TRUE(from_snapshot.Replay(op).ok());
   }
   EXPECT_EQ(from_snapshot.Digest(), run.final_state.digest) << "snapshot + tail diverged";
+  EXPECT_EQ(from_snapshot.explicit_persistence_count(), CountExplicitPersistence(from_snapshot));
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, OrderedHistoryTest,

@@ -386,7 +386,11 @@ class MooncakeDistributedStore:
         process, named "host:port" after local_hostname (the port picked in 12300-14300 when
         none is given). Also setup(config_dict) with the same names as keys. `metadata_server`,
         `rdma_devices` and `engine` are accepted and ignored; `protocol` must be "tcp". Extra dict
-        key: `use_shared_memory` (default True; False forces TCP even to same-host segments)."""
+        key: `use_shared_memory` (default True; False forces TCP even to same-host segments).
+        enable_ssd_offload=True runs the embedded segment's SSD tier in ssd_offload_path (an
+        existing, writable directory; granary-node's --disk-* defaults: 80% of its free space);
+        the master's --persistence decides what goes there. Without a path or a segment, or with
+        a path the tier cannot use, setup returns -600."""
         use_shm = True
         if isinstance(local_hostname, dict):
             cfg = dict(local_hostname)
@@ -430,19 +434,35 @@ class MooncakeDistributedStore:
         if engine is not None:
             _log.info("setup: the transfer engine passed is not used; Granary moves bytes over "
                       "its own TCP and shared-memory paths")
-        if enable_ssd_offload or ssd_offload_path:
-            _log.warning("setup: enable_ssd_offload/ssd_offload_path are ignored: Granary's SSD "
-                         "tier is configured on the storage node (not available yet)")
+        disk_dir = ""
+        if not isinstance(ssd_offload_path, (str, os.PathLike)):
+            return _refuse(_INVALID_PARAMS, f"setup: ssd_offload_path must be a path, not "
+                           f"{ssd_offload_path!r}")
+        if _truthy(enable_ssd_offload):
+            disk_dir = os.fspath(ssd_offload_path)
+            if not disk_dir:
+                # Mooncake may fall back to its environment; Granary reads none for this.
+                return _refuse(_INVALID_PARAMS, "setup: enable_ssd_offload needs "
+                               "ssd_offload_path, the directory of the SSD tier")
+            if segment == 0:
+                return _refuse(_INVALID_PARAMS, "setup: enable_ssd_offload needs "
+                               "global_segment_size > 0: the SSD tier offloads the embedded "
+                               "segment's objects")
+        elif ssd_offload_path:
+            _log.warning("setup: ssd_offload_path %r is ignored without enable_ssd_offload",
+                         ssd_offload_path)
         if enable_client_http_server:
             _log.warning("setup: enable_client_http_server is ignored (client_http_port %s): "
                          "Granary's metrics are served by the master's HTTP port",
                          client_http_port)
-        code = self._setup_segment(master, segment, buffer, label, bind_host, port, use_shm)
+        code = self._setup_segment(master, segment, buffer, label, bind_host, port, use_shm,
+                                   disk_dir)
         if code == _OK:
             self._buffer_limit = buffer
         return code
 
-    def _setup_segment(self, master, segment, buffer, label, bind_host, port, use_shm):
+    def _setup_segment(self, master, segment, buffer, label, bind_host, port, use_shm,
+                       disk_dir=""):
         """Connects, embedding a segment named label:port whose data server listens on port."""
         if segment == 0:
             # Nothing listens without a segment: the port only completes the name.
@@ -456,7 +476,8 @@ class MooncakeDistributedStore:
         ports = [port] if port else _candidate_ports(bind_host)
         code = _TRANSFER_FAIL
         for p in ports:
-            code = self._connect(master, segment, buffer, bind_host, p, use_shm, f"{label}:{p}")
+            code = self._connect(master, segment, buffer, bind_host, p, use_shm, f"{label}:{p}",
+                                 disk_dir)
             if code != _TRANSFER_FAIL or port:
                 break  # only a port taken since it was probed is worth another try
         if code == _OK:
@@ -488,12 +509,15 @@ class MooncakeDistributedStore:
         """Mooncake's legacy two-step initialisation; setup() does all of it in Granary."""
         return _unsupported("init_all (use setup)", _INVALID_PARAMS)
 
-    def _connect(self, master, segment, pool_size, host, port, use_shm, segment_name):
+    def _connect(self, master, segment, pool_size, host, port, use_shm, segment_name,
+                 disk_dir=""):
         try:
             client = _granary.Client(master, segment_size=segment, segment_name=segment_name,
-                                     data_host=host, data_port=port, use_shared_memory=use_shm)
+                                     data_host=host, data_port=port, use_shared_memory=use_shm,
+                                     disk_dir=disk_dir)
         except Error as e:
-            return _refuse(e.code, f"cannot connect to the master at {master}: {e}")
+            return _refuse(e.code, f"cannot connect to the master at {master} or start the "
+                                   f"embedded segment: {e}")
         try:
             client.health()
             if pool_size > 0:
