@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "client/read_releaser.h"
 #include "client/replica_io.h"
@@ -689,7 +690,8 @@ void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
                               std::vector<std::vector<MutableByteSpan>>& dst,
                               std::vector<Result<uint64_t>>& results) {
   std::vector<int> next_replica(keys.size(), 0);
-  for (int pass = 0; pass < 4 && !keys.empty(); ++pass) {
+  std::vector<int> busy(keys.size(), 0);  // times the node's staging memory was busy
+  for (int pass = 0; pass < 8 && !keys.empty(); ++pass) {
     std::map<std::string, std::vector<size_t>> by_node;  // endpoint -> positions in keys
     for (size_t x = 0; x < keys.size(); ++x) {
       const auto& r = replicas.results(static_cast<int>(keys[x]));
@@ -725,14 +727,23 @@ void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
       }
     });
     std::vector<size_t> again;
-    std::vector<int> again_next;
+    std::vector<int> again_next, again_busy;
+    bool wait = false;
     for (size_t x = 0; x < keys.size(); ++x) {
-      if (results[todo[keys[x]]].ok()) continue;
+      const Result<uint64_t>& r = results[todo[keys[x]]];
+      if (r.ok()) continue;
+      // A busy node (staging budget) is asked again a little later, twice; anything else moves
+      // on to the next disk replica.
+      const bool retry_here = r.status().code() == ErrorCode::NO_AVAILABLE_HANDLE && busy[x] < 2;
+      wait |= retry_here;
       again.push_back(keys[x]);
-      again_next.push_back(next_replica[x] + 1);
+      again_next.push_back(next_replica[x] + (retry_here ? 0 : 1));
+      again_busy.push_back(busy[x] + (retry_here ? 1 : 0));
     }
     keys = std::move(again);
     next_replica = std::move(again_next);
+    busy = std::move(again_busy);
+    if (wait) std::this_thread::sleep_for(std::chrono::milliseconds(50 << std::min(pass, 3)));
   }
 }
 

@@ -866,8 +866,10 @@ TEST_P(DiskStoreTest, EveryoneAtOnceNeverServesWrongBytes) {
     threads.emplace_back([&, r] {
       std::vector<AlignedBuffer> buffers;
       for (int i = 0; i < 8; ++i) buffers.emplace_back(AlignUp(size_of(kKeys, 24) + 4096 * 24));
-      // Until the writers are done (bounded: 20,000 rounds), and at least 60 rounds.
-      for (int round = 0; round < 20000 && (round < 60 || !writers_done); ++round) {
+      // Until the writers are done and a read has succeeded (on a loaded machine every early
+      // round may come before the first write), at least 60 rounds; bounded: 20,000 rounds.
+      for (int round = 0;
+           round < 20000 && (round < 60 || !writers_done || reads_ok.load() == 0); ++round) {
         std::vector<std::string> keys;
         std::vector<ReadRequest> reads;
         for (int i = 0; i < 8; ++i) keys.push_back("key" + std::to_string((round * 8 + i + r) % kKeys));
