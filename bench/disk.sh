@@ -8,7 +8,7 @@
 #      is restarted (memory is lost, the node registers its disk again), then batched gets of 32
 #      are all served from disk through the node's data plane (DISK_READ), every byte verified;
 #   4. the conversation trace with DRAM for 1M tokens and a disk tier for 20M (64 KiB blocks),
-#      disk eviction lru and fifo.
+#      backends bucket and offset, disk eviction lru and fifo.
 # Everything binds 127.0.0.1 on free ports and is stopped at exit. Raw JSON and the commands:
 # bench/results/disk-<stamp>/.
 # Usage: [GRANARY_BIN=build/bin] [GRANARY_BENCH_DISK_DIR=DIR] bench/disk.sh [--quick]
@@ -111,17 +111,20 @@ done
 
 echo "== 4. trace: DRAM 1M tokens + disk 20M tokens (64 KiB blocks) =="
 if [ -r "$TRACE" ]; then
-  for eviction in lru fifo; do
+  # bucket evicts whole buckets (up to 500 blocks), offset one record at a time.
+  for setting in bucket:lru bucket:fifo offset:lru offset:fifo; do
+    backend=${setting%%:*}; eviction=${setting##*:}
     port=$(free_port); http=$(free_port)
     start_master "$port" "$http"
-    start_node "$port" $((1000000 * 128)) "$WORK/trace-$eviction" $((20000000 * 128)) \
-      --disk-eviction "$eviction" --offload-interval 100ms
+    start_node "$port" $((1000000 * 128)) "$WORK/trace-$backend-$eviction" $((20000000 * 128)) \
+      --disk-backend "$backend" --disk-eviction "$eviction" --offload-interval 100ms
     args=(--master "127.0.0.1:$port" --bytes-per-token 128 --trace "$TRACE"
-          --label "DRAM 1M + disk 20M tokens, disk $eviction" --json "$OUT/trace-$eviction.json")
+          --label "DRAM 1M + disk 20M tokens, $backend, disk $eviction"
+          --json "$OUT/trace-$backend-$eviction.json")
     [ "$TRACE_LIMIT" != 0 ] && args+=(--limit "$TRACE_LIMIT")
     run "$BIN/granary-bench" trace "${args[@]}"
     stop "$NODE_PID"; stop "$MASTER_PID"
-    rm -rf "$WORK/trace-$eviction"
+    rm -rf "$WORK/trace-$backend-$eviction"
   done
 else
   echo "skipped: no trace at $TRACE"
