@@ -17,6 +17,7 @@
 
 #include "common/logging.h"
 #include "common/tsan.h"
+#include "transfer/iovec.h"
 #include "transfer/protocol.h"
 
 namespace granary::node {
@@ -60,16 +61,7 @@ bool SendAll(int fd, iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return false;
     }
-    auto left = static_cast<size_t>(r);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    transfer::ConsumeIov(&iov, &iovcnt, static_cast<size_t>(r));
   }
   return true;
 }

@@ -196,6 +196,30 @@ void DiskTier::ReportLost(std::string_view key, uint64_t location) {
   if (lost_.size() < 100'000) lost_.emplace_back(std::string(key), location);
 }
 
+size_t DiskTier::DropWithMaster(const std::vector<std::pair<std::string, uint64_t>>& copies,
+                                const char* what) {
+  // Small calls: far under the master's batch and message limits, whatever the keys' length.
+  constexpr size_t kPerCall = 1000;
+  for (size_t begin = 0; begin < copies.size(); begin += kPerCall) {
+    const size_t end = std::min(copies.size(), begin + kPerCall);
+    proto::DiskDropRequest req;
+    req.set_client_id(node_id_);
+    for (size_t i = begin; i < end; ++i) {
+      req.add_keys(copies[i].first);
+      req.add_locations(copies[i].second);
+    }
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+    proto::BatchStatusResponse resp;
+    grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
+    if (!s.ok()) {
+      GLOG_WARN("disk drop of {} {} copies: {}", copies.size() - begin, what, s.error_message());
+      return begin;
+    }
+  }
+  return copies.size();
+}
+
 void DiskTier::DropLost() {
   std::vector<std::pair<std::string, uint64_t>> lost;
   {
@@ -205,29 +229,10 @@ void DiskTier::DropLost() {
   if (lost.empty()) return;
   std::sort(lost.begin(), lost.end());
   lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
-  // Small calls: far under the master's batch and message limits, whatever the keys' length.
-  constexpr size_t kPerCall = 1000;
-  for (size_t begin = 0; begin < lost.size(); begin += kPerCall) {
-    const size_t end = std::min(lost.size(), begin + kPerCall);
-    proto::DiskDropRequest req;
-    req.set_client_id(node_id_);
-    for (size_t i = begin; i < end; ++i) {
-      req.add_keys(lost[i].first);
-      req.add_locations(lost[i].second);
-    }
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
-    proto::BatchStatusResponse resp;
-    grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
-    if (!s.ok()) {
-      GLOG_WARN("disk drop of {} lost copies: {}; retrying", lost.size() - begin,
-                s.error_message());
-      std::lock_guard lock(mu_);
-      for (size_t i = begin; i < lost.size() && lost_.size() < 100'000; ++i) {
-        lost_.push_back(std::move(lost[i]));
-      }
-      return;
-    }
+  const size_t told = DropWithMaster(lost, "lost");
+  std::lock_guard lock(mu_);  // the rest is retried next round
+  for (size_t i = told; i < lost.size() && lost_.size() < 100'000; ++i) {
+    lost_.push_back(std::move(lost[i]));
   }
 }
 
@@ -259,17 +264,10 @@ void DiskTier::MakeRoom(uint64_t bytes) {
   std::vector<disk::StoredObject> victims = store_->SelectVictims(bytes - free_bytes);
   if (!victims.empty()) {
     // The master stops naming these before their files go.
-    proto::DiskDropRequest req;
-    req.set_client_id(node_id_);
-    for (const auto& v : victims) {
-      req.add_keys(v.key);
-      req.add_locations(v.location);
-    }
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
-    proto::BatchStatusResponse resp;
-    grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
-    if (!s.ok()) GLOG_WARN("disk drop of {} evicted copies: {}", victims.size(), s.error_message());
+    std::vector<std::pair<std::string, uint64_t>> evicted;
+    evicted.reserve(victims.size());
+    for (auto& v : victims) evicted.emplace_back(std::move(v.key), v.location);
+    (void)DropWithMaster(evicted, "evicted");
   }
   // Readers the master named a victim to before the drop find it gone from the index: a miss.
   (void)store_->ReclaimVictims(std::chrono::milliseconds(1000));

@@ -108,6 +108,10 @@ class DiskTier {
   void MakeRoom(uint64_t bytes);
   // Tells the master the copies reads found lost.
   void DropLost();
+  // DiskDrop of (key, location) copies, in calls small enough for any key length; returns how
+  // many the master was told before a call failed (all of them on success).
+  size_t DropWithMaster(const std::vector<std::pair<std::string, uint64_t>>& copies,
+                        const char* what);
 
   DiskTierOptions options_;
   ShmSegment* segment_;

@@ -17,6 +17,8 @@
 #include <optional>
 #include <vector>
 
+#include "transfer/iovec.h"
+
 namespace granary::transfer {
 
 namespace {
@@ -72,16 +74,7 @@ int SendFully(int fd, iovec* iov, int iovcnt, int timeout_ms) {
       if (rc < 0 && errno != EINTR) return errno;
       continue;
     }
-    auto left = static_cast<size_t>(r);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    ConsumeIov(&iov, &iovcnt, static_cast<size_t>(r));
   }
   return 0;
 }

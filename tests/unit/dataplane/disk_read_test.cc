@@ -21,6 +21,7 @@
 #include "common/checksum.h"
 #include "node/data_server.h"
 #include "node/disk_read_service.h"
+#include "raw_conn.h"
 #include "transfer/protocol.h"
 #include "transfer/tcp_transport.h"
 
@@ -31,6 +32,7 @@ using disk::testing::TempDir;
 using disk::testing::ValueFor;
 using node::DataServer;
 using node::DiskReadService;
+using testing::RawConn;
 using transfer::DiskReadBody;
 using transfer::DiskReadEntry;
 using transfer::DiskReadItem;
@@ -309,58 +311,6 @@ TEST_F(DiskReadTest, AnObjectLargerThanTheWholeBudgetIsServedWhenTheNodeIsIdle) 
 
 // ---- hostile bodies, by hand ----
 
-class RawConn {
- public:
-  explicit RawConn(uint16_t port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    timeval tv{5, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    int one = 1;  // a header and its body go in two sends: no Nagle wait between them
-    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
-  ~RawConn() { close(fd_); }
-  bool Send(const void* data, size_t n) {
-    auto* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      ssize_t r = send(fd_, p, n, MSG_NOSIGNAL);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      p += r;
-      n -= static_cast<size_t>(r);
-    }
-    return true;
-  }
-  bool Recv(void* data, size_t n) {
-    auto* p = static_cast<uint8_t*>(data);
-    while (n > 0) {
-      ssize_t r = recv(fd_, p, n, 0);
-      if (r < 0 && errno == EINTR) continue;  // io_uring task work interrupts this thread
-      if (r <= 0) return false;
-      p += r;
-      n -= static_cast<size_t>(r);
-    }
-    return true;
-  }
-  bool ClosedByPeer() {
-    char c;
-    ssize_t r;
-    do {
-      r = recv(fd_, &c, 1, 0);
-    } while (r < 0 && errno == EINTR);
-    return r == 0 || (r < 0 && errno == ECONNRESET);
-  }
-  bool connected_ = false;
-
- private:
-  int fd_ = -1;
-};
-
 std::vector<uint8_t> Body(uint32_t count, const std::vector<std::pair<DiskReadEntry, std::string>>& entries) {
   std::vector<uint8_t> out(sizeof(DiskReadBody));
   DiskReadBody head;
@@ -434,7 +384,7 @@ TEST_F(DiskReadTest, MalformedBodiesAreRefusedAndTheConnectionStaysInSync) {
   bad.push_back({"reserved body field", reserved_head});
 
   RawConn conn(server_->port());
-  ASSERT_TRUE(conn.connected_);
+  ASSERT_TRUE(conn.connected());
   for (const auto& [what, body] : bad) {
     auto rh = SendDiskRead(conn, body);
     ASSERT_TRUE(rh.has_value()) << what;
@@ -477,7 +427,7 @@ TEST_F(DiskReadTest, RandomBodiesAreAnsweredOrRefusedNeverCrashTheNode) {
   StartServer();
   std::mt19937_64 rng(20261124);
   RawConn conn(server_->port());
-  ASSERT_TRUE(conn.connected_);
+  ASSERT_TRUE(conn.connected());
   int refused = 0, served = 0;
   for (int round = 0; round < 300; ++round) {
     std::vector<uint8_t> body;
