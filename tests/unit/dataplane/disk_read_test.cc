@@ -296,6 +296,51 @@ TEST_F(DiskReadTest, StagingMemoryIsBoundedAcrossConnections) {
   EXPECT_EQ(second, ErrorCode::OK);
 }
 
+// disk_read_service.h: an entry the index does not hold as named costs no staging and no I/O
+// (its size is the asker's word): with the whole budget taken, made-up entries claiming 1 GiB
+// each are answered at once, not after the budget wait.
+TEST_F(DiskReadTest, MadeUpEntriesCostNoStaging) {
+  std::promise<void> parked;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  OpenStore(disk::DiskBackend::kBucket, [&] {
+    if (calls.fetch_add(1) == 0) {
+      parked.set_value();
+      released.wait();
+    }
+  });
+  WriteObjects(1);
+  DiskReadService::Options o;
+  o.staging_budget = disk::DiskStore::ReadBufferSize(objects_[0].value.size());
+  o.budget_wait_ms = 3000;
+  DiskReadService reads(store_.get(), o);
+  auto first = std::async(std::launch::async, [&] {
+    std::vector<DiskReadService::Entry> e = {{objects_[0].key, objects_[0].copy.location,
+                                              objects_[0].copy.checksum, objects_[0].value.size()}};
+    return reads.Serve(e, [](uint32_t, ErrorCode, std::span<const std::byte>) { return true; });
+  });
+  parked.get_future().wait();  // the whole budget is held now
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) keys.push_back("made-up/" + std::to_string(i));
+  std::vector<DiskReadService::Entry> made_up;
+  for (const auto& k : keys) made_up.push_back({k, 1ull << 60, 1, transfer::kMaxDiskReadObject});
+  std::vector<ErrorCode> codes;
+  const auto t0 = std::chrono::steady_clock::now();
+  reads.Serve(made_up, [&](uint32_t, ErrorCode c, std::span<const std::byte> bytes) {
+    EXPECT_TRUE(bytes.empty());
+    codes.push_back(c);
+    return true;
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500))
+      << "made-up entries waited for staging";
+  release.set_value();
+  EXPECT_TRUE(first.get());
+  ASSERT_EQ(codes.size(), made_up.size());
+  for (ErrorCode c : codes) EXPECT_EQ(c, ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(calls.load(), 1) << "the store read for entries it does not hold";
+}
+
 TEST_F(DiskReadTest, AnObjectLargerThanTheWholeBudgetIsServedWhenTheNodeIsIdle) {
   OpenStore();
   WriteObjects(1);
