@@ -17,20 +17,14 @@ void ExtentAllocator::Insert(uint64_t offset, uint64_t bytes) {
 }
 
 void ExtentAllocator::Erase(std::map<uint64_t, uint64_t>::iterator it) {
-  auto [lo, hi] = by_length_.equal_range(it->second);
-  for (auto l = lo; l != hi; ++l) {
-    if (l->second == it->first) {
-      by_length_.erase(l);
-      break;
-    }
-  }
+  by_length_.erase({it->second, it->first});
   free_bytes_ -= it->second;
   by_offset_.erase(it);
 }
 
 std::optional<uint64_t> ExtentAllocator::Allocate(uint64_t bytes) {
   if (bytes == 0 || !IsAligned(bytes)) return std::nullopt;
-  auto fit = by_length_.lower_bound(bytes);
+  auto fit = by_length_.lower_bound({bytes, 0});
   if (fit == by_length_.end()) return std::nullopt;
   const uint64_t offset = fit->second, length = fit->first;
   Erase(by_offset_.find(offset));

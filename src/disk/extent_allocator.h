@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <utility>
 
 namespace granary::disk {
 
@@ -38,7 +40,9 @@ class ExtentAllocator {
   uint64_t capacity_;
   uint64_t free_bytes_ = 0;
   std::map<uint64_t, uint64_t> by_offset_;       // free: start -> length
-  std::multimap<uint64_t, uint64_t> by_length_;  // free: length -> start
+  // free: (length, start), unique, so that erasing one range is O(log n) even when thousands of
+  // ranges share a length (recovery reserving records out of file order leaves such gaps).
+  std::set<std::pair<uint64_t, uint64_t>> by_length_;
 };
 
 }  // namespace granary::disk

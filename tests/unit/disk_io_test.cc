@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -332,6 +333,26 @@ TEST(DiskExtentAllocatorTest, MatchesAShadowModelUnderRandomTraffic) {
   }
   for (auto& [o, b] : live) ASSERT_TRUE(a.Free(o, b));
   EXPECT_EQ(a.free_ranges(), 1u);
+}
+
+// Recovery reserves records in index order, not file order, and can leave thousands of gaps of
+// one length: each must stay findable, the smallest offset of a length first, and merge back.
+TEST(DiskExtentAllocatorTest, ManyRangesOfOneLengthAllocateLowestFirstAndMergeBack) {
+  const uint64_t slot = 3 * 4096;  // a 2-block record and a 1-block gap, 4000 times
+  const uint64_t slots = 4000;
+  ExtentAllocator a(slots * slot);
+  std::vector<uint64_t> order(slots);
+  for (uint64_t i = 0; i < slots; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+  for (uint64_t i : order) ASSERT_TRUE(a.Reserve(i * slot, 2 * 4096)) << i;
+  EXPECT_EQ(a.free_ranges(), slots);
+  EXPECT_EQ(a.largest_free(), 4096u);
+  for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(a.Allocate(4096), i * slot + 2 * 4096);
+  EXPECT_FALSE(a.Allocate(8192)) << "no two free blocks touch";
+  for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(a.Free(i * slot + 2 * 4096, 4096));
+  for (uint64_t i : order) ASSERT_TRUE(a.Free(i * slot, 2 * 4096)) << i;
+  EXPECT_EQ(a.free_ranges(), 1u);
+  EXPECT_EQ(a.free_bytes(), slots * slot);
 }
 
 }  // namespace
