@@ -3,12 +3,15 @@
 #   1. limits: memcpy, loopback TCP, O_DIRECT sequential write/read, 64 KiB random reads at QD32;
 #   2. the disk store in process (granary-bench disk): write and batched-read GB/s per backend,
 #      I/O engine and size;
-#   3. disk hits end to end (granary-bench diskhit) per backend and I/O engine: a master with
-#      --persistence eager and a node with a disk tier; objects are put and offloaded, the master
+#   3. offload and disk hits end to end (granary-bench diskhit) per backend and I/O engine: a
+#      master with --persistence eager and a node with a disk tier; objects are put (shared
+#      memory) and offloaded (GB/s until the newest has its disk copy), the master
 #      is restarted (memory is lost, the node registers its disk again), then batched gets of 32
 #      are all served from disk through the node's data plane (DISK_READ), every byte verified;
 #   4. the conversation trace with DRAM for 1M tokens and a disk tier for 20M (64 KiB blocks),
-#      backends bucket and offset, disk eviction lru and fifo.
+#      backends bucket and offset, disk eviction lru and fifo;
+#   5. recovery: a store of 100k objects (16 KiB) reopened after a crash and after a clean close
+#      per backend (granary-bench diskrecover), then a node started on it: open and registration.
 # Everything binds 127.0.0.1 on free ports and is stopped at exit. Raw JSON and the commands:
 # bench/results/disk-<stamp>/.
 # Usage: [GRANARY_BIN=build/bin] [GRANARY_BENCH_DISK_DIR=DIR] bench/disk.sh [--quick]
@@ -22,9 +25,12 @@ QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 if [ "$QUICK" = 1 ]; then
   BYTES=64MiB; BYTES_N=$((64 << 20)); SECONDS_PER=1; BACKENDS="bucket"; TRACE_LIMIT=3000
+  RECOVER_OBJECTS=10000; RECOVER_BACKENDS=bucket
 else
   BYTES=256MiB; BYTES_N=$((256 << 20)); SECONDS_PER=2; BACKENDS="bucket file-per-key offset"
   TRACE_LIMIT=0
+  # file last: its store is the one a node then opens (file-per-key recovery is the slowest)
+  RECOVER_OBJECTS=100000; RECOVER_BACKENDS=bucket,offset,file
 fi
 SIZES=64KiB,256KiB,1MiB,4MiB
 for b in granary-master granary-node granary-bench granary; do
@@ -72,7 +78,7 @@ start_node() {
   echo "$BIN/granary-node --master 127.0.0.1:$port --segment-size $segment --disk-dir $disk --disk-size $disk_size $*" \
     >> "$OUT/commands.txt"
   "$BIN/granary-node" --master "127.0.0.1:$port" --segment-size "$segment" --disk-dir "$disk" \
-    --disk-size "$disk_size" --log-level warn "$@" > "$WORK/node-$port.log" 2>&1 &
+    --disk-size "$disk_size" --log-level "${NODE_LOG_LEVEL:-warn}" "$@" > "$WORK/node-$port.log" 2>&1 &
   NODE_PID=$!; PIDS+=("$NODE_PID")
   wait_for_segment "$port"
 }
@@ -96,8 +102,9 @@ for backend in $BACKENDS; do
     start_master "$port" "$http" --persistence eager
     start_node "$port" "$SEGMENT" "$WORK/hit-$backend-$io" "$DISK_SIZE" --disk-backend "$backend" \
       --disk-io "$io" --offload-interval 100ms
+    echo "-- $backend, $io: puts, then offload (eager) --"
     run "$BIN/granary-bench" diskhit --master "127.0.0.1:$port" --phase put --sizes "$SIZES" \
-      --bytes "$BYTES"
+      --bytes "$BYTES" --label "$backend $io" --json "$OUT/offload-$backend-$io.json"
     stop "$MASTER_PID"
     start_master "$port" "$http" --persistence eager
     echo "-- $backend, $io --"
@@ -129,4 +136,18 @@ if [ -r "$TRACE" ]; then
 else
   echo "skipped: no trace at $TRACE"
 fi
+echo "== 5. recovery: the store reopened with $RECOVER_OBJECTS objects, then registered with a master =="
+run "$BIN/granary-bench" diskrecover --dir "$WORK" --objects "$RECOVER_OBJECTS" --size 16KiB \
+  --backends "$RECOVER_BACKENDS" --keep "$WORK/recover" --json "$OUT/recovery.json"
+# A node started on the last backend's store: its log says how long the open and the
+# registration of every object took.
+port=$(free_port); http=$(free_port)
+start_master "$port" "$http"
+NODE_LOG_LEVEL=info start_node "$port" $((256 << 20)) "$WORK/recover" $((RECOVER_OBJECTS * 32768 + (1 << 30))) \
+  --disk-backend "${RECOVER_BACKENDS##*,}"
+for _ in $(seq 1 600); do grep -q "registered with the master" "$WORK/node-$port.log" && break; sleep 0.1; done
+grep -E "objects recovered in|registered with the master" "$WORK/node-$port.log" \
+  | sed 's/^.*\] //' | tee "$OUT/recovery-node.txt"
+stop "$NODE_PID"; stop "$MASTER_PID"
+rm -rf "$WORK/recover"
 echo "== results: $OUT =="

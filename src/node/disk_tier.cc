@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
@@ -90,8 +91,11 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSeg
                                                  std::string node_id) {
   std::unique_ptr<DiskTier> tier(new DiskTier(std::move(options), segment, master,
                                               std::move(node_id)));
+  const auto opened = std::chrono::steady_clock::now();
   auto store = disk::DiskStore::Open(tier->options_.store);
   if (!store.ok()) return store.status();
+  const auto open_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - opened).count();
   tier->store_ = std::move(*store);
   DiskReadServiceOptions reads = tier->options_.reads;
   reads.on_lost = [t = tier.get()](std::string_view key, uint64_t location) {
@@ -102,11 +106,11 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSeg
   if (!disk_id.ok()) return disk_id.status();
   tier->disk_id_ = *disk_id;
   const auto& r = tier->store_->recovery();
-  GLOG_INFO("disk tier {:016x} in {}: {} backend, {} I/O{}, {} objects recovered, {} torn units "
-            "discarded",
+  GLOG_INFO("disk tier {:016x} in {}: {} backend, {} I/O{}, {} objects recovered in {} ms, "
+            "{} torn units discarded",
             tier->disk_id_, tier->options_.store.dir, disk::BackendName(tier->store_->backend()),
             tier->store_->io_mode() == disk::IoMode::kUring ? "io_uring" : "POSIX",
-            tier->store_->direct_io() ? " (O_DIRECT)" : " (buffered)", r.objects,
+            tier->store_->direct_io() ? " (O_DIRECT)" : " (buffered)", r.objects, open_ms,
             r.units_discarded);
   return tier;
 }
@@ -138,6 +142,7 @@ Status DiskTier::RegisterInventory() {
 }
 
 Status DiskTier::RegisterLocked() {
+  const auto started = std::chrono::steady_clock::now();
   std::vector<disk::StoredObject> objects = store_->ListObjects();
   size_t registered = 0, refused = 0;
   size_t begin = 0;
@@ -178,8 +183,10 @@ Status DiskTier::RegisterLocked() {
   } while (begin < objects.size());
   registered_ = true;
   if (!objects.empty()) {
-    GLOG_INFO("disk tier: {} objects registered with the master, {} refused and deleted",
-              registered, refused);
+    GLOG_INFO("disk tier: {} objects registered with the master, {} refused and deleted, in {} ms",
+              registered, refused,
+              std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - started).count());
   }
   return Status::Ok();
 }

@@ -152,4 +152,17 @@ struct DiskHitBenchOptions {
 };
 int RunDiskHitBench(const DiskHitBenchOptions& options);
 
+// How long a node's disk store takes to open `objects` objects again, per backend: after a crash
+// (the writer killed, no clean close) and after a clean close; see disk_recovery_bench.cc.
+struct DiskRecoveryBenchOptions {
+  std::string dir = "/tmp";
+  std::vector<std::string> backends = {"bucket", "file", "offset"};
+  uint64_t objects = 100000;
+  std::string size = "16KiB";
+  uint32_t batch = 500;  // objects per write call (a bucket's worth of keys)
+  std::string keep;      // leave the last backend's store here (for a node to open), not removed
+  std::string json_path;
+};
+int RunDiskRecoveryBench(const DiskRecoveryBenchOptions& options);
+
 }  // namespace granary::bench

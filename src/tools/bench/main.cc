@@ -150,7 +150,23 @@ int main(int argc, char** argv) {
   diskhit->add_option("--label", dho.label, "free text copied into the JSON");
   diskhit->add_option("--json", dho.json_path, "also write the results as JSON to this file");
 
+  DiskRecoveryBenchOptions dro;
+  auto* diskrecover = app.add_subcommand(
+      "diskrecover", "how long the disk store takes to open N objects again, after a crash and clean");
+  diskrecover->add_option("--dir", dro.dir, "directory to write in (a fresh subdirectory per case)")
+      ->capture_default_str();
+  diskrecover->add_option("--backends", dro.backends, "bucket, file, offset")
+      ->capture_default_str()->delimiter(',')->check(CLI::IsMember({"bucket", "file", "offset"}));
+  diskrecover->add_option("--objects", dro.objects, "objects on disk")->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100'000'000}));
+  diskrecover->add_option("--size", dro.size, "bytes per object")->capture_default_str();
+  diskrecover->add_option("--batch", dro.batch, "objects per write call")->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  diskrecover->add_option("--keep", dro.keep, "leave the last backend's store in this directory");
+  diskrecover->add_option("--json", dro.json_path, "also write the results as JSON to this file");
+
   CLI11_PARSE(app, argc, argv);
+  if (diskrecover->parsed()) return RunDiskRecoveryBench(dro);
   if (diskhit->parsed()) {
     auto bytes = granary::ParseSize(dh_bytes);
     if (!bytes.ok()) {
