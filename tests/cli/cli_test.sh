@@ -73,6 +73,7 @@ one_line_stderr() {
 }
 
 # ---- the store ----
+mkdir -p "$WORK/disk"
 "$BIN_DIR/granary-master" --host 127.0.0.1 --port "$MASTER_PORT" --http-port "$HTTP_PORT" \
   --log-level warn >"$WORK/master.log" 2>&1 &
 MASTER_PID=$!
@@ -80,7 +81,8 @@ if ! wait_for 10 "$GRANARY" --master "$MASTER" --timeout-ms 1000 health; then
   echo "FATAL: the master did not answer within 10 s"; cat "$WORK/master.log"; exit 1
 fi
 "$BIN_DIR/granary-node" --master "$MASTER" --segment-size 64MB --name "$NAME" --host 127.0.0.1 \
-  --port 0 --heartbeat-interval 200ms --log-level warn >"$WORK/node.log" 2>&1 &
+  --port 0 --heartbeat-interval 200ms --disk-dir "$WORK/disk" --disk-size 64MiB \
+  --offload-interval 100ms --log-level warn >"$WORK/node.log" 2>&1 &
 NODE_PID=$!
 if ! wait_for 10 grep -q "granary-node ready" "$WORK/node.log"; then
   echo "FATAL: the node did not get ready within 10 s"; cat "$WORK/node.log"; exit 1
@@ -134,6 +136,21 @@ expect_contains "$ERR" "cli/never-stored" "the message names the key"
 g get cli/never-stored -o "$WORK/should-not-exist"
 expect_rc 1 "get -o of a missing key"
 [[ ! -e "$WORK/should-not-exist" ]] && pass "get -o of a missing key creates no file" || fail "get -o of a missing key created the file"
+
+# ---- put --persistence (the master's default is lazy: below its watermark nothing goes to disk) ----
+printf 'to disk soon' >"$WORK/small"
+g put cli/eager "$WORK/small" --persistence eager
+expect_rc 0 "put --persistence eager"
+g put cli/lazy "$WORK/small" --persistence lazy
+expect_rc 0 "put --persistence lazy"
+on_disk() { "$GRANARY" --master "$MASTER" --timeout-ms 3000 stat "$1" | grep -q "disk_replicas: 1"; }
+if wait_for 15 on_disk cli/eager; then pass "an eager put gets a disk replica"; else
+  fail "an eager put gets no disk replica within 15 s"; fi
+sleep 0.5  # several offload rounds after the eager one's
+g stat cli/lazy
+expect_contains "$OUT" "disk_replicas: 0" "a lazy put stays in memory while memory is not under pressure"
+g put cli/bad "$WORK/small" --persistence sometimes
+expect_rc 2 "put --persistence with an unknown policy"
 
 # ---- stat ----
 g stat cli/file

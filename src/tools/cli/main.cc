@@ -1,6 +1,7 @@
 // granary: the command-line tool for a Granary store, in the spirit of redis-cli and etcdctl.
 //
 //   granary [--master HOST:PORT] put KEY [FILE|-]     store FILE (or stdin) under KEY
+//                                                     (--replicas N, --upsert, --persistence P)
 //   granary get KEY [-o FILE]                         print the object (or write it to FILE)
 //   granary rm KEY [--force]                          remove it
 //   granary ls [REGEX]                                list keys (RE2, searched in the key)
@@ -75,6 +76,12 @@ int main(int argc, char** argv) {
   put->add_option("file", file, "file to store; - or nothing for stdin");
   put->add_option("--replicas", replicas, "memory replicas on distinct nodes")->capture_default_str();
   put->add_flag("--upsert", upsert, "replace the object if it exists");
+  std::string persistence = "default";
+  put->add_option("--persistence", persistence,
+                  "copy to a node's disk tier: eager (soon after the put), lazy (under memory "
+                  "pressure), none, or default (the master's --persistence)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "eager", "lazy", "none"}));
   auto* get = app.add_subcommand("get", "print the object stored under KEY");
   get->add_option("key", key, "the key")->required();
   get->add_option("-o,--output", out_path, "write to this file instead of stdout");
@@ -110,6 +117,10 @@ int main(int argc, char** argv) {
     }
     ReplicateConfig config;
     config.replica_num = replicas;
+    config.persistence = persistence == "eager" ? Persistence::kEager
+                         : persistence == "lazy" ? Persistence::kLazy
+                         : persistence == "none" ? Persistence::kNone
+                                                 : Persistence::kDefault;
     Status s = upsert ? client.Upsert(key, AsBytes(value), config)
                       : client.Put(key, AsBytes(value), config);
     if (!s.ok()) return Fail("put " + key, s);
