@@ -12,11 +12,13 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
 #include "../tools/test_pattern.h"
 #include "store_fixture.h"
+#include "transfer/shm_mapping.h"
 
 namespace granary::it {
 namespace {
@@ -235,22 +237,21 @@ TEST_F(DiskTierTest, DiskEvictionTellsTheMasterWhichCopiesAreGone) {
   EXPECT_GE(on_disk, 1u);
 }
 
-// Flips one byte of the value in every other file-per-key record under `dir`; returns the keys
-// whose copies it corrupted (read from each record's header: key_len u32 at 0, key at 64).
-std::set<std::string> CorruptEveryOtherRecord(const std::string& dir) {
+// Flips one byte of the value in the file-per-key records under `dir` whose key `pick` selects;
+// returns the keys whose copies it corrupted (read from each record's
+// header: key_len u32 at 0, key at 64).
+std::set<std::string> CorruptRecords(const std::string& dir,
+                                     const std::function<bool(const std::string&)>& pick) {
   std::set<std::string> corrupted;
-  std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file() && e.path().extension() == ".obj") files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  for (size_t i = 0; i < files.size(); i += 2) {
-    std::fstream f(files[i], std::ios::in | std::ios::out | std::ios::binary);
+    if (!e.is_regular_file() || e.path().extension() != ".obj") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     uint32_t key_len = 0;
     f.read(reinterpret_cast<char*>(&key_len), sizeof(key_len));
-    std::string key(key_len, '\0');
+    std::string key(std::min<uint32_t>(key_len, 4096), '\0');
     f.seekg(64);
-    f.read(key.data(), key_len);
+    f.read(key.data(), static_cast<std::streamsize>(key.size()));
+    if (!f.good() || !pick(key)) continue;
     f.seekg(4096 + 100);
     char c = 0;
     f.read(&c, 1);
@@ -283,7 +284,8 @@ TEST_F(DiskTierTest, ACorruptedDiskCopyIsAMissAndTheMasterForgetsIt) {
   // A master restart leaves the disk copies as the only ones.
   ASSERT_TRUE(cluster_.RestartMaster());
   ASSERT_TRUE(WaitOnDisk(*client, keys, Millis(15'000)));
-  const std::set<std::string> corrupted = CorruptEveryOtherRecord(disk_dir_.path());
+  const std::set<std::string> corrupted = CorruptRecords(
+      disk_dir_.path(), [](const std::string& key) { return (key.back() - '0') % 2 == 0; });
   ASSERT_EQ(corrupted.size(), keys.size() / 2);
 
   auto got = client->BatchGet(keys);
@@ -307,6 +309,74 @@ TEST_F(DiskTierTest, ACorruptedDiskCopyIsAMissAndTheMasterForgetsIt) {
     EXPECT_FALSE(again.ok());
   }
   EXPECT_TRUE(disk_node_->Running());
+}
+
+// An object with disk copies on two nodes: where the first copy the client tries is corrupted,
+// the Get loads the other one; every key comes back right although each has one bad copy.
+TEST_F(DiskTierTest, ACorruptedDiskCopyFallsBackToTheObjectsOtherDiskReplica) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"}}));
+  TempDir second_dir{"granary-disk-it2"};
+  const std::vector<std::string> flags_a = {"--disk-dir", disk_dir_.path(), "--disk-size", "64MiB",
+                                            "--disk-backend", "file-per-key",
+                                            "--offload-interval", "100ms"};
+  std::vector<std::string> flags_b = flags_a;
+  flags_b[1] = second_dir.path();
+  disk_node_ = std::make_unique<NodeProcess>(UniqueName("twoa"), 16 * MiB, logs_.path());
+  auto node_b = std::make_unique<NodeProcess>(UniqueName("twob"), 16 * MiB, logs_.path());
+  ASSERT_TRUE(disk_node_->Start(cluster_.master_address(), flags_a));
+  ASSERT_TRUE(node_b->Start(cluster_.master_address(), flags_b));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 2; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  ReplicateConfig two;
+  two.replica_num = 2;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back("two/" + std::to_string(i));
+    const Bytes value = testdata::Pattern(keys.back(), 64 * KiB + i);
+    ASSERT_TRUE(client->Put(keys.back(), ByteSpan(value), two).ok());
+  }
+  auto on_both = [&] {
+    for (const auto& k : keys) {
+      auto st = client->Stat(k);
+      if (!st.ok() || st->disk_replicas.size() != 2) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(WaitUntil(on_both, Millis(15'000), Millis(100))) << "not on both disks";
+  // A master restart leaves the disk copies as the only ones, both registered again.
+  ASSERT_TRUE(cluster_.RestartMaster());
+  ASSERT_TRUE(WaitUntil(on_both, Millis(15'000), Millis(100))) << "not registered again";
+  // Node a's copies of the even keys and node b's of the odd ones go bad: each key keeps one
+  // intact copy, and whichever node the client asks first, half its answers are misses.
+  auto parity = [](int want) {
+    return [want](const std::string& key) { return (key.back() - '0') % 2 == want; };
+  };
+  ASSERT_EQ(CorruptRecords(disk_dir_.path(), parity(0)).size(), keys.size() / 2);
+  ASSERT_EQ(CorruptRecords(second_dir.path(), parity(1)).size(), keys.size() / 2);
+  const uint64_t loaded = client->Stats().disk_bytes_read;
+  auto got = client->BatchGet(keys);
+  uint64_t total = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i].status().ToString();
+    EXPECT_EQ(*got[i], testdata::Pattern(keys[i], 64 * KiB + i)) << keys[i];
+    total += 64 * KiB + i;
+  }
+  EXPECT_EQ(client->Stats().disk_bytes_read - loaded, total);
+  // The bad copies the client met were reported: some key is down to its one intact copy.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& k : keys) {
+          auto st = client->Stat(k);
+          if (st.ok() && st->disk_replicas.size() == 1) return true;
+        }
+        return false;
+      },
+      Millis(10'000), Millis(100)))
+      << "no corrupted copy was met, or none was reported";
+  EXPECT_TRUE(disk_node_->Running());
+  EXPECT_TRUE(node_b->Running());
+  if (HasFailure()) ADD_FAILURE() << "second node log:\n" << node_b->AllLogs();
 }
 
 // Stale copies (docs/disk.md): a removed object's disk copy is deleted by its node within about
@@ -485,6 +555,41 @@ TEST_F(DiskTierTest, APutAskingForEagerReachesTheDiskUnderAMasterDefaultOfNone) 
   auto st = client->Stat("perput/eager");
   ASSERT_TRUE(st.ok());
   EXPECT_TRUE(st->disk_replicas.empty()) << "the upsert (default: none) was offloaded";
+}
+
+// A memory replica whose bytes went bad (here: overwritten in the node's shared memory) fails its
+// checksum on both read paths; the Get then loads the object's disk copy instead of failing, and
+// never returns the bad bytes.
+TEST_F(DiskTierTest, AMemoryReplicaFailingItsChecksumIsServedFromTheDiskCopy) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}}));
+  ASSERT_TRUE(StartDiskNode(UniqueName("fallback"), 16 * MiB));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto tcp = cluster_.MakeClient(false);
+  auto shm = cluster_.MakeClient(true);
+  ASSERT_NE(tcp, nullptr);
+  ASSERT_NE(shm, nullptr);
+  const Bytes value = testdata::Pattern("fallback/k", 300 * KiB);
+  ASSERT_TRUE(tcp->Put("fallback/k", ByteSpan(value)).ok());
+  ASSERT_TRUE(WaitOnDisk(*tcp, {"fallback/k"}, Millis(10'000)));
+  auto st = tcp->Stat("fallback/k");
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->replicas.size(), 1u);
+  {
+    std::fstream f(disk_node_->ShmPath(), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << disk_node_->ShmPath();
+    f.seekp(static_cast<std::streamoff>(transfer::kShmHeaderBytes + st->replicas[0].offset + 4096));
+    const char junk[16] = {'b', 'a', 'd', ' ', 'b', 'y', 't', 'e', 's', '!', '!', '!', '!', '!', '!', '!'};
+    f.write(junk, sizeof junk);
+    ASSERT_TRUE(f.good());
+  }
+  for (Client* c : {tcp.get(), shm.get()}) {
+    const uint64_t loaded = c->Stats().disk_bytes_read;
+    auto got = c->Get("fallback/k");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, value);
+    EXPECT_EQ(c->Stats().disk_bytes_read - loaded, value.size()) << "not served from disk";
+  }
+  EXPECT_GT(shm->Stats().shm_mappings, 0u) << "the shm client did not take the memory path";
 }
 
 // ClientOptions.disk_dir: a client with an embedded node contributes memory and a disk tier; its
