@@ -136,12 +136,26 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
           if (rng() % 2 == 0) {
             // Promotions back to memory that are copied, given up, or never reported (the
             // node's next round frees them).
+            // Eviction makes room and leaves demoted objects on disk only; the node's own such
+            // objects are the likely candidates (the operation re-checks each).
+            evictor.EvictBytes((64 + rng() % 256) * kKiB);
+            for (size_t s = 0; s < state.shard_count() && keys.size() < 12; ++s) {
+              state.ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+                if (keys.size() >= 12 || !meta.committed || !meta.committed->replicas.empty()) return;
+                for (const auto& d : meta.committed->disk) {
+                  if (d.node_id == node) {
+                    keys.push_back(key);
+                    break;
+                  }
+                }
+              });
+            }
             const uint64_t round = ++promote_rounds[node.back() - '0'];
             auto started = state.PromoteStart({node, keys, disk, round});
             std::vector<std::string> promoting;
             std::vector<uint64_t> versions;
             std::vector<uint8_t> copied;
-            for (int k = 0; k < n; ++k) {
+            for (size_t k = 0; k < keys.size(); ++k) {
               if (!started[k].status.ok()) continue;
               promoting.push_back(keys[k]);
               versions.push_back(started[k].version_gen);
