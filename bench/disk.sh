@@ -106,7 +106,8 @@ for backend in $BACKENDS; do
     run "$BIN/granary-bench" diskhit --master "127.0.0.1:$port" --phase put --sizes "$SIZES" \
       --bytes "$BYTES" --label "$backend $io" --json "$OUT/offload-$backend-$io.json"
     stop "$MASTER_PID"
-    start_master "$port" "$http" --persistence eager
+    # Promotion off: this measures loads from disk, which promotion would turn into memory hits.
+    start_master "$port" "$http" --persistence eager --promote-after 0
     echo "-- $backend, $io --"
     run "$BIN/granary-bench" diskhit --master "127.0.0.1:$port" --phase get --sizes "$SIZES" \
       --bytes "$BYTES" --seconds "$SECONDS_PER" --label "$backend $io" \

@@ -43,6 +43,10 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                    "(objects near eviction, so eviction keeps them on disk) or none");
   schema.AddDouble("offload_watermark", &c->offload_watermark,
                    "SSD tier, lazy: a node's memory usage above which it offloads", 0.0, 1.0);
+  schema.AddUint("promote_after", &c->promote_after,
+                 "SSD tier: a disk-only object read this many times is copied back to memory by "
+                 "its node, if its segment stays below eviction_high_watermark (0: never)",
+                 0, 1'000'000);
   schema.AddUint("shard_count", &c->shard_count, "metadata shards, each with its own lock", 1024,
                  1 << 20);
 }

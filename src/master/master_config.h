@@ -27,6 +27,9 @@ struct MasterConfig {
   // The SSD tier: which memory objects nodes with a disk copy to it (see OffloadPlanner).
   std::string persistence = "lazy";  // eager, lazy or none
   double offload_watermark = 0.80;
+  // A disk-only object read this many times gets a memory replica again (PromotionTracker);
+  // 0 disables promotion.
+  uint64_t promote_after = 2;
 
   OffloadPolicy EffectiveOffload() const {
     OffloadPolicy o;

@@ -18,7 +18,8 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
       state_(std::make_unique<MasterState>(config_.EffectivePolicy(), clock_)),
       evictor_(std::make_unique<Evictor>(state_.get())) {
   service_ = std::make_unique<MasterService>(state_.get(), evictor_.get(), &metrics_,
-                                             config_.EffectiveOffload());
+                                             config_.EffectiveOffload(),
+                                             static_cast<uint32_t>(config_.promote_after));
   RegisterMetrics();
 }
 
@@ -222,6 +223,7 @@ std::string MasterServer::StatusJson() const {
   doc["disk_capacity_bytes"] = disk.capacity_bytes();
   doc["disk_used_bytes"] = disk.used_bytes();
   doc["disk_objects"] = disk.object_count();
+  doc["disk_promoted_objects"] = disk.promoted_objects();
   doc["disk_garbage"] = state_->disk_garbage_count();
   nlohmann::json segments = nlohmann::json::array();
   for (const auto& u : state_->segments().Usage()) {

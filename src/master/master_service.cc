@@ -15,7 +15,7 @@ const char* const kMethods[] = {
     "BatchPutStart", "BatchPutEnd",         "BatchPutRevoke",  "BatchGetReplicaList",
     "BatchFinishRead", "BatchExist",        "BatchGetSize",    "BatchPrefixMatch",
     "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll",
-    "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd"};
+    "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd"};
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
   return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token(), s.fresh()};
@@ -36,8 +36,9 @@ PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
 }  // namespace
 
 MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
-                             OffloadPolicy offload)
-    : state_(state), evictor_(evictor), registry_(metrics), planner_(state, offload) {
+                             OffloadPolicy offload, uint32_t promote_after)
+    : state_(state), evictor_(evictor), registry_(metrics), planner_(state, offload),
+      promotions_(promote_after) {
   const std::vector<double> bounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                       0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
   for (const char* method : kMethods) {
@@ -185,6 +186,7 @@ proto::DiskStats MasterService::DiskTotals() const {
     total.set_capacity_bytes(total.capacity_bytes() + d.capacity_bytes());
     total.set_used_bytes(total.used_bytes() + d.used_bytes());
     total.set_object_count(total.object_count() + d.object_count());
+    total.set_promoted_objects(total.promoted_objects() + d.promoted_objects());
   }
   return total;
 }
@@ -316,6 +318,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
     out->set_size(r.size);
     out->set_checksum(r.checksum);
     errors += !status.ok();
+    if (status.ok()) promotions_.NoteRead(req->keys(static_cast<int>(k)), r);
   }
   // The client releases only what it was told it may read: a lock kept here would make the key
   // unremovable (OBJECT_HAS_LEASE) until the lease ran out.

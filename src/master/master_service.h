@@ -20,13 +20,14 @@
 #include "master/evictor.h"
 #include "master/master_state.h"
 #include "master/offload_planner.h"
+#include "master/promotion_tracker.h"
 
 namespace granary::master {
 
 class MasterService final : public proto::Master::Service {
  public:
   MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
-                OffloadPolicy offload = {});
+                OffloadPolicy offload = {}, uint32_t promote_after = 0);
 
   using Ctx = grpc::ServerContext;
   grpc::Status MountSegment(Ctx*, const proto::MountSegmentRequest*,
@@ -74,6 +75,9 @@ class MasterService final : public proto::Master::Service {
                             proto::OffloadStartResponse*) override;
   grpc::Status OffloadEnd(Ctx*, const proto::OffloadEndRequest*,
                           proto::BatchStatusResponse*) override;
+  grpc::Status PromoteEnd(Ctx*, const proto::PromoteEndRequest*,
+                          proto::BatchStatusResponse*) override;
+  const PromotionTracker& promotions() const { return promotions_; }
 
  private:
   struct RpcMetrics {
@@ -104,6 +108,11 @@ class MasterService final : public proto::Master::Service {
   Evictor* evictor_;
   MetricsRegistry* registry_;
   OffloadPlanner planner_;
+  PromotionTracker promotions_;
+  // Fills the answer's promotions: the node's earlier rounds end, due keys start (a logged
+  // PromoteStart, only when there is something to end or start).
+  void StartPromotions(const proto::OffloadStartRequest& req, const std::vector<uint64_t>& own,
+                       proto::OffloadStartResponse* resp);
   // Each node's disk tier as its last ping reported it: soft state, not in the history.
   mutable std::mutex disks_mu_;
   std::unordered_map<std::string, proto::DiskStats> disks_;

@@ -1,8 +1,11 @@
 // MasterService: the SSD tier's RPCs. A node registers what its disk holds, drops what its disk
 // eviction removed, offloads memory objects the master picks (OffloadPlanner) as demotions, and
-// learns with each OffloadStart which of its copies the master let go (disk garbage) to delete.
+// learns with each OffloadStart which of its copies the master let go (disk garbage) to delete,
+// and which disk-only objects (read --promote-after times) to copy back into its memory.
 #include "master/master_service.h"
 #include "master/rpc_results.h"
+
+#include <algorithm>
 
 namespace granary::master {
 
@@ -12,6 +15,8 @@ constexpr uint32_t kMaxOffloadKeys = 4096;
 // an interval; the rest follows in the next rounds.
 constexpr size_t kMaxGarbagePerReply = 1024;
 constexpr size_t kMaxGarbageKeyBytesPerReply = 1 << 20;
+// Promotions per round: the node reads them one by one from its disk, between offload rounds.
+constexpr size_t kMaxPromotionsPerRound = 256;
 }  // namespace
 
 grpc::Status MasterService::DiskRegister(Ctx*, const proto::DiskRegisterRequest* req,
@@ -65,6 +70,7 @@ grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest*
     resp->set_disk_unknown(true);
     return grpc::Status::OK;
   }
+  StartPromotions(*req, own, resp);
   const size_t max_keys = std::min(req->max_keys(), kMaxOffloadKeys);
   std::vector<std::string> plan = planner_.Plan(req->client_id(), max_keys, req->max_bytes());
   if (plan.empty()) return grpc::Status::OK;
@@ -95,6 +101,62 @@ grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest*
     *item->mutable_source() = std::move(filled[0]);
   }
   if (!unusable.empty()) state_->DemoteAbort({req->client_id(), unusable, unusable_gens});
+  return grpc::Status::OK;
+}
+
+void MasterService::StartPromotions(const proto::OffloadStartRequest& req,
+                                    const std::vector<uint64_t>& own,
+                                    proto::OffloadStartResponse* resp) {
+  if (req.round() == 0) return;  // a node that does not promote
+  std::vector<std::string> due = promotions_.Take(req.client_id(), kMaxPromotionsPerRound);
+  // Nothing due and nothing of an earlier round to end: an idle round stays out of the history.
+  if (due.empty() && state_->PromotionsOf(req.client_id()) == 0) return;
+  std::vector<PromoteStartKeyResult> started =
+      state_->PromoteStart({req.client_id(), due, req.disk_id(), req.round()});
+  std::vector<std::string> unusable;
+  std::vector<uint64_t> unusable_gens;
+  for (size_t i = 0; i < due.size(); ++i) {
+    const PromoteStartKeyResult& r = started[i];
+    if (!r.status.ok()) continue;  // in memory already, replaced, or no room: not promoted
+    google::protobuf::RepeatedPtrField<proto::Replica> filled;
+    if (std::find(own.begin(), own.end(), r.extent.segment_id) != own.end()) {
+      FillReplicas({r.extent}, &filled);
+    }
+    if (filled.empty()) {  // unmounted meanwhile: give the allocation back at once
+      unusable.push_back(due[i]);
+      unusable_gens.push_back(r.version_gen);
+      continue;
+    }
+    proto::PromoteItem* item = resp->add_promotions();
+    item->set_key(due[i]);
+    item->set_version_gen(r.version_gen);
+    item->set_size(r.size);
+    item->set_checksum(r.checksum);
+    item->set_location(r.location);
+    *item->mutable_target() = std::move(filled[0]);
+  }
+  if (!unusable.empty()) {
+    state_->PromoteEnd({req.client_id(), req.round(), unusable, unusable_gens,
+                        std::vector<uint8_t>(unusable.size(), 0)});
+  }
+}
+
+grpc::Status MasterService::PromoteEnd(Ctx*, const proto::PromoteEndRequest* req,
+                                       proto::BatchStatusResponse* resp) {
+  const int n = req->keys_size();
+  CallScope scope(Metrics("PromoteEnd"), n);
+  if (req->version_gens_size() != n || req->copied_size() != n) {
+    std::vector<Status> bad(n, Status(ErrorCode::INVALID_PARAMS,
+                                      "keys, version_gens and copied differ in length"));
+    scope.KeyErrors(FillStatuses(bad, resp));
+    return grpc::Status::OK;
+  }
+  PromoteEndOp op{req->client_id(), req->round(), Keys(req->keys()),
+                  std::vector<uint64_t>(req->version_gens().begin(), req->version_gens().end()),
+                  {}};
+  op.copied.reserve(n);
+  for (bool c : req->copied()) op.copied.push_back(c ? 1 : 0);
+  scope.KeyErrors(FillStatuses(state_->PromoteEnd(std::move(op)), resp));
   return grpc::Status::OK;
 }
 

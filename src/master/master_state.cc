@@ -99,6 +99,8 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const DiskRegisterOp& o) -> OpResult { return ApplyDiskRegister(o, now); },
           [&](const DiskDropOp& o) -> OpResult { return ApplyDiskDrop(o, now); },
           [&](const DiskGarbageAckOp& o) -> OpResult { return ApplyDiskGarbageAck(o); },
+          [&](const PromoteStartOp& o) -> OpResult { return ApplyPromoteStart(o, now); },
+          [&](const PromoteEndOp& o) -> OpResult { return ApplyPromoteEnd(o); },
       },
       op.body);
   for (const auto& observer : observers_) observer(op, result);
@@ -173,6 +175,10 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
         }
       }
       if (meta.demotion) std::erase_if(meta.demotion->held, on_segment);
+      // The allocation went with the segment; the node's writes into it hit the old mapping.
+      if (meta.promotion && on_segment(meta.promotion->extent)) {
+        ClearPromotion(shard, current, /*free_extent=*/false);
+      }
       if (meta.pending) {
         dropped += std::erase_if(meta.pending->version.replicas, on_segment);
         if (meta.pending->version.replicas.empty()) ClearPending(shard, current);
@@ -540,6 +546,7 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
       out.checksum = meta.committed->checksum;
       out.replicas = meta.committed->replicas;
       out.disk = meta.committed->disk;
+      out.version_gen = meta.committed->gen;
     }
   }
   return results;
@@ -804,7 +811,9 @@ void MasterState::ClearPending(Shard& shard, ObjectIter it) {
 }
 
 void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
-  if (it->second.committed || it->second.pending || it->second.demotion) return;
+  if (it->second.committed || it->second.pending || it->second.demotion || it->second.promotion) {
+    return;
+  }
   shard.objects.erase(it);
 }
 

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -91,6 +92,7 @@ struct ObjectStat {
   uint64_t put_gen = 0;  // of the pending write, if any
   std::vector<DiskReplica> disk;
   bool demoting = false;
+  bool promoting = false;  // a node is copying it from disk back into memory
 };
 
 struct ObjectSummaryRow {
@@ -199,6 +201,12 @@ class MasterState {
   std::vector<Status> DiskGarbageAck(DiskGarbageAckOp op) {
     return Do<DiskGarbageAckOp, std::vector<Status>>(std::move(op));
   }
+  std::vector<PromoteStartKeyResult> PromoteStart(PromoteStartOp op) {
+    return Do<PromoteStartOp, std::vector<PromoteStartKeyResult>>(std::move(op));
+  }
+  std::vector<Status> PromoteEnd(PromoteEndOp op) {
+    return Do<PromoteEndOp, std::vector<Status>>(std::move(op));
+  }
 
   // ---- queries ----
   // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
@@ -215,6 +223,8 @@ class MasterState {
                                           size_t max_key_bytes) const;
   // Whether the disk registered its whole inventory with this state (DiskRegisterOp.complete).
   bool DiskKnown(uint64_t disk_id) const;
+  // Promotions of `node_id` under way (its next offload round must end them: PromoteStartOp).
+  size_t PromotionsOf(const std::string& node_id) const;
 
   // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
   void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
@@ -246,6 +256,7 @@ class MasterState {
     // from here first.
     std::unordered_set<std::string_view> pending_keys;
     std::unordered_set<std::string_view> demoting_keys;
+    std::unordered_set<std::string_view> promoting_keys;
   };
   // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
   // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata
@@ -290,6 +301,15 @@ class MasterState {
   std::vector<Status> ApplyDiskRegister(const DiskRegisterOp& op, int64_t now);
   std::vector<Status> ApplyDiskDrop(const DiskDropOp& op, int64_t now);
   std::vector<Status> ApplyDiskGarbageAck(const DiskGarbageAckOp& op);
+  std::vector<PromoteStartKeyResult> ApplyPromoteStart(const PromoteStartOp& op, int64_t now);
+  std::vector<Status> ApplyPromoteEnd(const PromoteEndOp& op);
+  // Ends a promotion. free_extent: its allocation goes back (the caller knows the node no longer
+  // writes it); false when it was attached, or its segment is gone with the memory.
+  void ClearPromotion(Shard& shard, ObjectIter it, bool free_extent);
+  // A free segment of `node_id` that can take `size` bytes and stay at or below the eviction
+  // high watermark; nullopt if none.
+  std::optional<Extent> AllocateForPromotion(const std::string& node_id, uint64_t size,
+                                             int64_t now);
   // The disk must delete this copy: the record no longer names it (disk_mu_ is a leaf).
   void AddGarbage(uint64_t disk_id, const std::string& key, uint64_t location);
   void AddGarbage(const std::string& key, const std::vector<DiskReplica>& copies);

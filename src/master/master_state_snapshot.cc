@@ -176,7 +176,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
     in(key);
     in(meta);
     if (!in.ok() || !ValidateKey(key).ok() ||
-        (!meta.committed && !meta.pending && !meta.demotion)) {
+        (!meta.committed && !meta.pending && !meta.demotion && !meta.promotion)) {
       return bad("malformed object record");
     }
     Shard& shard = *shards[ShardOf(key)];
@@ -192,6 +192,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
       pending++;
     }
     if (it->second.demotion) shard.demoting_keys.insert(std::string_view(it->first));
+    if (it->second.promotion) shard.promoting_keys.insert(std::string_view(it->first));
   }
   uint64_t n = 0;
   in(n);

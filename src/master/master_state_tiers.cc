@@ -312,6 +312,157 @@ uint64_t MasterState::disk_garbage_dropped() const {
   return garbage_.dropped();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Tiers: promotion of disk-only objects back to memory
+
+std::vector<PromoteStartKeyResult> MasterState::ApplyPromoteStart(const PromoteStartOp& op,
+                                                                  int64_t now) {
+  std::vector<PromoteStartKeyResult> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.node_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "node id is empty");
+  if (op.round == 0) batch_error = Status(ErrorCode::INVALID_PARAMS, "round is 0");
+  if (!batch_error.ok()) {
+    for (auto& r : results) r.status = batch_error;
+    return results;
+  }
+  // The node's earlier rounds are over (it runs one at a time): what it did not report, it no
+  // longer writes. A round number not above them (a late or repeated request) ends nothing.
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    if (shard.promoting_keys.empty()) continue;
+    std::vector<std::string> over;
+    for (std::string_view key : shard.promoting_keys) {
+      const Promotion& p = *shard.objects.find(std::string(key))->second.promotion;
+      if (p.node_id == op.node_id && p.round < op.round) over.emplace_back(key);
+    }
+    std::sort(over.begin(), over.end());  // frees in key order: deterministic
+    for (const auto& key : over) {
+      auto it = shard.objects.find(key);
+      ClearPromotion(shard, it, /*free_extent=*/true);
+      EraseIfEmpty(shard, it);
+    }
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      PromoteStartKeyResult& out = results[i];
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.committed) {
+        out.status = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (meta.promotion) {
+        out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being promoted");
+        continue;
+      }
+      const Version& v = *meta.committed;
+      if (!v.replicas.empty()) {
+        out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is in memory already");
+        continue;
+      }
+      auto copy = std::find_if(v.disk.begin(), v.disk.end(), [&](const DiskReplica& d) {
+        return d.node_id == op.node_id && d.disk_id == op.disk_id;
+      });
+      if (copy == v.disk.end()) {
+        out.status = Status(ErrorCode::OBJECT_NOT_FOUND, "no copy on this node's disk");
+        continue;
+      }
+      auto extent = AllocateForPromotion(op.node_id, v.size, now);
+      if (!extent) {
+        out.status = Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                            "no segment of the node takes it below the eviction watermark");
+        continue;
+      }
+      meta.promotion = Promotion{op.node_id, v.gen, *extent, copy->location, op.round, now};
+      shard.promoting_keys.insert(std::string_view(it->first));
+      out = {Status::Ok(), v.gen, v.size, v.checksum, copy->location, *extent};
+    }
+  }
+  return results;
+}
+
+std::optional<Extent> MasterState::AllocateForPromotion(const std::string& node_id,
+                                                        uint64_t size, int64_t now) {
+  const std::vector<uint64_t> own = segments_.SegmentsOf(node_id);
+  if (own.empty()) return std::nullopt;
+  const uint64_t need = OffsetAllocator::AllocationSize(size);
+  std::vector<uint64_t> candidates;
+  for (const auto& u : segments_.Usage()) {
+    if (std::find(own.begin(), own.end(), u.identity->id) == own.end()) continue;
+    const double after = static_cast<double>(u.stats.used_bytes + need);
+    if (after <= policy_.eviction_high_watermark * static_cast<double>(u.stats.capacity)) {
+      candidates.push_back(u.identity->id);
+    }
+  }
+  if (candidates.empty()) return std::nullopt;
+  return segments_.AllocateOn(candidates, size, {}, now);
+}
+
+std::vector<Status> MasterState::ApplyPromoteEnd(const PromoteEndOp& op) {
+  const size_t n = op.keys.size();
+  if (Status bad = BatchShapeError(n, op.version_gens.size() == n && op.copied.size() == n,
+                                   "keys, versions and outcomes differ in length");
+      !bad.ok()) {
+    return std::vector<Status>(n, bad);
+  }
+  std::vector<Status> results(n);
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end() || !it->second.promotion) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being promoted");
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      const Promotion& p = *meta.promotion;
+      if (p.node_id != op.node_id || p.version_gen != op.version_gens[i] || p.round != op.round) {
+        // Another round's allocation (this one's was freed by a later round): not ours to touch.
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's promotion of this round");
+        continue;
+      }
+      const bool current = meta.committed && meta.committed->gen == p.version_gen &&
+                           segments_.IsMounted(p.extent.segment_id);
+      if (op.copied[i] != 0 && current) {
+        meta.committed->replicas.push_back(p.extent);  // readable from now on, like a put's end
+        ClearPromotion(shard, it, /*free_extent=*/false);
+        continue;
+      }
+      if (op.copied[i] != 0) {
+        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
+                            "the promoted version was replaced or removed meanwhile");
+      }
+      ClearPromotion(shard, it, /*free_extent=*/true);  // the node reports: its write is over
+      EraseIfEmpty(shard, it);
+    }
+  }
+  return results;
+}
+
+void MasterState::ClearPromotion(Shard& shard, ObjectIter it, bool free_extent) {
+  ObjectMeta& meta = it->second;
+  if (!meta.promotion) return;
+  // Nobody was ever named this space: no read lock can cover it.
+  if (free_extent) FreeExtents({meta.promotion->extent});
+  shard.promoting_keys.erase(std::string_view(it->first));
+  meta.promotion.reset();
+}
+
+size_t MasterState::PromotionsOf(const std::string& node_id) const {
+  size_t count = 0;
+  for (const auto& shard_ptr : shards_) {
+    std::lock_guard lock(shard_ptr->mu);
+    for (std::string_view key : shard_ptr->promoting_keys) {
+      count += shard_ptr->objects.find(std::string(key))->second.promotion->node_id == node_id;
+    }
+  }
+  return count;
+}
+
 void MasterState::ResolveDemotion(Shard& shard, ObjectIter it, int64_t now) {
   ObjectMeta& meta = it->second;
   if (!meta.demotion) return;

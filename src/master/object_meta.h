@@ -7,7 +7,8 @@
 // (the SSD tier: a node's own location). A demotion (the committed version being copied to a
 // node's disk) is tracked apart from the pending write, so an upsert and a demotion of one
 // object run at once: the memory a demotion reads from is held until the demotion resolves, and
-// the disk copy is attached only if the version it copied is still the committed one.
+// the disk copy is attached only if the version it copied is still the committed one. A promotion
+// (a disk-only version copied back into memory) is tracked apart the same way.
 // Ownership: held by value in a shard's map; guarded by that shard's mutex.
 #pragma once
 
@@ -77,6 +78,20 @@ struct Demotion {
   uint64_t disk_id = 0;       // the disk being written
 };
 
+// A disk-only committed version `version_gen` being copied back to memory by `node_id` (the node
+// holding the disk copy at `location`), into `extent` of its own segment: a memory replica that is
+// not complete, never named to a reader, attached by PromoteEnd only if the version is still the
+// committed one. The node is its only writer, so it is freed only when the node says its write is
+// over (PromoteEnd), by the node's next offload round (rounds are serial), or with the segment.
+struct Promotion {
+  std::string node_id;
+  uint64_t version_gen = 0;
+  Extent extent;
+  uint64_t location = 0;  // the disk copy it reads
+  uint64_t round = 0;     // the node's offload round that named it
+  int64_t start_ms = 0;
+};
+
 struct PinConfig {
   bool hard = false;
   bool soft = false;
@@ -103,6 +118,7 @@ struct ObjectMeta {
   std::optional<Version> committed;
   std::optional<PendingWrite> pending;
   std::optional<Demotion> demotion;
+  std::optional<Promotion> promotion;
   std::vector<ReadLock> readers;
   bool hard_pinned = false;
   int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this

@@ -129,6 +129,29 @@ struct DemoteAbortOp {
   std::vector<uint64_t> version_gens;
 };
 
+// Promotion (disk -> memory) of disk-only committed objects by the node holding their disk copy.
+// Start first ends the node's earlier rounds: its promotions named by a round before `round` are
+// over (the node's offload rounds are serial, so it no longer writes them) and any it did not
+// report are freed. Then, for each key still disk-only with a copy on this node's disk `disk_id`
+// and no promotion under way, it allocates the object's size in one of the node's own segments,
+// only where that keeps the segment at or below the eviction high watermark (a promotion never
+// makes eviction run), and records the promotion. End attaches each allocation as a memory
+// replica if the node copied it (`copied[i]` != 0) and the version is still committed; else frees
+// it. Only `node_id` may end its promotions, quoting the round and version that named them.
+struct PromoteStartOp {
+  std::string node_id;
+  std::vector<std::string> keys;
+  uint64_t disk_id = 0;
+  uint64_t round = 0;  // the node's offload round, counting up from 1 per node process
+};
+struct PromoteEndOp {
+  std::string node_id;
+  uint64_t round = 0;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> version_gens;
+  std::vector<uint8_t> copied;  // 1: the bytes are in the allocation
+};
+
 // What a node's disk holds, as it tells the master: after the node restarts (its recovery scan)
 // or when a restarted master asks it to remount. A key committed with the same size and checksum
 // gets the disk replica (the disk's replica moves to this node process); a key the master does
@@ -171,7 +194,7 @@ struct Operation {
   std::variant<MountSegmentOp, UnmountSegmentOp, PingOp, ExpireClientOp, PutStartOp, PutEndOp,
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
                EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp, DiskRegisterOp,
-               DiskDropOp, DiskGarbageAckOp>
+               DiskDropOp, DiskGarbageAckOp, PromoteStartOp, PromoteEndOp>
       body;
 };
 
@@ -201,6 +224,7 @@ struct ReadKeyResult {
   uint64_t checksum = 0;
   std::vector<Extent> replicas;
   std::vector<DiskReplica> disk;
+  uint64_t version_gen = 0;  // names the version answered (the promotion tracker counts by it)
 };
 // One key of a DemoteStart: the version to copy (its size, checksum and memory replicas).
 struct DemoteStartKeyResult {
@@ -209,6 +233,16 @@ struct DemoteStartKeyResult {
   uint64_t size = 0;
   uint64_t checksum = 0;
   std::vector<Extent> replicas;
+};
+// One key of a PromoteStart: the version to copy back, its disk copy, and the allocation to copy
+// it into.
+struct PromoteStartKeyResult {
+  Status status;
+  uint64_t version_gen = 0;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t location = 0;
+  Extent extent;
 };
 struct RemoveCountResult {
   Status status;
@@ -236,6 +270,7 @@ inline std::vector<uint64_t> Gens(const std::vector<PutStartKeyResult>& started)
 using OpResult = std::variant<MountResult, UnmountResult, PingResult, ExpireClientResult,
                               std::vector<PutStartKeyResult>, std::vector<Status>,
                               std::vector<ReadKeyResult>, RemoveCountResult, EvictResult,
-                              SweepResult, std::vector<DemoteStartKeyResult>>;
+                              SweepResult, std::vector<DemoteStartKeyResult>,
+                              std::vector<PromoteStartKeyResult>>;
 
 }  // namespace granary::master

@@ -14,7 +14,8 @@ namespace granary::master {
 
 // 2: disk ids of disk replicas and demotions, the disk garbage, the known disks.
 // 3: each version's and each PutStart's persistence (ReplicateConfig.persistence).
-inline constexpr uint64_t kSnapshotFormat = 3;
+// 4: promotions (disk -> memory) under way.
+inline constexpr uint64_t kSnapshotFormat = 4;
 
 // One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
 template <typename IO> void Fields(IO& io, PutPersistence& p) {
@@ -40,6 +41,9 @@ template <typename IO> void Fields(IO& io, Version& v) {
 template <typename IO> void Fields(IO& io, Demotion& d) {
   io(d.node_id); io(d.version_gen); io(d.start_ms); io(d.held); io(d.hold_until_ms); io(d.disk_id);
 }
+template <typename IO> void Fields(IO& io, Promotion& p) {
+  io(p.node_id); io(p.version_gen); io(p.extent); io(p.location); io(p.round); io(p.start_ms);
+}
 template <typename IO> void Fields(IO& io, PinConfig& p) {
   io(p.hard); io(p.soft); io(p.soft_ttl_ms);
 }
@@ -50,7 +54,7 @@ template <typename IO> void Fields(IO& io, ReadLock& l) {
   io(l.client_id); io(l.count); io(l.expiry_ms);
 }
 template <typename IO> void Fields(IO& io, ObjectMeta& m) {
-  io(m.committed); io(m.pending); io(m.demotion); io(m.readers); io(m.hard_pinned); io(m.soft_pin_until_ms);
+  io(m.committed); io(m.pending); io(m.demotion); io(m.promotion); io(m.readers); io(m.hard_pinned); io(m.soft_pin_until_ms);
   io(m.soft_pin_ttl_ms); io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
 }
 
@@ -105,6 +109,12 @@ template <typename IO> void Fields(IO& io, DiskDropOp& o) {
 }
 template <typename IO> void Fields(IO& io, DiskGarbageAckOp& o) {
   io(o.node_id); io(o.disk_id); io(o.ids);
+}
+template <typename IO> void Fields(IO& io, PromoteStartOp& o) {
+  io(o.node_id); io(o.keys); io(o.disk_id); io(o.round);
+}
+template <typename IO> void Fields(IO& io, PromoteEndOp& o) {
+  io(o.node_id); io(o.round); io(o.keys); io(o.version_gens); io(o.copied);
 }
 
 // The operation record of the ordered history: sequence, time, which body, the body.

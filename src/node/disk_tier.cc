@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -196,6 +198,7 @@ void DiskTier::FillStats(proto::DiskStats* out) const {
   out->set_capacity_bytes(u.capacity);
   out->set_used_bytes(u.used);
   out->set_object_count(u.objects);
+  out->set_promoted_objects(promoted_.load());
 }
 
 void DiskTier::ReportLost(std::string_view key, uint64_t location) {
@@ -310,6 +313,7 @@ Result<size_t> DiskTier::OffloadOnce() {
   req.set_max_keys(options_.offload_max_keys);
   req.set_max_bytes(options_.offload_max_bytes);
   req.set_disk_id(disk_id_);
+  req.set_round(++round_);  // rounds are serial (round_mu_): this one proves the last is over
   for (uint64_t id : deleted_ids_) req.add_deleted_ids(id);
   proto::OffloadStartResponse started;
   {
@@ -329,8 +333,9 @@ Result<size_t> DiskTier::OffloadOnce() {
     if (Status s = RegisterLocked(); !s.ok()) return s;
     return deleted;
   }
+  const size_t promoted = Promote(started, req.round());
   const int n = started.items_size();
-  if (n == 0) return deleted;
+  if (n == 0) return deleted + promoted;
 
   // Copies straight from the segment: the master holds these versions' memory (a demotion) until
   // OffloadEnd, and the store checks each against the master's checksum.
@@ -412,7 +417,69 @@ Result<size_t> DiskTier::OffloadOnce() {
     }
   }
   offloaded_ += copied;
-  return copied + deleted;
+  return copied + deleted + promoted;
+}
+
+size_t DiskTier::Promote(const proto::OffloadStartResponse& started, uint64_t round) {
+  const int n = started.promotions_size();
+  if (n == 0) return 0;
+  const uint64_t token = token_.load();
+  proto::PromoteEndRequest end;
+  end.set_client_id(node_id_);
+  end.set_round(round);
+  // One staging buffer, grown to the largest item: the store reads whole aligned blocks, which
+  // the target extent (exactly `size` bytes) cannot take.
+  struct AlignedFree {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, AlignedFree> staging;
+  uint64_t staging_size = 0;
+  for (int i = 0; i < n; ++i) {
+    const proto::PromoteItem& item = started.promotions(i);
+    const proto::Replica& dst = item.target();
+    bool copied = false;
+    const bool in_bounds = dst.offset() <= segment_->size() &&
+                           item.size() <= segment_->size() - dst.offset() &&
+                           dst.length() == item.size() && item.size() > 0;
+    const uint64_t need = disk::DiskStore::ReadBufferSize(item.size());
+    if (in_bounds && dst.token() == token && !dst.segment_name().empty() && need > 0) {
+      if (need > staging_size) {
+        staging.reset(static_cast<std::byte*>(std::aligned_alloc(4096, need)));
+        staging_size = staging ? need : 0;
+      }
+      if (staging) {
+        const disk::ReadRequest request{item.key(), item.location(),
+                                        std::span<std::byte>(staging.get(), need)};
+        std::vector<disk::ReadResult> got = store_->Read(std::span(&request, 1));
+        // The store checked the bytes against its record; the record must be the master's
+        // version too (a location reused after a restart can hold another one).
+        if (got.size() == 1 && got[0].status.ok() && got[0].size == item.size() &&
+            got[0].checksum == item.checksum()) {
+          std::memcpy(segment_->data() + dst.offset(), staging.get(), item.size());
+          copied = true;
+        } else if (got.size() == 1 && !got[0].status.ok()) {
+          GLOG_DEBUG("promotion of {}: {}", item.key(), got[0].status.ToString());
+        }
+      }
+    }
+    end.add_keys(item.key());
+    end.add_version_gens(item.version_gen());
+    end.add_copied(copied);
+  }
+  proto::BatchStatusResponse ended;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
+  if (Status s = rpc::FromGrpc(master_->PromoteEnd(&ctx, end, &ended), "promote end"); !s.ok()) {
+    // Unknown outcome: the next round's OffloadStart frees what the master did not attach.
+    GLOG_DEBUG("promote end: {}", s.ToString());
+    return 0;
+  }
+  size_t attached = 0;
+  for (int i = 0; i < n && i < ended.results_size(); ++i) {
+    attached += end.copied(i) && ended.results(i).code() == 0;
+  }
+  promoted_ += attached;
+  return attached;
 }
 
 }  // namespace granary::node

@@ -17,6 +17,13 @@
 //     master holds (DiskStore checks it), so a copy is never certified for bytes it does not
 //     carry; a copy of a version the master replaced meanwhile is deleted. With
 //     offload_interval_ms <= 0 there is no offload thread, so no garbage is deleted either.
+//   - Promotion: each OffloadStart names the round (counting up from 1); its answer may name
+//     disk-only objects to copy back to memory (the master's --promote-after), each with an
+//     allocation in this node's segment under the current mount's token. The tier reads the copy
+//     from its store (checked against the record's checksum, and the master's), copies it to that
+//     offset and reports every outcome (PromoteEnd) before the round ends; the master attaches the
+//     memory replica only if the version is still committed. The next round's OffloadStart tells
+//     the master this round's writes are over (what it did not hear of is freed then).
 //   - Disk eviction when the budget is short: victims are chosen (no I/O), the master is told
 //     (DiskDrop) and only then are their files deleted.
 //   - Loads: reads() serves the data plane's DISK_READ (node/disk_read_service.h); a copy a read
@@ -94,6 +101,8 @@ class DiskTier {
   uint64_t offloaded_objects() const { return offloaded_.load(); }
   // Garbage copies deleted at the master's word (for tests and logs).
   uint64_t deleted_garbage() const { return deleted_garbage_.load(); }
+  // Objects copied back to memory and attached by the master (for tests, logs and the pings).
+  uint64_t promoted_objects() const { return promoted_.load(); }
 
  private:
   DiskTier(DiskTierOptions options, ShmSegment* segment, proto::Master::Stub* master,
@@ -104,6 +113,9 @@ class DiskTier {
   Status RegisterLocked();  // caller holds round_mu_
   // Deletes the copies the answer names as garbage; returns how many are gone now.
   size_t DeleteGarbage(const proto::OffloadStartResponse& started);
+  // Copies the answer's promotions from disk into the segment and reports them (PromoteEnd);
+  // returns how many the master attached.
+  size_t Promote(const proto::OffloadStartResponse& started, uint64_t round);
   // Frees `bytes` of the budget: choose victims, tell the master, delete.
   void MakeRoom(uint64_t bytes);
   // Tells the master the copies reads found lost.
@@ -123,10 +135,12 @@ class DiskTier {
   std::atomic<uint64_t> token_{0};
   std::atomic<uint64_t> offloaded_{0};
   std::atomic<uint64_t> deleted_garbage_{0};
+  std::atomic<uint64_t> promoted_{0};
 
   std::mutex round_mu_;
   bool registered_ = false;            // a complete inventory reached this master
   std::vector<uint64_t> deleted_ids_;  // garbage deleted, not yet acknowledged to the master
+  uint64_t round_ = 0;                 // offload rounds asked for; under round_mu_
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -4,8 +4,9 @@
 // eviction keeps objects that have a disk copy; a Get of a disk-only object loads it from the
 // node's disk (DISK_READ), and a corrupted copy is a miss that the master forgets, never wrong
 // bytes; a removed or replaced object's old copy is deleted and never comes back after a node
-// restart. A put's own persistence (ReplicateConfig.persistence) overrides the master's, and a
-// client's embedded node runs the same tier (ClientOptions.disk_dir).
+// restart. A disk-only object read --promote-after times comes back to memory. A put's own
+// persistence (ReplicateConfig.persistence) overrides the master's, and a client's embedded node
+// runs the same tier (ClientOptions.disk_dir).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -159,6 +160,70 @@ TEST_F(DiskTierTest, EagerOffloadSurvivesAMasterRestartAndANodeRestart) {
     ASSERT_TRUE(recovered[i].ok());
     EXPECT_TRUE(*recovered[i]) << keys[i] << " lost from disk";
   }
+}
+
+// Promotion (--promote-after 2): objects held only on the node's disk (the master restarted, so
+// memory is empty and the node registered its disk) are loaded from disk; the one read twice
+// gets a memory replica again, copied by the node from its disk, and later Gets read memory. The
+// one read once stays on disk.
+TEST_F(DiskTierTest, ADiskOnlyObjectReadPromoteAfterTimesComesBackToMemory) {
+  ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"},
+                                    {"--promote-after", "2"}}));
+  ASSERT_TRUE(StartDiskNode(UniqueName("promote"), 64 * MiB));
+  ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  const std::string hot = "promote/hot", cold = "promote/cold";
+  const Bytes hot_value = testdata::Pattern(hot, 300 * KiB + 17);
+  const Bytes cold_value = testdata::Pattern(cold, 200 * KiB);
+  ASSERT_TRUE(client->Put(hot, ByteSpan(hot_value)).ok());
+  ASSERT_TRUE(client->Put(cold, ByteSpan(cold_value)).ok());
+  ASSERT_TRUE(WaitOnDisk(*client, {hot, cold}, Millis(15'000)));
+
+  ASSERT_TRUE(cluster_.RestartMaster());
+  ASSERT_TRUE(WaitOnDisk(*client, {hot, cold}, Millis(15'000)))
+      << "the node did not register its disk copies with the restarted master";
+  for (const auto& k : {hot, cold}) {
+    auto st = client->Stat(k);
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(st->replicas.empty()) << k << " is in memory after a master restart";
+  }
+  // The remounted segment takes no allocation during its quarantine (--mount-quarantine 1s);
+  // a promotion due then would be refused and wait for two more reads.
+  std::this_thread::sleep_for(Millis(1500));
+
+  const uint64_t before = client->Stats().disk_bytes_read;
+  for (int i = 0; i < 2; ++i) {
+    auto got = client->Get(hot);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, hot_value);
+  }
+  auto got_cold = client->Get(cold);
+  ASSERT_TRUE(got_cold.ok()) << got_cold.status().ToString();
+  EXPECT_EQ(*got_cold, cold_value);
+  EXPECT_EQ(client->Stats().disk_bytes_read - before, 2 * hot_value.size() + cold_value.size())
+      << "the reads did not come from the disk tier";
+
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto st = client->Stat(hot);
+        return st.ok() && st->replicas.size() == 1;
+      },
+      Millis(10'000), Millis(100)))
+      << "the object read twice from disk never got a memory replica";
+  auto st = client->Stat(hot);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->disk_replicas.size(), 1u) << "the disk copy should stay";
+  const uint64_t loaded = client->Stats().disk_bytes_read;
+  for (int i = 0; i < 3; ++i) {
+    auto got = client->Get(hot);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, hot_value) << "the promoted replica holds other bytes";
+  }
+  EXPECT_EQ(client->Stats().disk_bytes_read, loaded) << "Gets still load the promoted object from disk";
+  auto cold_stat = client->Stat(cold);
+  ASSERT_TRUE(cold_stat.ok());
+  EXPECT_TRUE(cold_stat->replicas.empty()) << "an object read once was promoted";
 }
 
 TEST_F(DiskTierTest, LazyOffloadLetsEvictionKeepObjectsOnDisk) {
@@ -637,6 +702,23 @@ TEST_F(DiskTierTest, AnEmbeddedNodesDiskTierServesAnotherClientAfterAMasterResta
     EXPECT_EQ(*got[i], testdata::Pattern(keys[i], (i + 1) * 53 * KiB)) << keys[i];
   }
   EXPECT_EQ(reader->Stats().disk_bytes_read, total) << "the bytes did not come from the disk";
+  // The embedded node runs the same tier, promotion included: a second read (after the remounted
+  // segment's quarantine, --mount-quarantine 1s) brings keys[0] back into its memory.
+  std::this_thread::sleep_for(Millis(1500));
+  auto second = reader->Get(keys[0]);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto st = reader->Stat(keys[0]);
+        return st.ok() && st->replicas.size() == 1;
+      },
+      Millis(10'000), Millis(100)))
+      << "the embedded node did not promote an object read twice from its disk";
+  const uint64_t loaded = reader->Stats().disk_bytes_read;
+  auto third = reader->Get(keys[0]);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(*third, testdata::Pattern(keys[0], 53 * KiB));
+  EXPECT_EQ(reader->Stats().disk_bytes_read, loaded);
 }
 
 TEST_F(DiskTierTest, AnEmbeddedDiskTierWithBadSettingsFailsConnect) {

@@ -45,17 +45,23 @@ struct RecordedRun {
   std::vector<Operation> log;          // every operation, in sequence order
   std::string mid_snapshot;            // taken while the threads ran
   MasterState::Fingerprint final_state;
+  uint64_t promotions_started = 0;     // PromoteStart keys that got an allocation
 };
 
 // Drives `state` from several threads at once: puts (some failing mid-way), upserts, gets,
 // removes, regex removals, evictions, sweeps, mounts and unmounts, pings and expiries, and the
-// SSD tier's demotions, registrations, drops and disk garbage acknowledgements.
+// SSD tier's demotions, registrations, drops, disk garbage acknowledgements and promotions.
 uint64_t DiskOf(const std::string& node) { return 0xD15C00 + (node.back() - '0'); }  // node-N
 
 void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int rounds,
                        RecordedRun& run) {
   run.initial = state.EncodeSnapshot();
-  state.AddObserver([&run](const Operation& op, const OpResult&) { run.log.push_back(op); });
+  state.AddObserver([&run](const Operation& op, const OpResult& result) {
+    run.log.push_back(op);
+    if (const auto* promoted = std::get_if<std::vector<PromoteStartKeyResult>>(&result)) {
+      for (const auto& r : *promoted) run.promotions_started += r.status.ok();
+    }
+  });
   for (int s = 0; s < 3; ++s) {
     const std::string node = "node-" + std::to_string(s);
     EXPECT_TRUE(state.Mount({node, Spec("seg-" + std::to_string(s), 2048 * kKiB, 100 + s, true)})
@@ -63,6 +69,7 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
     state.DiskRegister({node, {}, DiskOf(node), true});  // its disk may offload
   }
   Evictor evictor(&state);
+  std::atomic<uint64_t> promote_rounds[3] = {};  // each node's offload rounds count up
   std::atomic<int> done{0};
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
@@ -126,6 +133,39 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
           // The SSD tier's offload: demotions that end, abort, or stall (swept later).
           const std::string node = "node-" + std::to_string(rng() % 3);
           const uint64_t disk = DiskOf(node);
+          if (rng() % 2 == 0) {
+            // Promotions back to memory that are copied, given up, or never reported (the
+            // node's next round frees them).
+            // Eviction makes room and leaves demoted objects on disk only; the node's own such
+            // objects are the likely candidates (the operation re-checks each).
+            evictor.EvictBytes((64 + rng() % 256) * kKiB);
+            for (size_t s = 0; s < state.shard_count() && keys.size() < 12; ++s) {
+              state.ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+                if (keys.size() >= 12 || !meta.committed || !meta.committed->replicas.empty()) return;
+                for (const auto& d : meta.committed->disk) {
+                  if (d.node_id == node) {
+                    keys.push_back(key);
+                    break;
+                  }
+                }
+              });
+            }
+            const uint64_t round = ++promote_rounds[node.back() - '0'];
+            auto started = state.PromoteStart({node, keys, disk, round});
+            std::vector<std::string> promoting;
+            std::vector<uint64_t> versions;
+            std::vector<uint8_t> copied;
+            for (size_t k = 0; k < keys.size(); ++k) {
+              if (!started[k].status.ok()) continue;
+              promoting.push_back(keys[k]);
+              versions.push_back(started[k].version_gen);
+              copied.push_back(rng() % 4 != 0);
+            }
+            if (!promoting.empty() && rng() % 3 != 0) {
+              state.PromoteEnd({node, round, promoting, versions, copied});
+            }
+            continue;
+          }
           auto started = state.DemoteStart({node, keys, disk});
           std::vector<std::string> demoting;
           std::vector<uint64_t> versions, locations;
@@ -213,6 +253,7 @@ TEST_P(OrderedHistoryTest, ReplayOfAConcurrentRunGivesTheSameState) {
   EXPECT_EQ(standby.object_count(), leader.object_count());
   EXPECT_EQ(standby.segments().used_bytes(), leader.segments().used_bytes());
   EXPECT_GT(CountExplicitPersistence(leader), 0u) << "the run committed no put with its own";
+  EXPECT_GT(run.promotions_started, 0u) << "the run promoted nothing";
   EXPECT_EQ(leader.explicit_persistence_count(), CountExplicitPersistence(leader));
   EXPECT_EQ(standby.explicit_persistence_count(), CountExplicitPersistence(standby));
 
