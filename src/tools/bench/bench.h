@@ -84,6 +84,7 @@ struct TraceBenchOptions {
   std::string trace_path = "../shared/workloads/conversation_trace.jsonl";
   uint64_t bytes_per_token = 128;  // 512-token blocks of 64 KiB
   uint64_t limit = 0;              // requests replayed; 0: all
+  double speed = 0;                // > 0: requests at their arrival time / speed; 0: flat out
   std::string lookup = "exist";    // exist (BatchExist) or prefix (PrefixMatch)
   std::string path = "shm";        // shm or tcp
   std::string key_prefix = "trace";

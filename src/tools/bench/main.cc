@@ -105,6 +105,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   trace->add_option("--limit", tro.limit, "replay only the first N requests (0: all)")
       ->capture_default_str();
+  trace->add_option("--speed", tro.speed,
+                    "replay at the trace's arrival times divided by this (0: as fast as possible)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   trace->add_option("--lookup", tro.lookup, "exist (BatchExist) or prefix (PrefixMatch)")
       ->capture_default_str()->check(CLI::IsMember({"exist", "prefix"}));
   trace->add_option("--path", tro.path, "shm or tcp")->capture_default_str()

@@ -1,8 +1,10 @@
 // granary-bench trace: replays a conversation trace (Mooncake's FAST'25 trace, JSON lines) against
 // a running store and reports the prefix hit rate the store's own eviction achieves.
 //
-// Per request, in trace order and as fast as the store answers (arrival times are ignored; only
-// the order matters for hit rates): one batch existence check (or PrefixMatch) of its blocks, a
+// Per request, in trace order: as fast as the store answers (arrival times ignored), or with
+// --speed X not before its arrival time divided by X (at a paced rate the node's offload keeps
+// up as it would in service; flat out, offload bandwidth bounds the disk tier's hit rate):
+// one batch existence check (or PrefixMatch) of its blocks, a
 // BatchGetInto of the hit prefix with every byte verified, a BatchPut of the blocks that missed.
 // Block i is object "<prefix>/<hash id>" of 512 tokens x bytes_per_token bytes; its bytes are a
 // function of the hash id, so a wrong or stale block is caught. No client-side cache: a block is a
@@ -16,6 +18,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "granary/client.h"
@@ -28,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kTokensPerBlock = 512;
 
 struct Request {
+  uint64_t timestamp_ms = 0;  // arrival, from the start of the trace
   uint64_t input_length = 0;
   std::vector<uint64_t> hash_ids;
 };
@@ -49,6 +53,9 @@ Result<std::vector<Request>> LoadTrace(const std::string& path, uint64_t limit) 
     }
     Request r;
     r.input_length = j["input_length"].get<uint64_t>();
+    if (j.contains("timestamp") && j["timestamp"].is_number_unsigned()) {
+      r.timestamp_ms = j["timestamp"].get<uint64_t>();
+    }
     for (const auto& id : j["hash_ids"]) {
       if (!id.is_number_unsigned()) {
         return Status(ErrorCode::INVALID_PARAMS,
@@ -148,6 +155,10 @@ int RunTraceBench(const TraceBenchOptions& o) {
   std::vector<std::vector<std::byte>> buffers;        // one per block of the longest request
   const auto start = Clock::now();
   for (const Request& r : *trace) {
+    if (o.speed > 0) {
+      std::this_thread::sleep_until(
+          start + std::chrono::microseconds(static_cast<int64_t>(r.timestamp_ms * 1000 / o.speed)));
+    }
     const size_t n = r.hash_ids.size();
     if (buffers.size() < n) buffers.resize(n, std::vector<std::byte>(block_bytes));
     std::vector<std::string> keys;
@@ -257,6 +268,7 @@ int RunTraceBench(const TraceBenchOptions& o) {
         {"store_bytes", capacity},
         {"capacity_blocks", capacity / block_bytes},
         {"capacity_tokens", capacity / block_bytes * kTokensPerBlock},
+        {"speed", o.speed},
         {"lookup", o.lookup},
         {"path", o.path},
         {"input_tokens", t.input_tokens},
