@@ -6,7 +6,9 @@
 #   3. disk hits end to end (granary-bench diskhit) per backend and I/O engine: a master with
 #      --persistence eager and a node with a disk tier; objects are put and offloaded, the master
 #      is restarted (memory is lost, the node registers its disk again), then batched gets of 32
-#      are all served from disk through the node's data plane (DISK_READ), every byte verified;
+#      are all served from disk through the node's data plane, every byte verified: once with
+#      --transport tcp (DISK_READ over loopback, as a remote client) and once with --transport
+#      shm (DISK_STAGE: the node's shared-memory staging region, as a same-host client);
 #   4. the conversation trace with DRAM for 1M tokens and a disk tier for 20M (64 KiB blocks),
 #      backends bucket and offset, disk eviction lru and fifo.
 # Everything binds 127.0.0.1 on free ports and is stopped at exit. Raw JSON and the commands:
@@ -100,10 +102,12 @@ for backend in $BACKENDS; do
       --bytes "$BYTES"
     stop "$MASTER_PID"
     start_master "$port" "$http" --persistence eager
-    echo "-- $backend, $io --"
-    run "$BIN/granary-bench" diskhit --master "127.0.0.1:$port" --phase get --sizes "$SIZES" \
-      --bytes "$BYTES" --seconds "$SECONDS_PER" --label "$backend $io" \
-      --json "$OUT/hit-$backend-$io.json"
+    for transport in tcp shm; do
+      echo "-- $backend, $io, $transport --"
+      run "$BIN/granary-bench" diskhit --master "127.0.0.1:$port" --phase get --sizes "$SIZES" \
+        --bytes "$BYTES" --seconds "$SECONDS_PER" --transport "$transport" \
+        --label "$backend $io $transport" --json "$OUT/hit-$backend-$io-$transport.json"
+    done
     stop "$NODE_PID"; stop "$MASTER_PID"
     rm -rf "$WORK/hit-$backend-$io"
   done
