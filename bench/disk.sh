@@ -7,7 +7,9 @@
 #      master with --persistence eager and a node with a disk tier; objects are put (shared
 #      memory) and offloaded (GB/s until the newest has its disk copy), the master
 #      is restarted (memory is lost, the node registers its disk again), then batched gets of 32
-#      are all served from disk through the node's data plane (DISK_READ), every byte verified;
+#      are all served from disk through the node's data plane, every byte verified: once with
+#      --transport tcp (DISK_READ over loopback, as a remote client) and once with --transport
+#      shm (DISK_STAGE: the node's shared-memory staging region, as a same-host client);
 #   4. the conversation trace with DRAM for 1M tokens and a disk tier for 20M (64 KiB blocks),
 #      backends bucket and offset, disk eviction lru and fifo;
 #   5. recovery: a store of 100k objects (16 KiB) reopened after a crash and after a clean close
@@ -108,10 +110,12 @@ for backend in $BACKENDS; do
     stop "$MASTER_PID"
     # Promotion off: this measures loads from disk, which promotion would turn into memory hits.
     start_master "$port" "$http" --persistence eager --promote-after 0
-    echo "-- $backend, $io --"
-    run "$BIN/granary-bench" diskhit --master "127.0.0.1:$port" --phase get --sizes "$SIZES" \
-      --bytes "$BYTES" --seconds "$SECONDS_PER" --label "$backend $io" \
-      --json "$OUT/hit-$backend-$io.json"
+    for transport in tcp shm; do
+      echo "-- $backend, $io, $transport --"
+      run "$BIN/granary-bench" diskhit --master "127.0.0.1:$port" --phase get --sizes "$SIZES" \
+        --bytes "$BYTES" --seconds "$SECONDS_PER" --transport "$transport" \
+        --label "$backend $io $transport" --json "$OUT/hit-$backend-$io-$transport.json"
+    done
     stop "$NODE_PID"; stop "$MASTER_PID"
     rm -rf "$WORK/hit-$backend-$io"
   done

@@ -112,7 +112,10 @@ struct ClientStats {
   uint64_t tcp_bytes_written = 0;
   uint64_t tcp_bytes_read = 0;
   uint64_t shm_mappings = 0;  // segments of this host mapped now (a gauge; dead ones are dropped)
-  uint64_t disk_bytes_read = 0;  // object bytes loaded from nodes' disk tiers
+  uint64_t disk_bytes_read = 0;  // object bytes loaded from nodes' disk tiers (both paths)
+  // Of disk_bytes_read, those copied out of a same-host node's shared-memory staging region
+  // (the rest came over TCP).
+  uint64_t disk_bytes_read_shm = 0;
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:

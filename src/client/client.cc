@@ -693,6 +693,7 @@ void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
   std::vector<int> busy(keys.size(), 0);  // times the node's staging memory was busy
   for (int pass = 0; pass < 8 && !keys.empty(); ++pass) {
     std::map<std::string, std::vector<size_t>> by_node;  // endpoint -> positions in keys
+    std::map<std::string, std::string> node_of;          // endpoint -> node id
     for (size_t x = 0; x < keys.size(); ++x) {
       const auto& r = replicas.results(static_cast<int>(keys[x]));
       while (next_replica[x] < r.disk_replicas_size() &&
@@ -700,13 +701,18 @@ void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
         ++next_replica[x];
       }
       if (next_replica[x] < r.disk_replicas_size()) {
-        by_node[r.disk_replicas(next_replica[x]).endpoint()].push_back(x);
+        const auto& d = r.disk_replicas(next_replica[x]);
+        by_node[d.endpoint()].push_back(x);
+        node_of.emplace(d.endpoint(), d.node_id());
       }
     }
     if (by_node.empty()) break;
     std::vector<std::pair<std::string, std::vector<size_t>>> nodes(by_node.begin(), by_node.end());
     pool_.ParallelFor(nodes.size(), [&](size_t g) {
       const auto& [endpoint, members] = nodes[g];
+      // A node on this host stages into shared memory (the same host test as memory replicas).
+      const bool same_host =
+          options_.use_shared_memory && directory_.NodeIsLocal(node_of.at(endpoint));
       std::vector<transfer::DiskReadItem> items;
       items.reserve(members.size());
       for (size_t x : members) {
@@ -716,7 +722,7 @@ void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
         items.push_back({names[todo[k]], d.location(), r.checksum(), r.size(),
                          {dst[todo[k]].begin(), dst[todo[k]].end()}});
       }
-      std::vector<Status> got = io_.ReadDisk(endpoint, items);
+      std::vector<Status> got = io_.ReadDisk(endpoint, items, same_host);
       for (size_t m = 0; m < members.size(); ++m) {
         const size_t i = todo[keys[members[m]]];
         if (got[m].ok()) {

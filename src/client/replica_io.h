@@ -19,10 +19,18 @@
 // the shared memory after the copy, which another process may have written meanwhile.
 // Mappings of segments that vanished from the directory, or whose file is gone, are dropped at
 // every directory refresh (at least every SegmentDirectory::kMaxAge while the client reads).
+// Disk loads from a node on this host (ReadDisk with same_host) go through the node's
+// shared-memory staging region (DISK_STAGE): the node names where each object sits, this class
+// copies it out of a read-only mapping of the region (verified against the region's token the
+// node gave over the connection), checks the slot's generation after the copy and then the
+// checksum. Whatever that path cannot deliver for a reason other than the node's word that the
+// copy is gone or damaged (region busy or too small, slot reclaimed during the copy, no region,
+// connection trouble) is read again over TCP in the same call.
 // Thread safety: any thread; the mapping cache and the transport are shared and thread-safe.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -35,6 +43,7 @@
 #include "granary/client.h"
 #include "granary/proto/master.pb.h"
 #include "transfer/shm_mapping.h"
+#include "transfer/shm_staging.h"
 #include "transfer/tcp_transport.h"
 
 namespace granary::client {
@@ -60,20 +69,32 @@ class ReplicaIo {
   // a status per item, OK only when the bytes in its dst hash to its checksum (else
   // CHECKSUM_MISMATCH, and the bytes must not be used).
   std::vector<Status> ReadDisk(const std::string& endpoint,
-                               std::span<transfer::DiskReadItem> items);
+                               std::span<transfer::DiskReadItem> items, bool same_host = false);
   ClientStats Stats() const;
 
  private:
   // The replica's bytes in this process's address space, or an empty view to use TCP. A view is
   // returned only when the segment's header token equals the replica's.
   LocalView MapLocal(const proto::Replica& replica);
+  // The node's staging region mapped here, or null (none, not this host's, asked too recently).
+  std::shared_ptr<transfer::StagingView> StagingFor(const std::string& endpoint);
+  void DropStaging(const std::string& endpoint, const transfer::StagingView* view);
+  // The shared-memory part of ReadDisk: marks in `done` the items it settled.
+  void ReadDiskStaged(const std::string& endpoint, std::span<transfer::DiskReadItem> items,
+                      std::vector<Status>& out, std::vector<char>& done);
 
   SegmentDirectory* directory_;
   transfer::ShmMappingCache* mappings_;
   transfer::TcpTransport* tcp_;
   bool use_shm_;
   std::atomic<uint64_t> shm_written_{0}, shm_read_{0}, tcp_written_{0}, tcp_read_{0};
-  std::atomic<uint64_t> disk_read_{0};
+  std::atomic<uint64_t> disk_read_{0}, disk_read_shm_{0};
+  struct Staging {
+    std::shared_ptr<transfer::StagingView> view;
+    std::chrono::steady_clock::time_point retry_after{};  // after a failed look, no earlier
+  };
+  std::mutex staging_mu_;
+  std::unordered_map<std::string, Staging> staging_;  // by endpoint
 };
 
 }  // namespace granary::client

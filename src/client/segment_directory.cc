@@ -27,6 +27,32 @@ std::optional<LocalSegment> SegmentDirectory::Local(uint64_t segment_id) {
   return it->second.segment;
 }
 
+bool SegmentDirectory::NodeIsLocal(const std::string& node_id) {
+  if (node_id.empty()) return false;
+  auto look = [&]() -> std::optional<bool> {  // caller holds mu_
+    for (const auto& [id, e] : entries_) {
+      if (e.node_id == node_id) return e.local;
+    }
+    return std::nullopt;
+  };
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<bool> known = look();
+    if (known) {
+      const bool old = master_ != nullptr && now - last_success_ > kMaxAge &&
+                       now - age_claim_ > std::chrono::milliseconds(100);
+      if (!old) return *known;
+      age_claim_ = now;
+    } else if (now - last_refresh_ < std::chrono::milliseconds(100)) {
+      return false;
+    }
+  }
+  (void)Refresh();
+  std::lock_guard lock(mu_);
+  return look().value_or(false);
+}
+
 void SegmentDirectory::Learn(uint64_t segment_id, LocalSegment segment) {
   std::lock_guard lock(mu_);
   entries_[segment_id] = Entry{true, std::move(segment)};
@@ -50,6 +76,7 @@ Status SegmentDirectory::Refresh() {
       Entry e;
       e.local = !info.shm_name().empty() && info.host_id() == host_id_;
       e.segment = {info.shm_name(), info.size(), info.token()};
+      e.node_id = info.node_id();
       if (e.local) live.insert(info.shm_name());
       entries_[info.segment_id()] = std::move(e);
     }

@@ -40,6 +40,9 @@ class SegmentDirectory {
   // The shm name and size of segment_id if it is on this host; nullopt if it is remote or
   // unknown even after a refresh.
   std::optional<LocalSegment> Local(uint64_t segment_id);
+  // Whether the node `node_id` (a segment's owner, as a disk replica names it) is on this host,
+  // by the same host-id test and cache rules as Local; false when it is unknown.
+  bool NodeIsLocal(const std::string& node_id);
   Status Refresh();
   using RefreshListener = std::function<void(const std::set<std::string>& live_local_shm_names)>;
   void OnRefresh(RefreshListener listener) { listener_ = std::move(listener); }
@@ -52,6 +55,7 @@ class SegmentDirectory {
   struct Entry {
     bool local = false;
     LocalSegment segment;
+    std::string node_id;
   };
   proto::Master::Stub* master_;
   std::string host_id_;

@@ -78,9 +78,24 @@ bool SendResponse(int fd, uint64_t request_id, ErrorCode status, const uint8_t* 
 
 bool WellFormed(const RequestHeader& h) {
   bool opcode_ok = h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite ||
-                   h.opcode == Opcode::kPing || h.opcode == Opcode::kDiskRead;
-  const uint64_t max_length =
-      h.opcode == Opcode::kDiskRead ? transfer::kMaxDiskReadBody : transfer::kMaxRequestBytes;
+                   h.opcode == Opcode::kPing || h.opcode == Opcode::kDiskRead ||
+                   h.opcode == Opcode::kDiskStage || h.opcode == Opcode::kStageRelease ||
+                   h.opcode == Opcode::kStageInfo;
+  uint64_t max_length = transfer::kMaxRequestBytes;
+  switch (h.opcode) {
+    case Opcode::kDiskRead:
+    case Opcode::kDiskStage:
+      max_length = transfer::kMaxDiskReadBody;
+      break;
+    case Opcode::kStageRelease:
+      max_length = transfer::kMaxStageReleaseBody;
+      break;
+    case Opcode::kStageInfo:
+      max_length = 0;
+      break;
+    default:
+      break;
+  }
   return h.magic == transfer::kRequestMagic && h.version == transfer::kProtocolVersion &&
          opcode_ok && h.reserved == 0 && h.length <= max_length;
 }
@@ -200,6 +215,7 @@ void DataServer::AcceptLoop() {
     }
     auto conn = std::make_unique<Conn>();
     conn->fd = fd;
+    conn->id = next_conn_id_.fetch_add(1, std::memory_order_relaxed);
     Conn* raw = conn.get();
     conns_.push_back(std::move(conn));
     open_connections_++;
@@ -257,6 +273,18 @@ void DataServer::Serve(Conn* conn) {
       if (!ServeDiskRead(fd, h)) break;
       continue;
     }
+    if (h.opcode == Opcode::kDiskStage) {
+      if (!ServeDiskStage(fd, conn->id, h)) break;
+      continue;
+    }
+    if (h.opcode == Opcode::kStageRelease) {
+      if (!ServeStageRelease(fd, conn->id, h)) break;
+      continue;
+    }
+    if (h.opcode == Opcode::kStageInfo) {
+      if (!ServeStageInfo(fd, h)) break;
+      continue;
+    }
     // Token first: with a stale token the range means nothing here. Overflow-safe range check.
     ErrorCode refusal = ErrorCode::OK;
     const uint64_t current = token_.load(std::memory_order_acquire);
@@ -309,6 +337,10 @@ void DataServer::Serve(Conn* conn) {
       bytes_read_ += h.length;
     }
   }
+  // The client may have died between staging and release: its slots go back now, not at the TTL.
+  if (ShmStaging* staging = staging_.load(std::memory_order_acquire)) {
+    staging->ReleaseOwner(conn->id);
+  }
   std::lock_guard lock(mu_);
   close(conn->fd);
   conn->fd = -1;
@@ -356,6 +388,115 @@ bool DataServer::ServeDiskRead(int fd, const RequestHeader& h) {
   });
 }
 
+// DISK_STAGE: DISK_READ's body and framing, but an OK entry's payload is where its bytes are.
+bool DataServer::ServeDiskStage(int fd, uint64_t conn_id, const RequestHeader& h) {
+  std::vector<uint8_t> body(h.length);
+  if (!RecvAll(fd, body.data(), body.size())) {
+    errors_++;
+    return false;
+  }
+  DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
+  ShmStaging* staging = staging_.load(std::memory_order_acquire);
+  Result<std::vector<DiskReadService::Entry>> entries =
+      Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, "this node has no staging region");
+  if (h.offset != 0 || h.segment_token != 0) {
+    entries = Status(ErrorCode::INVALID_PARAMS, "DISK_STAGE with an offset or a segment token");
+  } else if (reads == nullptr) {
+    entries = Status(ErrorCode::OBJECT_NOT_FOUND, "this node has no disk tier");
+  } else if (staging != nullptr) {
+    entries = DiskReadService::Parse(body);
+  }
+  if (!entries.ok()) {
+    errors_++;
+    GLOG_DEBUG("data server refused a DISK_STAGE: {}", entries.status().ToString());
+    return SendResponse(fd, h.request_id, entries.status().code(), nullptr, 0);
+  }
+  ResponseHeader head;
+  head.status = 0;
+  head.request_id = h.request_id;
+  head.length = entries->size();
+  iovec iov{&head, sizeof(head)};
+  if (!SendAll(fd, &iov, 1)) return false;
+  const uint64_t token = staging->token();
+  return reads->ServeStaged(
+      *entries, staging, conn_id,
+      [&](uint32_t index, ErrorCode code, const ShmStaging::Grant* grant) {
+        transfer::StagedSlot slot;
+        if (code == ErrorCode::OK) {
+          slot.region_token = token;
+          slot.offset = grant->offset;
+          slot.length = (*entries)[index].size;
+          slot.slot = grant->slot;
+          slot.generation = grant->generation;
+          disk_bytes_staged_ += slot.length;
+        } else {
+          errors_++;
+        }
+        const bool ok = code == ErrorCode::OK;
+        if (!SendResponse(fd, index, code, reinterpret_cast<const uint8_t*>(&slot),
+                          ok ? sizeof(slot) : 0)) {
+          errors_++;
+          return false;
+        }
+        return true;
+      });
+}
+
+// STAGE_RELEASE: each ref is judged alone; only this connection's handed slots are freed.
+bool DataServer::ServeStageRelease(int fd, uint64_t conn_id, const RequestHeader& h) {
+  std::vector<uint8_t> body(h.length);
+  if (!RecvAll(fd, body.data(), body.size())) {
+    errors_++;
+    return false;
+  }
+  ShmStaging* staging = staging_.load(std::memory_order_acquire);
+  transfer::StageReleaseBody rb;
+  ErrorCode refusal = ErrorCode::OK;
+  if (staging == nullptr) {
+    refusal = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  } else if (h.offset != 0 || h.segment_token != 0 || body.size() < sizeof(rb)) {
+    refusal = ErrorCode::INVALID_PARAMS;
+  } else {
+    std::memcpy(&rb, body.data(), sizeof(rb));
+    if (rb.reserved != 0 || rb.count == 0 || rb.count > transfer::kMaxStageRelease ||
+        body.size() != sizeof(rb) + uint64_t{rb.count} * sizeof(transfer::SlotRef)) {
+      refusal = ErrorCode::INVALID_PARAMS;
+    }
+  }
+  if (refusal != ErrorCode::OK) {
+    errors_++;
+    return SendResponse(fd, h.request_id, refusal, nullptr, 0);
+  }
+  std::vector<int32_t> codes(rb.count);
+  for (uint32_t i = 0; i < rb.count; ++i) {
+    transfer::SlotRef ref;
+    std::memcpy(&ref, body.data() + sizeof(rb) + i * sizeof(ref), sizeof(ref));
+    const ErrorCode code = ref.reserved != 0 ? ErrorCode::INVALID_PARAMS
+                                             : staging->Release(ref.slot, ref.generation, conn_id);
+    if (code != ErrorCode::OK) errors_++;
+    codes[i] = static_cast<int32_t>(code);
+  }
+  return SendResponse(fd, h.request_id, ErrorCode::OK, reinterpret_cast<const uint8_t*>(codes.data()),
+                      codes.size() * sizeof(int32_t));
+}
+
+bool DataServer::ServeStageInfo(int fd, const RequestHeader& h) {
+  ShmStaging* staging = staging_.load(std::memory_order_acquire);
+  if (staging == nullptr || disk_reads_.load(std::memory_order_acquire) == nullptr) {
+    errors_++;
+    return SendResponse(fd, h.request_id, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, nullptr, 0);
+  }
+  transfer::StageInfo info;
+  info.region_token = staging->token();
+  info.data_bytes = staging->data_bytes();
+  info.slot_count = staging->slot_count();
+  info.name_len = static_cast<uint32_t>(staging->name().size());
+  std::vector<uint8_t> payload(sizeof(info) + info.name_len);
+  std::memcpy(payload.data(), &info, sizeof(info));
+  std::memcpy(payload.data() + sizeof(info), staging->name().data(), info.name_len);
+  return SendResponse(fd, h.request_id, ErrorCode::OK, payload.data(), payload.size());
+}
+
 void DataServer::Stop() {
   std::lock_guard stop_lock(stop_mu_);
   {
@@ -396,6 +537,7 @@ DataServer::Stats DataServer::stats() const {
   s.rejected_frames = rejected_frames_.load();
   s.rejected_connections = rejected_connections_.load();
   s.disk_bytes_read = disk_bytes_read_.load();
+  s.disk_bytes_staged = disk_bytes_staged_.load();
   return s;
 }
 

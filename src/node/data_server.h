@@ -11,7 +11,10 @@
 // with no staging copy: recv() lands in the segment, send() leaves from it.
 //
 // With a disk tier (SetDiskReads), DISK_READ requests are answered from the node's disk
-// (node/disk_read_service.h); without one they are refused with OBJECT_NOT_FOUND.
+// (node/disk_read_service.h); without one they are refused with OBJECT_NOT_FOUND. With a staging
+// region too (SetShmStaging), same-host clients may ask for DISK_STAGE instead: the bytes stay
+// in shared memory, in slots owned by the asking connection until its STAGE_RELEASE, its close
+// (every slot a connection still holds is freed when its thread ends) or the region's TTL.
 //
 // Threads: one acceptor and one thread per connection with blocking I/O (simple, and as fast as
 // anything else on a 2-core node); connections beyond max_connections are closed on accept. A peer
@@ -36,6 +39,7 @@
 
 #include "granary/status.h"
 #include "node/disk_read_service.h"
+#include "node/shm_staging.h"
 #include "transfer/protocol.h"
 
 namespace granary::node {
@@ -61,6 +65,7 @@ class DataServer {
     uint64_t rejected_frames = 0;       // malformed headers (their connection was closed)
     uint64_t rejected_connections = 0;  // closed on accept: max_connections reached
     uint64_t disk_bytes_read = 0;       // payload bytes answered from the disk tier (DISK_READ)
+    uint64_t disk_bytes_staged = 0;     // object bytes staged in shared memory (DISK_STAGE)
   };
 
   // `segment_token` identifies the segment's current mount; requests carrying another are stale.
@@ -85,11 +90,15 @@ class DataServer {
   uint64_t token() const { return token_.load(std::memory_order_acquire); }
   // Serves DISK_READ from `reads` (borrowed: it must outlive Stop()); null refuses them.
   void SetDiskReads(DiskReadService* reads) { disk_reads_.store(reads, std::memory_order_release); }
+  // Serves DISK_STAGE / STAGE_RELEASE / STAGE_INFO from `staging` (borrowed: it must outlive
+  // Stop()); null refuses them with UNAVAILABLE_IN_CURRENT_STATUS. Set before Start().
+  void SetShmStaging(ShmStaging* staging) { staging_.store(staging, std::memory_order_release); }
 
  private:
   struct Conn {
     int fd = -1;  // -1 once closed; guarded by mu_
     bool done = false;
+    uint64_t id = 0;  // owns this connection's staging slots
     std::thread thread;
   };
 
@@ -98,11 +107,16 @@ class DataServer {
   void ReapFinished();
   // False when the connection must close.
   bool ServeDiskRead(int fd, const transfer::RequestHeader& h);
+  bool ServeDiskStage(int fd, uint64_t conn_id, const transfer::RequestHeader& h);
+  bool ServeStageRelease(int fd, uint64_t conn_id, const transfer::RequestHeader& h);
+  bool ServeStageInfo(int fd, const transfer::RequestHeader& h);
 
   uint8_t* const base_;
   const uint64_t size_;
   std::atomic<uint64_t> token_;
   std::atomic<DiskReadService*> disk_reads_{nullptr};
+  std::atomic<ShmStaging*> staging_{nullptr};
+  std::atomic<uint64_t> next_conn_id_{1};
   const Options options_;
 
   std::atomic<uint16_t> port_{0};
@@ -124,6 +138,7 @@ class DataServer {
   std::atomic<uint64_t> rejected_frames_{0};
   std::atomic<uint64_t> rejected_connections_{0};
   std::atomic<uint64_t> disk_bytes_read_{0};
+  std::atomic<uint64_t> disk_bytes_staged_{0};
 };
 
 }  // namespace granary::node

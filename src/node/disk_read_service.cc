@@ -99,6 +99,10 @@ struct DiskReadService::Window {
   uint64_t bytes = 0;          // staging it needs
   bool staged = false;         // budget and memory obtained
   std::unique_ptr<std::byte, void (*)(std::byte*)> staging{nullptr, [](std::byte* p) { std::free(p); }};
+  ShmStaging* shm = nullptr;   // set: the window's memory is slots of this region
+  uint64_t owner = 0;
+  std::vector<ShmStaging::Grant> grants;  // per read, when shm
+  std::vector<char> handed;               // per read: the slot went to the client
   std::vector<disk::ReadRequest> reads;
   std::vector<size_t> read_of;  // entry - begin -> its read, SIZE_MAX when it has none
   std::vector<disk::ReadResult> results;
@@ -106,12 +110,26 @@ struct DiskReadService::Window {
 
 void DiskReadService::Load(const std::vector<Entry>& entries, const std::vector<char>& held,
                            Window& w) {
-  if (!AcquireStaging(w.bytes)) return;
-  if (w.bytes > 0) {
-    w.staging.reset(static_cast<std::byte*>(std::aligned_alloc(disk::kBlockSize, w.bytes)));
-    if (!w.staging) {
-      ReleaseStaging(w.bytes);
-      return;
+  if (w.shm != nullptr) {
+    // One slot per object read: each is released on its own by the client.
+    std::vector<uint64_t> sizes;
+    for (size_t i = w.begin; i < w.end; ++i) {
+      if (held[i]) sizes.push_back(disk::DiskStore::ReadBufferSize(entries[i].size));
+    }
+    if (!sizes.empty()) {
+      auto grants = w.shm->Acquire(sizes, w.owner, options_.budget_wait_ms);
+      if (!grants.ok()) return;
+      w.grants = std::move(*grants);
+      w.handed.assign(w.grants.size(), 0);
+    }
+  } else {
+    if (!AcquireStaging(w.bytes)) return;
+    if (w.bytes > 0) {
+      w.staging.reset(static_cast<std::byte*>(std::aligned_alloc(disk::kBlockSize, w.bytes)));
+      if (!w.staging) {
+        ReleaseStaging(w.bytes);
+        return;
+      }
     }
   }
   w.staged = true;
@@ -120,15 +138,19 @@ void DiskReadService::Load(const std::vector<Entry>& entries, const std::vector<
   for (size_t i = w.begin; i < w.end; ++i) {
     if (!held[i]) continue;
     const uint64_t need = disk::DiskStore::ReadBufferSize(entries[i].size);
-    w.read_of[i - w.begin] = w.reads.size();
-    w.reads.push_back({entries[i].key, entries[i].location,
-                       std::span<std::byte>(w.staging.get() + at, need)});
+    const size_t r = w.reads.size();
+    w.read_of[i - w.begin] = r;
+    std::span<std::byte> buffer = w.shm != nullptr
+                                      ? w.grants[r].buffer.first(need)
+                                      : std::span<std::byte>(w.staging.get() + at, need);
+    w.reads.push_back({entries[i].key, entries[i].location, buffer});
     at += need;
   }
   if (!w.reads.empty()) w.results = store_->Read(w.reads);
 }
 
-bool DiskReadService::EmitWindow(const std::vector<Entry>& entries, Window& w, const Emit& emit) {
+bool DiskReadService::EmitWindow(const std::vector<Entry>& entries, Window& w,
+                                 const EmitAny& emit) {
   for (size_t i = w.begin; i < w.end; ++i) {
     const Entry& e = entries[i];
     if (!w.staged) {
@@ -136,7 +158,9 @@ bool DiskReadService::EmitWindow(const std::vector<Entry>& entries, Window& w, c
         std::lock_guard lock(mu_);
         stats_.refused++;
       }
-      if (!emit(static_cast<uint32_t>(i), ErrorCode::NO_AVAILABLE_HANDLE, {})) return false;
+      if (!emit(static_cast<uint32_t>(i), ErrorCode::NO_AVAILABLE_HANDLE, {}, nullptr)) {
+        return false;
+      }
       continue;
     }
     const size_t r_index = w.read_of[i - w.begin];
@@ -169,20 +193,51 @@ bool DiskReadService::EmitWindow(const std::vector<Entry>& entries, Window& w, c
       }
     }
     std::span<const std::byte> bytes;
-    if (code == ErrorCode::OK) bytes = {w.reads[r_index].buffer.data(), e.size};
-    if (!emit(static_cast<uint32_t>(i), code, bytes)) return false;
+    const ShmStaging::Grant* grant = nullptr;
+    if (code == ErrorCode::OK) {
+      bytes = {w.reads[r_index].buffer.data(), e.size};
+      if (w.shm != nullptr) {
+        // Handed before the client can know of it: from now on only its release, the
+        // connection's close or the TTL frees it.
+        grant = &w.grants[r_index];
+        w.shm->Hand(grant->slot);
+        w.handed[r_index] = 1;
+      }
+    }
+    if (!emit(static_cast<uint32_t>(i), code, bytes, grant)) return false;
   }
   return true;
 }
 
 void DiskReadService::Release(Window& w) {
   if (!w.staged) return;
-  w.staging.reset();
-  ReleaseStaging(w.bytes);
+  if (w.shm != nullptr) {
+    for (size_t r = 0; r < w.grants.size(); ++r) {
+      if (!w.handed[r]) w.shm->Free(w.grants[r].slot);  // refused entries: nobody will read them
+    }
+    w.grants.clear();
+  } else {
+    w.staging.reset();
+    ReleaseStaging(w.bytes);
+  }
   w.staged = false;
 }
 
 bool DiskReadService::Serve(const std::vector<Entry>& entries, const Emit& emit) {
+  return Run(entries, nullptr, 0,
+             [&](uint32_t index, ErrorCode code, std::span<const std::byte> bytes,
+                 const ShmStaging::Grant*) { return emit(index, code, bytes); });
+}
+
+bool DiskReadService::ServeStaged(const std::vector<Entry>& entries, ShmStaging* staging,
+                                  uint64_t owner, const EmitStaged& emit) {
+  return Run(entries, staging, owner,
+             [&](uint32_t index, ErrorCode code, std::span<const std::byte>,
+                 const ShmStaging::Grant* grant) { return emit(index, code, grant); });
+}
+
+bool DiskReadService::Run(const std::vector<Entry>& entries, ShmStaging* staging, uint64_t owner,
+                          const EmitAny& emit) {
   // Only entries naming the copy the index holds get staging and I/O: a request's sizes are the
   // asker's word, the index's are not (made-up keys claiming 1 GiB each must cost nothing).
   std::vector<char> held(entries.size(), 0);
@@ -193,13 +248,21 @@ bool DiskReadService::Serve(const std::vector<Entry>& entries, const Emit& emit)
   }
   // Windows: consecutive entries up to the entry and byte caps (at least one each).
   std::vector<Window> windows;
+  // In shared memory a window's slots stay taken until the client releases them after the
+  // whole answer (the client keeps a request's total to a fraction of the region); a window
+  // is at most half of it, so one large request cannot starve every other connection.
+  const uint64_t window_bytes =
+      staging != nullptr ? std::min(options_.window_bytes, staging->data_bytes() / 2)
+                         : options_.window_bytes;
   for (size_t next = 0; next < entries.size();) {
     Window w;
+    w.shm = staging;
+    w.owner = owner;
     w.begin = next;
     w.end = next;
     while (w.end < entries.size() && w.end - w.begin < options_.window_entries) {
       const uint64_t need = held[w.end] ? disk::DiskStore::ReadBufferSize(entries[w.end].size) : 0;
-      if (w.end > w.begin && w.bytes + need > options_.window_bytes) break;
+      if (w.end > w.begin && w.bytes + need > window_bytes) break;
       w.bytes += need;
       ++w.end;
     }

@@ -14,6 +14,10 @@
 // (4 KiB-aligned, as O_DIRECT needs) is charged to one node-wide budget, so many connections
 // cannot make the node allocate without bound: a window waits (bounded) for budget, and is
 // refused with NO_AVAILABLE_HANDLE when none frees up in time.
+// ServeStaged (same-host clients, DISK_STAGE) reads into slots of the node's shared-memory staging
+// region (node/shm_staging.h) instead: the region is that path's budget; an entry answered OK
+// leaves its slot handed to the connection (the client copies and releases it), every other
+// entry's slot is freed at once.
 // Ownership: borrows the store, which must outlive the service; owns its reader threads (the
 // I/O engine keeps a ring per thread, so readers are long-lived, not one per window).
 // Thread safety: Serve may be called from many threads at once (one per connection).
@@ -32,6 +36,7 @@
 
 #include "disk/disk_store.h"
 #include "granary/status.h"
+#include "node/shm_staging.h"
 
 namespace granary::node {
 
@@ -69,6 +74,13 @@ class DiskReadService {
   // Reads the entries and emits each; false when an Emit returned false.
   bool Serve(const std::vector<Entry>& entries, const Emit& emit);
 
+  // Called once per entry, in order; `grant` is set (the slot handed to `owner`) when code is OK.
+  using EmitStaged =
+      std::function<bool(uint32_t index, ErrorCode code, const ShmStaging::Grant* grant)>;
+  // Serve, but into `staging` (borrowed) for `owner` (the connection): see above.
+  bool ServeStaged(const std::vector<Entry>& entries, ShmStaging* staging, uint64_t owner,
+                   const EmitStaged& emit);
+
   struct Stats {
     uint64_t objects = 0;    // entries answered with bytes
     uint64_t bytes = 0;
@@ -84,7 +96,12 @@ class DiskReadService {
   void ReleaseStaging(uint64_t bytes);
   // Stages and reads one window (on a reader thread); leaves it unstaged when budget is short.
   void Load(const std::vector<Entry>& entries, const std::vector<char>& held, Window& w);
-  bool EmitWindow(const std::vector<Entry>& entries, Window& w, const Emit& emit);
+  using EmitAny = std::function<bool(uint32_t index, ErrorCode code,
+                                     std::span<const std::byte> bytes,
+                                     const ShmStaging::Grant* grant)>;
+  bool Run(const std::vector<Entry>& entries, ShmStaging* staging, uint64_t owner,
+           const EmitAny& emit);
+  bool EmitWindow(const std::vector<Entry>& entries, Window& w, const EmitAny& emit);
   void Release(Window& w);
   std::future<void> Submit(std::function<void()> job);
   void ReaderLoop();

@@ -39,6 +39,8 @@ struct NodeConfig {
   std::string disk_eviction = granary::node::DiskTierSettings{}.eviction;
   std::string disk_io = granary::node::DiskTierSettings{}.io;
   int64_t offload_interval_ms = granary::node::DiskTierSettings{}.offload_interval_ms;
+  uint64_t disk_shm_staging = granary::node::StorageNodeOptions{}.disk_shm_staging_bytes;
+  int64_t disk_staging_ttl_ms = granary::node::StorageNodeOptions{}.disk_staging_ttl_ms;
 };
 
 // Half of what /dev/shm can still hold, a quarter of RAM, and at most 4 GiB.
@@ -88,6 +90,10 @@ int main(int argc, char** argv) {
   schema.AddString("disk_io", &c.disk_io, "SSD tier: auto (io_uring where it works), uring or posix");
   schema.AddDurationMs("offload_interval", &c.offload_interval_ms,
                        "SSD tier: how often to ask the master what to copy to disk");
+  schema.AddSize("disk_shm_staging", &c.disk_shm_staging,
+                 "SSD tier: shared-memory staging for same-host clients' loads (0: TCP only)");
+  schema.AddDurationMs("disk_staging_ttl", &c.disk_staging_ttl_ms,
+                       "SSD tier: a staged load not released by its client this long is reclaimed");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
   schema.AddPort("master_port", &c.master_port, "with --standalone: the master's gRPC port");
   schema.AddPort("http_port", &c.http_port, "with --standalone: the master's HTTP port");
@@ -136,6 +142,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.disk = std::move(*disk);
+    options.disk_shm_staging_bytes = c.disk_shm_staging;
+    options.disk_staging_ttl_ms = c.disk_staging_ttl_ms;
   }
   auto node = node::StorageNode::Start(options);
   if (!node.ok()) {

@@ -1,5 +1,7 @@
 #include "node/storage_node.h"
 
+#include <algorithm>
+
 #include <atomic>
 
 #include <unistd.h>
@@ -82,6 +84,19 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
     auto tier = DiskTier::Open(o.disk, node->segment_.get(), node->master_.get(), node->client_id_);
     if (!tier.ok()) return tier.status();
     node->disk_ = std::move(*tier);
+    if (o.disk_shm_staging_bytes > 0) {
+      ShmStaging::Options so;
+      so.bytes = o.disk_shm_staging_bytes;
+      so.slot_ttl_ms = static_cast<int>(std::clamp<int64_t>(o.disk_staging_ttl_ms, 1, 86'400'000));
+      auto staging = ShmStaging::Create(ShmNameFor(o.segment_name) + "-stage", so);
+      if (staging.ok()) {
+        node->staging_ = std::move(*staging);
+        node->server_->SetShmStaging(node->staging_.get());
+      } else {
+        GLOG_WARN("no shared-memory staging for same-host disk loads ({}): they go over TCP",
+                  staging.status().ToString());
+      }
+    }
     node->server_->SetDiskReads(node->disk_->reads());
   }
   Status mounted = node->Mount();

@@ -36,6 +36,7 @@
 #include "node/data_server.h"
 #include "node/disk_tier.h"
 #include "node/shm_segment.h"
+#include "node/shm_staging.h"
 
 namespace granary::node {
 
@@ -55,6 +56,10 @@ struct StorageNodeOptions {
   int64_t reclaim_interval_ms = 30'000;
   // The SSD tier (node/disk_tier.h); disk.store.dir empty: none.
   DiskTierOptions disk;
+  // With a disk tier: the shared-memory staging region for same-host loads (node/shm_staging.h),
+  // "<segment shm name>-stage" in /dev/shm. 0, or a region that cannot be made: TCP loads only.
+  uint64_t disk_shm_staging_bytes = 256ull << 20;
+  int64_t disk_staging_ttl_ms = 30'000;  // a staged slot not released this long is reclaimed
 };
 
 class StorageNode {
@@ -76,6 +81,7 @@ class StorageNode {
   // The master confirmed the mount under the current token (false while a remount is in flight).
   bool mounted() const { return mounted_.load(); }
   DiskTier* disk() { return disk_.get(); }  // null without a disk tier
+  ShmStaging* staging() { return staging_.get(); }  // null without same-host disk staging
 
  private:
   explicit StorageNode(StorageNodeOptions options);
@@ -92,6 +98,7 @@ class StorageNode {
   // the heartbeat thread only.
   bool maybe_mounted_ = false;
   std::unique_ptr<ShmSegment> segment_;
+  std::unique_ptr<ShmStaging> staging_;  // outlives server_ (declared before it)
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<proto::Master::Stub> master_;

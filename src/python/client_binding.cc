@@ -404,6 +404,7 @@ class PyClient {
     d["tcp_bytes_read"] = s.tcp_bytes_read;
     d["shm_mappings"] = s.shm_mappings;
     d["disk_bytes_read"] = s.disk_bytes_read;
+    d["disk_bytes_read_shm"] = s.disk_bytes_read_shm;
     return d;
   }
   const std::string& client_id() const { return client_->client_id(); }

@@ -17,8 +17,9 @@
 //   INVALID_PARAMS    (-600)  offset > segment size or length > size - offset (overflow-safe;
 //                             a range ending exactly at the segment's end is valid).
 // Closing without an answer (malformed header, not a refusal): magic != kRequestMagic,
-// version != kProtocolVersion, opcode not READ/WRITE/PING, reserved != 0, or
-// length > kMaxRequestBytes. PING ignores segment_token, offset and length (it carries no payload).
+// version != kProtocolVersion, an unknown opcode, reserved != 0, or a length over the opcode's
+// limit (kMaxRequestBytes; DISK_READ/DISK_STAGE kMaxDiskReadBody; STAGE_RELEASE
+// kMaxStageReleaseBody; STAGE_INFO 0). PING ignores segment_token, offset and length (it carries no payload).
 // A peer silent for the node's idle timeout (mid-frame or between requests) is disconnected.
 //
 // DISK_READ (the SSD tier's loads) reads whole objects from the node's disk, many per request so
@@ -34,6 +35,25 @@
 // version under the key, evicted).
 // A malformed body (counts, lengths) is refused with INVALID_PARAMS (length 0) and the
 // connection stays in sync; a node without a disk tier refuses with OBJECT_NOT_FOUND.
+//
+// Same-host loads (DISK_STAGE, STAGE_RELEASE, STAGE_INFO; docs/disk.md "Loads") leave the bytes
+// in the node's shared-memory staging region (transfer/shm_staging.h) instead of the socket:
+//   STAGE_INFO    (length 0) -> ResponseHeader{length = sizeof(StageInfo) + name_len}, StageInfo,
+//                 the region's shm name. A node without a region refuses with
+//                 UNAVAILABLE_IN_CURRENT_STATUS (length 0): the client loads over DISK_READ.
+//   DISK_STAGE    body exactly as DISK_READ's; the response is framed as DISK_READ's, but an OK
+//                 entry carries a StagedSlot (length = sizeof(StagedSlot)) saying where its
+//                 bytes are, not the bytes. Each such slot belongs to this connection until
+//                 released: by STAGE_RELEASE, by closing the connection, or by the node after
+//                 its TTL (the node bumps the slot's generation in the region before reusing
+//                 the space, so a copy that overlapped the reuse fails its generation check).
+//                 Refusals as DISK_READ's, plus UNAVAILABLE_IN_CURRENT_STATUS for the request
+//                 when the node has no region.
+//   STAGE_RELEASE body: StageReleaseBody then `count` (1..kMaxStageRelease) SlotRefs ->
+//                 ResponseHeader{length = 4 * count} then an int32 code per ref: OK (freed),
+//                 INVALID_PARAMS (no such slot id), OBJECT_NOT_FOUND (not staged under that
+//                 generation: released, reclaimed or never granted), ILLEGAL_CLIENT (another
+//                 connection's slot; left alone). A malformed body: INVALID_PARAMS, length 0.
 #pragma once
 
 #include <bit>
@@ -54,6 +74,9 @@ enum class Opcode : uint8_t {
   kWrite = 2,
   kPing = 3,  // no range; answered with status 0 and length 0
   kDiskRead = 4,  // whole objects from the node's disk tier (see above)
+  kDiskStage = 5,     // whole objects into the node's shared-memory staging (same host)
+  kStageRelease = 6,  // gives staged slots back
+  kStageInfo = 7,     // the staging region's name and identity
 };
 
 struct RequestHeader {
@@ -97,5 +120,40 @@ struct DiskReadEntry {
   uint32_t reserved = 0;  // must be 0
 };
 static_assert(sizeof(DiskReadEntry) == 32);
+
+// DISK_STAGE's answer for an entry the node staged: the bytes are [offset, offset + length) of
+// the region's data area, valid while the slot's generation in the region equals `generation`.
+struct StagedSlot {
+  uint64_t region_token = 0;  // the region's identity (StageInfo::region_token)
+  uint64_t offset = 0;        // in the data area; 4 KiB-aligned
+  uint64_t length = 0;        // the object's bytes (the entry's size)
+  uint32_t slot = 0;
+  uint32_t reserved = 0;
+  uint64_t generation = 0;
+};
+static_assert(sizeof(StagedSlot) == 40);
+
+struct StageInfo {
+  uint64_t region_token = 0;
+  uint64_t data_bytes = 0;  // the data area's size: objects staged whole must fit in it
+  uint32_t slot_count = 0;
+  uint32_t name_len = 0;    // shm name bytes that follow
+};
+static_assert(sizeof(StageInfo) == 24);
+
+inline constexpr uint32_t kMaxStageRelease = 1024;
+struct StageReleaseBody {
+  uint32_t count = 0;
+  uint32_t reserved = 0;  // must be 0
+};
+static_assert(sizeof(StageReleaseBody) == 8);
+struct SlotRef {
+  uint32_t slot = 0;
+  uint32_t reserved = 0;  // must be 0
+  uint64_t generation = 0;
+};
+static_assert(sizeof(SlotRef) == 16);
+inline constexpr uint64_t kMaxStageReleaseBody =
+    sizeof(StageReleaseBody) + uint64_t{kMaxStageRelease} * sizeof(SlotRef);
 
 }  // namespace granary::transfer

@@ -53,6 +53,12 @@ const char* OpName(Opcode op) {
       return "PING";
     case Opcode::kDiskRead:
       return "DISK_READ";
+    case Opcode::kDiskStage:
+      return "DISK_STAGE";
+    case Opcode::kStageRelease:
+      return "STAGE_RELEASE";
+    case Opcode::kStageInfo:
+      return "STAGE_INFO";
   }
   return "?";
 }
@@ -555,18 +561,21 @@ Status TcpTransport::Write(const RemoteRange& range, std::span<const std::byte> 
 }
 
 bool TcpTransport::DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadItem> items,
-                                 std::vector<Status>& out, bool* answered) {
+                                 std::vector<Status>& out, bool* answered,
+                                 const StagedCopy* copy) {
   const int timeout = options_.io_timeout_ms;
+  const Opcode op = copy != nullptr ? Opcode::kDiskStage : Opcode::kDiskRead;
   auto broken = [&](size_t from, int err, const std::string& what) {
     for (size_t i = from; i < items.size(); ++i) {
       out[i] = Status(ErrorCode::TRANSFER_FAIL,
-                      "DISK_READ at " + ep.name + ": " + what + ErrnoText(err));
+                      std::string(OpName(op)) + " at " + ep.name + ": " + what + ErrnoText(err));
     }
     return false;
   };
+  std::vector<SlotRef> staged;  // released once every entry is answered
   std::vector<uint8_t> body = DiskReadBodyOf(items);
   RequestHeader req;
-  req.opcode = Opcode::kDiskRead;
+  req.opcode = op;
   req.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
   req.length = body.size();
   iovec iov[2] = {{&req, sizeof(req)}, {body.data(), body.size()}};
@@ -610,6 +619,19 @@ bool TcpTransport::DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadIte
                                 std::string(ErrorCodeName(code)));
       continue;
     }
+    if (copy != nullptr) {
+      StagedSlot slot;
+      if (eh.length != sizeof(slot)) return broken(i, kEof, "a staged entry of another size; ");
+      if (int err = RecvFully(conn.fd, &slot, sizeof(slot), timeout); err != 0) {
+        return broken(i, err, "connection lost: ");
+      }
+      staged.push_back({slot.slot, 0, slot.generation});
+      // Copied now, while the node reads the next window: copies and disk overlap.
+      out[i] = slot.length == items[i].size
+                   ? (*copy)(i, slot)
+                   : Status(ErrorCode::TRANSFER_FAIL, "a staged entry of another length");
+      continue;
+    }
     if (eh.length != items[i].size) {
       return broken(i, kEof, "an entry of " + std::to_string(eh.length) + " bytes, expected " +
                                  std::to_string(items[i].size) + "; ");
@@ -621,11 +643,48 @@ bool TcpTransport::DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadIte
     }
     out[i] = Status::Ok();
   }
+  // Every slot back in one STAGE_RELEASE (a request has at most kMaxDiskReadEntries entries,
+  // the release limit too). The copies stand whatever happens here: each checked its slot's
+  // generation. A failed release closes the connection, which releases them on the node.
+  static_assert(kMaxDiskReadEntries <= kMaxStageRelease);
+  if (!staged.empty()) {
+    StageReleaseBody rb;
+    rb.count = static_cast<uint32_t>(staged.size());
+    RequestHeader rel;
+    rel.opcode = Opcode::kStageRelease;
+    rel.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+    rel.length = sizeof(rb) + staged.size() * sizeof(SlotRef);
+    iovec riov[3] = {{&rel, sizeof(rel)}, {&rb, sizeof(rb)},
+                     {staged.data(), staged.size() * sizeof(SlotRef)}};
+    if (SendFully(conn.fd, riov, 3, timeout) != 0) return false;
+    ResponseHeader rh;
+    if (RecvFully(conn.fd, &rh, sizeof(rh), timeout) != 0) return false;
+    if (rh.magic != kResponseMagic || rh.request_id != rel.request_id || rh.status != 0 ||
+        rh.length != staged.size() * sizeof(int32_t)) {
+      return false;
+    }
+    std::vector<int32_t> codes(staged.size());
+    if (RecvFully(conn.fd, codes.data(), rh.length, timeout) != 0) return false;
+  }
   return true;
 }
 
 std::vector<Status> TcpTransport::ReadDisk(const std::string& endpoint,
                                            std::span<DiskReadItem> items) {
+  return ReadDiskRounds(endpoint, items, UINT64_MAX, nullptr);
+}
+
+std::vector<Status> TcpTransport::ReadDiskStaged(const std::string& endpoint,
+                                                 std::span<DiskReadItem> items,
+                                                 uint64_t max_request_bytes,
+                                                 const StagedCopy& copy) {
+  return ReadDiskRounds(endpoint, items, max_request_bytes, &copy);
+}
+
+std::vector<Status> TcpTransport::ReadDiskRounds(const std::string& endpoint,
+                                                 std::span<DiskReadItem> items,
+                                                 uint64_t max_request_bytes,
+                                                 const StagedCopy* copy) {
   std::vector<Status> out(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     uint64_t total = 0;
@@ -664,7 +723,12 @@ std::vector<Status> TcpTransport::ReadDisk(const std::string& endpoint,
         break;
       }
       bool answered = false;
-      if (DiskReadRound(**ep, *conn, round, got, &answered)) {
+      // The caller's copy is told the item's index in `items`, not in the round.
+      StagedCopy round_copy = [&](size_t k, const StagedSlot& slot) {
+        return (*copy)(round_index[k], slot);
+      };
+      if (DiskReadRound(**ep, *conn, round, got, &answered,
+                        copy != nullptr ? &round_copy : nullptr)) {
         Return(**ep, *conn);
         break;
       }
@@ -677,18 +741,80 @@ std::vector<Status> TcpTransport::ReadDisk(const std::string& endpoint,
     round_index.clear();
   };
   uint64_t body = sizeof(DiskReadBody);
+  uint64_t staging = 0;  // what the round makes the node stage, roughly (its block padding)
   for (size_t i : valid) {
     const uint64_t entry = sizeof(DiskReadEntry) + items[i].key.size();
-    if (round.size() == kMaxDiskReadEntries || body + entry > kMaxDiskReadBody) {
+    const uint64_t stage = items[i].size + 8192;
+    if (round.size() == kMaxDiskReadEntries || body + entry > kMaxDiskReadBody ||
+        (!round.empty() && staging + stage > max_request_bytes)) {
       run();
       body = sizeof(DiskReadBody);
+      staging = 0;
     }
     round.push_back(items[i]);  // spans and a key copy: cheap next to the disk read
     round_index.push_back(i);
     body += entry;
+    staging += stage;
   }
   run();
   return out;
+}
+
+Result<StageRegionInfo> TcpTransport::StageInfo(const std::string& endpoint) {
+  auto ep = GetEndpoint(endpoint);
+  if (!ep.ok()) return ep.status();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto conn = Checkout(**ep);
+    if (!conn.ok()) return conn.status();
+    const int timeout = options_.io_timeout_ms;
+    RequestHeader req;
+    req.opcode = Opcode::kStageInfo;
+    req.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+    iovec iov{&req, sizeof(req)};
+    ResponseHeader rh;
+    int err = SendFully(conn->fd, &iov, 1, timeout);
+    if (err == 0) err = RecvFully(conn->fd, &rh, sizeof(rh), timeout);
+    if (err != 0) {
+      close(conn->fd);
+      if (conn->from_pool && (err == kEof || err == ECONNRESET || err == EPIPE)) continue;
+      return Status(ErrorCode::TRANSFER_FAIL, "STAGE_INFO at " + ep.value()->name + ": " +
+                                                  ErrnoText(err));
+    }
+    constexpr uint64_t kMaxInfo = sizeof(transfer::StageInfo) + 256;
+    if (rh.magic != kResponseMagic || rh.request_id != req.request_id ||
+        (rh.status != 0 && rh.length != 0) ||
+        (rh.status == 0 && (rh.length < sizeof(transfer::StageInfo) || rh.length > kMaxInfo))) {
+      close(conn->fd);
+      return Status(ErrorCode::TRANSFER_FAIL, "STAGE_INFO at " + ep.value()->name +
+                                                  ": malformed response");
+    }
+    if (rh.status != 0) {
+      Return(**ep, *conn);
+      const ErrorCode code = ErrorCodeFromInt(rh.status);
+      return Status(code, "node " + ep.value()->name + " has no staging region: " +
+                              std::string(ErrorCodeName(code)));
+    }
+    std::vector<uint8_t> payload(rh.length);
+    if (int e = RecvFully(conn->fd, payload.data(), payload.size(), timeout); e != 0) {
+      close(conn->fd);
+      return Status(ErrorCode::TRANSFER_FAIL, "STAGE_INFO at " + ep.value()->name + ": " +
+                                                  ErrnoText(e));
+    }
+    Return(**ep, *conn);
+    transfer::StageInfo info;
+    std::memcpy(&info, payload.data(), sizeof(info));
+    if (info.name_len != payload.size() - sizeof(info)) {
+      return Status(ErrorCode::TRANSFER_FAIL, "STAGE_INFO at " + ep.value()->name +
+                                                  ": malformed name");
+    }
+    StageRegionInfo out;
+    out.name.assign(reinterpret_cast<const char*>(payload.data() + sizeof(info)), info.name_len);
+    out.token = info.region_token;
+    out.data_bytes = info.data_bytes;
+    out.slot_count = info.slot_count;
+    return out;
+  }
+  return Status(ErrorCode::TRANSFER_FAIL, "STAGE_INFO at " + endpoint + ": connection lost");
 }
 
 Status TcpTransport::Ping(const std::string& endpoint) {

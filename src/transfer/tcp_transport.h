@@ -23,13 +23,14 @@
 //
 // Ownership: the transport owns its sockets (it starts no threads). Callers own dst/src; the
 // transport touches them only until Read/Write returns.
-// Thread safety: Read, Write, ReadDisk, Ping and DropEndpoint may be called from any number of threads at
+// Thread safety: Read, Write, ReadDisk, ReadDiskStaged, StageInfo, Ping and DropEndpoint may be called from any number of threads at
 // once. The destructor must not run concurrently with them.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -68,6 +69,18 @@ struct DiskReadItem {
   std::vector<std::span<std::byte>> dst;
 };
 
+// A node's shared-memory staging region, as STAGE_INFO names it.
+struct StageRegionInfo {
+  std::string name;  // shm name on the node's host
+  uint64_t token = 0;
+  uint64_t data_bytes = 0;
+  uint32_t slot_count = 0;
+};
+
+// Copies one staged object out of the region (the caller holds the mapping): OK when the
+// item's dst holds its bytes; anything else and the bytes must not be used.
+using StagedCopy = std::function<Status(size_t item, const StagedSlot& slot)>;
+
 class TcpTransport {
  public:
   using Options = TcpTransportOptions;
@@ -86,6 +99,16 @@ class TcpTransport {
   // still checks the checksum); the node's refusal (OBJECT_NOT_FOUND: not there any more) or
   // TRANSFER_FAIL. Items after a broken connection fail too.
   std::vector<Status> ReadDisk(const std::string& endpoint, std::span<DiskReadItem> items);
+  // The node's staging region: UNAVAILABLE_IN_CURRENT_STATUS when it has none (or no disk),
+  // TRANSFER_FAIL when the node cannot be asked.
+  Result<StageRegionInfo> StageInfo(const std::string& endpoint);
+  // ReadDisk for a same-host client (DISK_STAGE): the node leaves each object in its staging
+  // region, `copy` moves it to the item's dst, and once a request's entries are all answered
+  // their slots are released on the same connection (STAGE_RELEASE; a connection that breaks
+  // instead is closed, which releases them too). Requests are cut so that each stages at most
+  // max_request_bytes (at least one object). Statuses as ReadDisk's, plus copy's.
+  std::vector<Status> ReadDiskStaged(const std::string& endpoint, std::span<DiskReadItem> items,
+                                     uint64_t max_request_bytes, const StagedCopy& copy);
   // One round trip; OK when the node's data server answers.
   Status Ping(const std::string& endpoint);
   // Closes the idle connections to `endpoint` and forgets its address (e.g. the node is gone);
@@ -104,8 +127,11 @@ class TcpTransport {
   // One DISK_READ request for `items` (within the protocol's limits) on `conn`; false when the
   // connection is unusable afterwards. `answered`: the node sent response bytes, or the failure
   // was not a closed connection (a timeout): not worth resending.
+  // With `copy`, a DISK_STAGE round whose slots are released before it returns.
   bool DiskReadRound(Endpoint& ep, Conn& conn, std::span<DiskReadItem> items,
-                     std::vector<Status>& out, bool* answered);
+                     std::vector<Status>& out, bool* answered, const StagedCopy* copy);
+  std::vector<Status> ReadDiskRounds(const std::string& endpoint, std::span<DiskReadItem> items,
+                                     uint64_t max_request_bytes, const StagedCopy* copy);
   Result<std::shared_ptr<Endpoint>> GetEndpoint(const std::string& endpoint);
   Result<Conn> Checkout(Endpoint& ep);
   Result<Conn> Connect(Endpoint& ep);

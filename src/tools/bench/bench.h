@@ -148,6 +148,9 @@ struct DiskHitBenchOptions {
   double seconds = 2;               // of gets per size, after the first pass over every key
   int wait_seconds = 120;           // for offload (put) or registration (get)
   std::string prefix = "diskhit";
+  // Get phase: "shm" lets a same-host client load through the node's staging region (and map
+  // its segment), "tcp" forces every byte over the data plane's sockets.
+  std::string transport = "shm";
   std::string label;
   std::string json_path;
 };

@@ -150,6 +150,9 @@ int main(int argc, char** argv) {
   diskhit->add_option("--wait-seconds", dho.wait_seconds, "bound on waiting for offload/registration")
       ->capture_default_str()->check(CLI::Range(1, 3600));
   diskhit->add_option("--prefix", dho.prefix, "key prefix")->capture_default_str();
+  diskhit->add_option("--transport", dho.transport,
+                      "get phase: shm (same-host staging where the node offers it) or tcp")
+      ->capture_default_str()->check(CLI::IsMember({"shm", "tcp"}));
   diskhit->add_option("--label", dho.label, "free text copied into the JSON");
   diskhit->add_option("--json", dho.json_path, "also write the results as JSON to this file");
 

@@ -198,7 +198,7 @@ TEST_F(DataServerTest, BadVersionCloses) {
 
 TEST_F(DataServerTest, BadOpcodeCloses) {
   StartServer();
-  for (uint8_t op : {0, 5, 255}) {
+  for (uint8_t op : {0, 8, 255}) {  // 4-7 are the disk tier's (DiskRead*, DiskStage*)
     RequestHeader h = Header(Opcode::kRead, 0, 16);
     h.opcode = static_cast<Opcode>(op);
     ExpectClosesOn(h);
@@ -445,8 +445,11 @@ TEST_F(DataServerTest, FuzzedFramesNeverCorruptOrEscapeTheSegment) {
       if (rng() % 20 == 0) h.opcode = static_cast<Opcode>(rng());
       if (rng() % 40 == 0) h.magic ^= 1u << (rng() % 32);
     }
-    // DISK_READ has its own body and tests (DiskRead*): here it stands for an unknown opcode.
-    if (h.opcode == Opcode::kDiskRead) h.opcode = static_cast<Opcode>(5);
+    // DISK_READ, DISK_STAGE, STAGE_RELEASE and STAGE_INFO have their own bodies and tests
+    // (DiskRead*, DiskStage*): here they stand for an unknown opcode.
+    if (h.opcode >= Opcode::kDiskRead && h.opcode <= Opcode::kStageInfo) {
+      h.opcode = static_cast<Opcode>(8);
+    }
     const bool well_formed =
         h.magic == transfer::kRequestMagic && h.version == transfer::kProtocolVersion &&
         h.reserved == 0 &&
