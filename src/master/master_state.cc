@@ -175,7 +175,9 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
         }
       }
       if (meta.demotion) std::erase_if(meta.demotion->held, on_segment);
-      // The allocation went with the segment; the node's writes into it hit the old mapping.
+      // The allocation went with the segment. The node checks its segment's token just before
+      // each copy, and publishes a remount's token before asking: a copy under way then ends
+      // well within the remount's quarantine, before this space can be handed out again.
       if (meta.promotion && on_segment(meta.promotion->extent)) {
         ClearPromotion(shard, current, /*free_extent=*/false);
       }

@@ -453,8 +453,13 @@ size_t DiskTier::Promote(const proto::OffloadStartResponse& started, uint64_t ro
         std::vector<disk::ReadResult> got = store_->Read(std::span(&request, 1));
         // The store checked the bytes against its record; the record must be the master's
         // version too (a location reused after a restart can hold another one).
+        // The segment's current token, read just before the copy: a remount publishes its new
+        // token before asking the master, so a copy that starts after that is refused, and one
+        // already under way ends long before the remount's quarantine lets the master hand the
+        // space out again. The token taken at the start of the round would not see a remount
+        // that happened during this round's disk reads.
         if (got.size() == 1 && got[0].status.ok() && got[0].size == item.size() &&
-            got[0].checksum == item.checksum()) {
+            got[0].checksum == item.checksum() && segment_->token() == dst.token()) {
           std::memcpy(segment_->data() + dst.offset(), staging.get(), item.size());
           copied = true;
         } else if (got.size() == 1 && !got[0].status.ok()) {
