@@ -14,11 +14,16 @@ void PromotionTracker::NoteRead(const std::string& key, const ReadKeyResult& ans
   if (c.version_gen != answer.version_gen) c = {answer.version_gen, 0};
   if (++c.reads < promote_after_) return;
   counts_.erase(key);
-  if (due_.size() >= kMaxNodes && !due_.contains(answer.disk.front().node_id)) due_.clear();
+  if (due_.size() >= kMaxNodes && !due_.contains(answer.disk.front().node_id)) {
+    due_.clear();
+    due_total_ = 0;
+  }
+  if (due_total_ >= kMaxDueTotal) return;
   Due& due = due_[answer.disk.front().node_id];
   if (due.keys.size() >= kMaxDuePerNode || due.set.contains(key)) return;
   due.keys.push_back(key);
   due.set.insert(key);
+  ++due_total_;
 }
 
 std::vector<std::string> PromotionTracker::Take(const std::string& node_id, size_t max_keys) {
@@ -31,6 +36,7 @@ std::vector<std::string> PromotionTracker::Take(const std::string& node_id, size
                                  std::make_move_iterator(due.keys.begin() + n));
   due.keys.erase(due.keys.begin(), due.keys.begin() + n);
   for (const auto& key : taken) due.set.erase(key);
+  due_total_ -= n;
   if (due.keys.empty()) due_.erase(it);
   return taken;
 }
@@ -39,6 +45,11 @@ size_t PromotionTracker::due(const std::string& node_id) const {
   std::lock_guard lock(mu_);
   auto it = due_.find(node_id);
   return it == due_.end() ? 0 : it->second.keys.size();
+}
+
+size_t PromotionTracker::due_total() const {
+  std::lock_guard lock(mu_);
+  return due_total_;
 }
 
 uint32_t PromotionTracker::reads(const std::string& key, uint64_t version_gen) const {

@@ -28,6 +28,7 @@ class PromotionTracker {
  public:
   static constexpr size_t kMaxTracked = 1 << 20;
   static constexpr size_t kMaxDuePerNode = 1 << 16;
+  static constexpr size_t kMaxDueTotal = 1 << 18;
   static constexpr size_t kMaxNodes = 4096;  // queues of nodes long gone are dropped past it
 
   explicit PromotionTracker(uint32_t promote_after) : promote_after_(promote_after) {}
@@ -39,8 +40,9 @@ class PromotionTracker {
   void NoteRead(const std::string& key, const ReadKeyResult& answer);
   // Up to max_keys keys due on `node_id`'s disk, oldest first; they leave the queue.
   std::vector<std::string> Take(const std::string& node_id, size_t max_keys);
-  // Keys queued for `node_id` (for tests and metrics).
+  // Keys queued for `node_id`, and for all nodes (for tests and metrics).
   size_t due(const std::string& node_id) const;
+  size_t due_total() const;
   // Reads counted so far of `key`'s version `version_gen` (0 if none, or another version's).
   uint32_t reads(const std::string& key, uint64_t version_gen) const;
 
@@ -58,6 +60,7 @@ class PromotionTracker {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Count> counts_;
   std::unordered_map<std::string, Due> due_;  // node id -> keys
+  size_t due_total_ = 0;                      // keys in all queues
 };
 
 }  // namespace granary::master

@@ -101,6 +101,28 @@ TEST_F(MasterPromotionTest, ReadsCountOnlyWhileDiskOnlyAndQueueAtTheThreshold) {
   EXPECT_EQ(tracker.reads("k", gen + 100), 1u);
 }
 
+// Queues of nodes that died are never taken: all queues together stay under kMaxDueTotal, and
+// taking keys makes room again.
+TEST_F(MasterPromotionTest, QueuedKeysAreBoundedAcrossNodes) {
+  PromotionTracker tracker(1);
+  OnDiskOnly("k", 64 * kKiB, 5);
+  ReadKeyResult answer = Read("k");
+  ASSERT_FALSE(answer.disk.empty());
+  const size_t per_node = 1000;
+  const size_t nodes = PromotionTracker::kMaxDueTotal / per_node + 10;
+  for (size_t n = 0; n < nodes; ++n) {
+    answer.disk.front().node_id = "dead-" + std::to_string(n);
+    for (size_t i = 0; i < per_node; ++i) tracker.NoteRead("key-" + std::to_string(i), answer);
+  }
+  EXPECT_EQ(tracker.due_total(), PromotionTracker::kMaxDueTotal);
+  EXPECT_EQ(tracker.due("dead-" + std::to_string(nodes - 1)), 0u) << "queued past the bound";
+  EXPECT_EQ(tracker.Take("dead-0", per_node).size(), per_node);
+  EXPECT_EQ(tracker.due_total(), PromotionTracker::kMaxDueTotal - per_node);
+  answer.disk.front().node_id = "live";
+  tracker.NoteRead("fresh", answer);
+  EXPECT_EQ(tracker.due("live"), 1u) << "taking keys did not make room";
+}
+
 TEST_F(MasterPromotionTest, ZeroDisablesPromotion) {
   PromotionTracker tracker(0);
   EXPECT_FALSE(tracker.enabled());
