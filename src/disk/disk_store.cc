@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -182,7 +183,11 @@ Result<std::unique_ptr<DiskStore>> DiskStore::Open(DiskStoreOptions options) {
   ctx.direct_io = direct_io;
   ctx.sync_writes = options.sync_writes;
   ctx.salt = *salt;
-  ctx.bucket_max_bytes = options.bucket_max_bytes;
+  // A bucket is also at most 1/512 of the budget (not below 4 MiB): eviction then frees the disk
+  // in steps of at most about 0.2%, so bucket-grained lru stays close to per-object lru on a
+  // small disk (the trace: 0.331 -> 0.336 hit rate with a 2.4 GB tier).
+  ctx.bucket_max_bytes = std::min(options.bucket_max_bytes,
+                                  std::max<uint64_t>(4ull << 20, capacity / 512 / kBlockSize * kBlockSize));
   ctx.bucket_max_keys = options.bucket_max_keys;
   ctx.capacity = capacity;
   Result<std::unique_ptr<Layout>> layout = Status(ErrorCode::INTERNAL_ERROR, "no layout");

@@ -72,7 +72,8 @@ struct DiskStoreOptions {
   // preallocates a file of this size (an existing file keeps its size).
   uint64_t disk_size = 0;
   EvictionPolicy eviction = EvictionPolicy::kFifo;
-  uint64_t bucket_max_bytes = 256ull << 20;  // a bucket closes at this much data...
+  // A bucket closes at this much data (and at 1/512 of the budget, not below 4 MiB)...
+  uint64_t bucket_max_bytes = 256ull << 20;
   uint32_t bucket_max_keys = 500;            // ...or this many objects
   uint64_t max_object_size = 1ull << 30;     // larger values are refused (INVALID_PARAMS)
   bool direct_io = true;     // O_DIRECT where the filesystem supports it (buffered otherwise)

@@ -213,6 +213,27 @@ TEST_P(DiskStoreTest, WritesAndReadsBatchesByteExact) {
   EXPECT_LE(usage.used, usage.capacity);
 }
 
+// A bucket holds at most 1/512 of the budget (not below 4 MiB), whatever bucket_max_bytes says:
+// on a small disk eviction then frees space in small steps.
+TEST_P(DiskStoreTest, ABucketHoldsAtMostA512thOfTheBudget) {
+  if (GetParam().backend != DiskBackend::kBucket) GTEST_SKIP() << "buckets only";
+  const std::vector<size_t> sizes(96, 64 * 1024);  // 6 MiB in one batch
+  for (const auto& [budget, files] : {std::pair<uint64_t, uint64_t>{1ull << 30, 2},   // 4 MiB
+                                      std::pair<uint64_t, uint64_t>{4ull << 30, 1}}) {  // 8 MiB
+    TempDir dir;
+    DiskStoreOptions o = Options();
+    o.dir = dir.path();
+    o.disk_size = budget;
+    o.bucket_max_keys = 500;
+    auto store = Open(o);
+    ASSERT_TRUE(store);
+    auto objects = WriteAll(*store, "b", sizes);
+    ASSERT_EQ(objects.size(), sizes.size());
+    EXPECT_EQ(store->Usage().files, files) << "budget " << budget;
+    ExpectReadable(*store, objects);
+  }
+}
+
 TEST_P(DiskStoreTest, SameGenerationIsWrittenOnceNewGenerationReplaces) {
   auto store = Open();
   ASSERT_TRUE(store);
