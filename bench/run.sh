@@ -11,7 +11,7 @@
 # Suites: 1 limits (memcpy, loopback TCP, O_DIRECT disk), 2 kv (objects: Granary shm and TCP,
 # Redis, memcached; 2b the Python client), 3 master (metadata batches) + state, 4 trace (when `granary-bench trace`
 # exists), 5 scale (master RSS per object, batch exist at millions of objects), 6 the SSD tier
-# (bench/disk.sh: disk limits, the disk store, disk hits end to end, the trace with a disk tier;
+# (bench/disk.sh: disk limits, the disk store, offload and disk hits end to end, the trace with a disk tier, recovery;
 # its own results directory bench/results/disk-<stamp>/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -213,7 +213,7 @@ stop "$MASTER_PID"
 echo "== suite 6: the SSD tier (bench/disk.sh) =="
 DISK_ARGS=()
 [ "$QUICK" = 1 ] && DISK_ARGS+=(--quick)
-run_bounded 1800 env GRANARY_BIN="$BIN" bash bench/disk.sh "${DISK_ARGS[@]}"
+run_bounded 2700 env GRANARY_BIN="$BIN" bash bench/disk.sh "${DISK_ARGS[@]}"
 
 OUT="bench/results/$STAMP.json"
 python3 bench/merge.py --work "$WORK" --quick "$QUICK" --machine "$(machine_summary)" \
