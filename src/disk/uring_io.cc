@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -135,7 +136,7 @@ class UringIo final : public DiskIo {
       int ret = io_uring_submit_and_wait(&tr.ring, 1);
       if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
         // Only a broken ring gets here. Requests already in the kernel still complete into their
-        // buffers, so wait for them (bounded) before handing the buffers back.
+        // buffers, so wait for them before handing the buffers back.
         GLOG_ERROR("io_uring submit failed: {}", std::strerror(-ret));
         FailRemaining(tr, requests, queue, head, inflight, ret);
         return;
@@ -166,8 +167,16 @@ class UringIo final : public DiskIo {
   static void FailRemaining(ThreadRing& tr, std::span<IoRequest> requests,
                             const std::vector<uint32_t>& queue, size_t head, unsigned inflight, int err) {
     for (size_t q = head; q < queue.size(); ++q) requests[queue[q]].result = err;
-    for (int tries = 0; inflight > 0 && tries < 100; ++tries) {
-      __kernel_timespec ts{0, 10'000'000};
+    // The kernel may still write into the buffers of reads in flight, and the caller reuses them
+    // (staging slots, client memory) once this returns: wait for every one. The block layer's
+    // own timeouts bound that; past two minutes the node stops rather than risk wrong bytes.
+    for (int tries = 0; inflight > 0; ++tries) {
+      if (tries >= 100 + 120) {
+        GLOG_ERROR("io_uring: {} requests still in flight 2 minutes after the ring broke; "
+                   "stopping rather than reuse their buffers", inflight);
+        std::abort();
+      }
+      __kernel_timespec ts{tries < 100 ? 0 : 1, tries < 100 ? 10'000'000 : 0};
       io_uring_cqe* cqe = nullptr;
       if (io_uring_wait_cqe_timeout(&tr.ring, &cqe, &ts) == 0) {
         uint32_t i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
