@@ -348,6 +348,37 @@ void DataServer::Serve(Conn* conn) {
   open_connections_--;
 }
 
+Result<std::vector<DiskReadService::Entry>> DataServer::ParseDiskBatch(
+    const RequestHeader& h, std::span<const uint8_t> body, const char* op, bool has_tier,
+    const Status& missing) {
+  if (h.offset != 0 || h.segment_token != 0) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  std::string(op) + " with an offset or a segment token");
+  }
+  if (!has_tier) return Status(ErrorCode::OBJECT_NOT_FOUND, "this node has no disk tier");
+  if (!missing.ok()) return missing;
+  return DiskReadService::Parse(body);
+}
+
+bool DataServer::StartDiskBatch(int fd, const RequestHeader& h, const char* op,
+                                const Result<std::vector<DiskReadService::Entry>>& entries,
+                                bool* serve) {
+  *serve = false;
+  if (!entries.ok()) {
+    errors_++;
+    GLOG_DEBUG("data server refused a {}: {}", op, entries.status().ToString());
+    return SendResponse(fd, h.request_id, entries.status().code(), nullptr, 0);
+  }
+  ResponseHeader head;
+  head.status = 0;
+  head.request_id = h.request_id;
+  head.length = entries->size();
+  iovec iov{&head, sizeof(head)};
+  if (!SendAll(fd, &iov, 1)) return false;
+  *serve = true;
+  return true;
+}
+
 // The body is read whole (it is small: kMaxDiskReadBody) before anything is answered, so a
 // refusal leaves the connection in sync.
 bool DataServer::ServeDiskRead(int fd, const RequestHeader& h) {
@@ -358,23 +389,10 @@ bool DataServer::ServeDiskRead(int fd, const RequestHeader& h) {
   }
   DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
   Result<std::vector<DiskReadService::Entry>> entries =
-      Status(ErrorCode::OBJECT_NOT_FOUND, "this node has no disk tier");
-  if (h.offset != 0 || h.segment_token != 0) {
-    entries = Status(ErrorCode::INVALID_PARAMS, "DISK_READ with an offset or a segment token");
-  } else if (reads != nullptr) {
-    entries = DiskReadService::Parse(body);
-  }
-  if (!entries.ok()) {
-    errors_++;
-    GLOG_DEBUG("data server refused a DISK_READ: {}", entries.status().ToString());
-    return SendResponse(fd, h.request_id, entries.status().code(), nullptr, 0);
-  }
-  ResponseHeader head;
-  head.status = 0;
-  head.request_id = h.request_id;
-  head.length = entries->size();
-  iovec iov{&head, sizeof(head)};
-  if (!SendAll(fd, &iov, 1)) return false;
+      ParseDiskBatch(h, body, "DISK_READ", reads != nullptr, Status::Ok());
+  bool serve = false;
+  if (!StartDiskBatch(fd, h, "DISK_READ", entries, &serve)) return false;
+  if (!serve) return true;
   return reads->Serve(*entries, [&](uint32_t index, ErrorCode code,
                                     std::span<const std::byte> bytes) {
     if (code != ErrorCode::OK) errors_++;
@@ -397,26 +415,14 @@ bool DataServer::ServeDiskStage(int fd, uint64_t conn_id, const RequestHeader& h
   }
   DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
   ShmStaging* staging = staging_.load(std::memory_order_acquire);
-  Result<std::vector<DiskReadService::Entry>> entries =
-      Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, "this node has no staging region");
-  if (h.offset != 0 || h.segment_token != 0) {
-    entries = Status(ErrorCode::INVALID_PARAMS, "DISK_STAGE with an offset or a segment token");
-  } else if (reads == nullptr) {
-    entries = Status(ErrorCode::OBJECT_NOT_FOUND, "this node has no disk tier");
-  } else if (staging != nullptr) {
-    entries = DiskReadService::Parse(body);
-  }
-  if (!entries.ok()) {
-    errors_++;
-    GLOG_DEBUG("data server refused a DISK_STAGE: {}", entries.status().ToString());
-    return SendResponse(fd, h.request_id, entries.status().code(), nullptr, 0);
-  }
-  ResponseHeader head;
-  head.status = 0;
-  head.request_id = h.request_id;
-  head.length = entries->size();
-  iovec iov{&head, sizeof(head)};
-  if (!SendAll(fd, &iov, 1)) return false;
+  Result<std::vector<DiskReadService::Entry>> entries = ParseDiskBatch(
+      h, body, "DISK_STAGE", reads != nullptr,
+      staging != nullptr ? Status::Ok()
+                         : Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                                  "this node has no staging region"));
+  bool serve = false;
+  if (!StartDiskBatch(fd, h, "DISK_STAGE", entries, &serve)) return false;
+  if (!serve) return true;
   const uint64_t token = staging->token();
   return reads->ServeStaged(
       *entries, staging, conn_id,

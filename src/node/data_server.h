@@ -34,6 +34,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -106,6 +107,14 @@ class DataServer {
   void Serve(Conn* conn);
   void ReapFinished();
   // False when the connection must close.
+  // DISK_READ and DISK_STAGE share their framing: the request's checks and body, then either one
+  // refusal of the whole request or a header announcing one answer per entry.
+  static Result<std::vector<DiskReadService::Entry>> ParseDiskBatch(
+      const transfer::RequestHeader& h, std::span<const uint8_t> body, const char* op,
+      bool has_tier, const Status& missing);
+  // False when the connection broke; *serve: the header went out, answer every entry.
+  bool StartDiskBatch(int fd, const transfer::RequestHeader& h, const char* op,
+                      const Result<std::vector<DiskReadService::Entry>>& entries, bool* serve);
   bool ServeDiskRead(int fd, const transfer::RequestHeader& h);
   bool ServeDiskStage(int fd, uint64_t conn_id, const transfer::RequestHeader& h);
   bool ServeStageRelease(int fd, uint64_t conn_id, const transfer::RequestHeader& h);
