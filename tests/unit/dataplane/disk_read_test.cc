@@ -217,25 +217,9 @@ TEST_F(DiskReadTest, ACorruptedCopyIsRefusedDroppedAndReportedLost) {
   WriteObjects(4);
   StartServer();
   // Flip a value byte of obj/2's file (file-per-key: the value starts at 4096).
-  bool flipped = false;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.path())) {
-    if (!e.is_regular_file() || e.path().extension() != ".obj") continue;
-    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
-    uint32_t key_len = 0;
-    f.read(reinterpret_cast<char*>(&key_len), 4);
-    std::string key(key_len, '\0');
-    f.seekg(64);
-    f.read(key.data(), key_len);
-    if (key != "obj/2") continue;
-    f.seekg(4096 + 5);
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 1;
-    f.seekp(4096 + 5);
-    f.write(&c, 1);
-    flipped = f.good();
-  }
-  ASSERT_TRUE(flipped);
+  const auto at = disk::testing::FindValue(dir_.path(), objects_[2].value);
+  ASSERT_TRUE(at) << "obj/2's value is not on disk";
+  disk::testing::FlipByte(*at, 5);
   auto items = ItemsFor({0, 1, 2, 3});
   std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
   EXPECT_TRUE(got[0].ok() && got[1].ok() && got[3].ok());

@@ -390,25 +390,9 @@ TEST_F(DiskStageTest, ACorruptedRecordIsStillAMissAndHoldsNoSlot) {
   OpenStore(disk::DiskBackend::kFilePerKey);
   WriteObjects({5000, 70000, 3000});
   StartServer(4 << 20);
-  bool flipped = false;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.path())) {
-    if (!e.is_regular_file() || e.path().extension() != ".obj") continue;
-    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
-    uint32_t key_len = 0;
-    f.read(reinterpret_cast<char*>(&key_len), 4);
-    std::string key(key_len, '\0');
-    f.seekg(64);
-    f.read(key.data(), key_len);
-    if (key != "obj/1") continue;
-    f.seekg(4096 + 100);
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x10;
-    f.seekp(4096 + 100);
-    f.write(&c, 1);
-    flipped = f.good();
-  }
-  ASSERT_TRUE(flipped);
+  const auto at = disk::testing::FindValue(dir_.path(), objects_[1].value);
+  ASSERT_TRUE(at) << "obj/1's value is not on disk";
+  disk::testing::FlipByte(*at, 100);
   RawConn a(server_->port());
   auto got = Stage(a, {0, 1, 2});
   ASSERT_TRUE(got.has_value());
