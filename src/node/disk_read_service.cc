@@ -117,10 +117,7 @@ void DiskReadService::Load(const std::vector<Entry>& entries, const std::vector<
       if (held[i]) sizes.push_back(disk::DiskStore::ReadBufferSize(entries[i].size));
     }
     if (!sizes.empty()) {
-      // Only a request's first window waits for space: the later ones would wait for slots
-      // this same connection holds until the request ends (it releases them all at the end),
-      // while a reader thread every connection shares sits idle. They go over TCP instead.
-      auto grants = w.shm->Acquire(sizes, w.owner, w.begin == 0 ? options_.budget_wait_ms : 0);
+      auto grants = w.shm->Acquire(sizes, w.owner, options_.budget_wait_ms);
       if (!grants.ok()) return;
       w.grants = std::move(*grants);
       w.handed.assign(w.grants.size(), 0);
