@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-TARGETS = ["granary-shm", "granary-tcp", "redis", "memcached"]
+TARGETS = ["granary-shm", "granary-shm-cold", "granary-tcp", "redis", "memcached"]
 
 
 def num(x, digits=0):
@@ -76,7 +76,23 @@ def limits_block(s):
         ("disk_write_odirect", "disk write, O_DIRECT, 1 MiB blocks"),
         ("disk_read_odirect", "disk read, O_DIRECT, 1 MiB blocks"),
     ]
-    return table(["limit", "GB/s"], [(label, num(s[k], 2)) for k, label in names if k in s])
+    names += [
+        ("copy_64KiB_memcpy", "copy 64 KiB blocks, glibc memcpy"),
+        ("copy_64KiB_vector", "copy 64 KiB blocks, 16-byte vector loop"),
+        ("copy_4MiB_memcpy", "copy 4 MiB blocks, glibc memcpy"),
+        ("copy_4MiB_vector", "copy 4 MiB blocks, 16-byte vector loop"),
+        ("shm_first_write", "shared memory, first write through a new mapping"),
+        ("shm_second_write", "shared memory, second write, same mapping"),
+        ("shm_write_after_warm", "shared memory, write through a new mapping after its warm-up"),
+    ]
+    rows = [(label, num(s[k], 2)) for k, label in names if k in s]
+    if "shm_warm_seconds_per_gib" in s:
+        rows.append(("warm-up of a new mapping (MADV_POPULATE_READ)",
+                     f"{s['shm_warm_seconds_per_gib']:.3f} s/GiB"))
+    if "tcp_rtt_64B_p50_us" in s:
+        rows.append(("loopback TCP round trip, 64 bytes",
+                     f"p50 {s['tcp_rtt_64B_p50_us']:.1f} µs, p99 {s['tcp_rtt_64B_p99_us']:.1f} µs"))
+    return table(["limit", "GB/s"], rows)
 
 
 def kv_index(s):
@@ -101,6 +117,7 @@ def kv_block(s, op):
                     vs.append(f"{r['gbps'] / b['gbps']:.2f}x" if b and b["gbps"] > 0 and t.startswith("granary") else "")
                 limit = re.sub(r"memcpy_4096KiB_(\d+)_threads", r"memcpy \1 threads", r["limit"])
                 limit = limit.replace("memcpy_4096KiB", "memcpy").replace("tcp_", "tcp ").replace("_streams", "")
+                limit = limit.replace("shm_first_write", "first write")
                 rows.append((size_text(size), c, t, num(r["objects_per_s"]), num(r["gbps"], 2),
                              f"{100 * r['fraction_of_limit']:.0f}% ({limit})", num(r["p50_us"]),
                              num(r["p99_us"]), num(r["p999_us"]), vs[0], vs[1],

@@ -59,6 +59,10 @@ struct ClientOptions {
   size_t connections_per_node = 4;
   uint64_t stripe_threshold = 4 << 20;  // objects above this go over several connections
   bool use_shared_memory = true;   // false: always TCP, even on this host
+  // Maps this host's segments at Connect and populates their page tables in the background, so
+  // the first puts do not pay a page fault per 4 KiB (transfer/mapping_warmer.h). Allocates the
+  // pages of a segment its node did not prefault.
+  bool warm_shared_memory = true;
   size_t io_threads = 4;           // transfers of one batch run in parallel on these
   // The embedded node's SSD tier (docs/disk.md), as granary-node's --disk-* flags: non-empty
   // disk_dir (an existing, writable directory) needs segment_size > 0. Empty strings and a 0
@@ -116,6 +120,11 @@ struct ClientStats {
   // Of disk_bytes_read, those copied out of a same-host node's shared-memory staging region
   // (the rest came over TCP).
   uint64_t disk_bytes_read_shm = 0;
+  // The background warm-up of new shared-memory mappings (ClientOptions::warm_shared_memory):
+  // bytes populated so far, bytes still to populate, and the time it took.
+  uint64_t shm_bytes_warmed = 0;
+  uint64_t shm_bytes_warm_pending = 0;
+  uint64_t shm_warm_ns = 0;
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:

@@ -49,7 +49,8 @@ class ClientImpl final : public Client {
         master_(proto::Master::NewStub(rpc::MakeChannel(options.master_address))),
         directory_(master_.get(), HostId(), options.rpc_timeout_ms),
         tcp_(TcpOptions(options)),
-        io_(&directory_, &mappings_, &tcp_, options.use_shared_memory),
+        io_(&directory_, &mappings_, &tcp_, options.use_shared_memory,
+            options.warm_shared_memory),
         releaser_(master_.get(), client_id_, options.rpc_timeout_ms),
         pool_(options.io_threads) {}
 
@@ -88,6 +89,8 @@ class ClientImpl final : public Client {
       }
       segment_name_ = node_->segment_name();
     }
+    // Learns this host's segments now, so their mappings warm while the caller sets up.
+    if (options_.use_shared_memory) (void)directory_.Refresh();
     return Status::Ok();
   }
 

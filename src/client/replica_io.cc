@@ -19,10 +19,26 @@ uint64_t TotalSize(const auto& parts) {
 }  // namespace
 
 ReplicaIo::ReplicaIo(SegmentDirectory* directory, transfer::ShmMappingCache* mappings,
-                     transfer::TcpTransport* tcp, bool use_shared_memory)
+                     transfer::TcpTransport* tcp, bool use_shared_memory, bool warm_mappings)
     : directory_(directory), mappings_(mappings), tcp_(tcp), use_shm_(use_shared_memory) {
-  directory_->OnRefresh(
-      [mappings](const std::set<std::string>& live) { mappings->Retain(live); });
+  const bool warm = use_shared_memory && warm_mappings;
+  if (warm) {
+    warmer_ = std::make_unique<transfer::MappingWarmer>();
+    mappings_->OnAttach([w = warmer_.get()](const auto& mapping) { w->Warm(mapping); });
+  }
+  directory_->OnRefresh([mappings, warm](const std::vector<LocalSegment>& live) {
+    std::set<std::string> names;
+    for (const auto& segment : live) names.insert(segment.shm_name);
+    mappings->Retain(names);
+    // This host's segments are mapped (and warmed) ahead of the first put that needs them.
+    if (warm) {
+      for (const auto& segment : live) (void)mappings->Get(segment.shm_name, segment.size);
+    }
+  });
+}
+
+ReplicaIo::~ReplicaIo() {
+  if (warmer_) mappings_->OnAttach(nullptr);  // the cache may outlive this object
 }
 
 ReplicaIo::LocalView ReplicaIo::MapLocal(const proto::Replica& replica) {
@@ -238,10 +254,13 @@ std::vector<Status> ReplicaIo::ReadDisk(const std::string& endpoint,
 }
 
 ClientStats ReplicaIo::Stats() const {
+  const transfer::MappingWarmer::Stats warm =
+      warmer_ ? warmer_->stats() : transfer::MappingWarmer::Stats{};
   return {shm_written_.load(std::memory_order_relaxed), shm_read_.load(std::memory_order_relaxed),
           tcp_written_.load(std::memory_order_relaxed), tcp_read_.load(std::memory_order_relaxed),
           mappings_->size(), disk_read_.load(std::memory_order_relaxed),
-          disk_read_shm_.load(std::memory_order_relaxed)};
+          disk_read_shm_.load(std::memory_order_relaxed),
+          warm.bytes_warmed, warm.bytes_pending, warm.warm_ns};
 }
 
 }  // namespace granary::client

@@ -42,6 +42,7 @@
 #include "common/checksum.h"
 #include "granary/client.h"
 #include "granary/proto/master.pb.h"
+#include "transfer/mapping_warmer.h"
 #include "transfer/shm_mapping.h"
 #include "transfer/shm_staging.h"
 #include "transfer/tcp_transport.h"
@@ -50,9 +51,14 @@ namespace granary::client {
 
 class ReplicaIo {
  public:
-  // Registers itself as the directory's refresh listener (to unmap dead segments).
+  // Registers itself as the directory's refresh listener (to unmap dead segments and map this
+  // host's live ones) and, with warm_mappings, as the cache's attach listener: every new mapping
+  // is populated in the background (transfer/mapping_warmer.h).
   ReplicaIo(SegmentDirectory* directory, transfer::ShmMappingCache* mappings,
-            transfer::TcpTransport* tcp, bool use_shared_memory);
+            transfer::TcpTransport* tcp, bool use_shared_memory, bool warm_mappings = true);
+  ~ReplicaIo();
+  ReplicaIo(const ReplicaIo&) = delete;
+  ReplicaIo& operator=(const ReplicaIo&) = delete;
 
   bool IsLocal(const proto::Replica& replica);
   // The replica's bytes in this process: the mapping stays alive while the view is held.
@@ -89,6 +95,7 @@ class ReplicaIo {
   bool use_shm_;
   std::atomic<uint64_t> shm_written_{0}, shm_read_{0}, tcp_written_{0}, tcp_read_{0};
   std::atomic<uint64_t> disk_read_{0}, disk_read_shm_{0};
+  std::unique_ptr<transfer::MappingWarmer> warmer_;  // null: mappings are not warmed
   struct Staging {
     std::shared_ptr<transfer::StagingView> view;
     std::chrono::steady_clock::time_point retry_after{};  // after a failed look, no earlier

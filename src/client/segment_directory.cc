@@ -65,7 +65,7 @@ Status SegmentDirectory::Refresh() {
   proto::ListSegmentsResponse resp;
   Status s = rpc::FromGrpc(master_->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp),
                            "list segments");
-  std::set<std::string> live;
+  std::vector<LocalSegment> live;
   {
     std::lock_guard lock(mu_);
     last_refresh_ = std::chrono::steady_clock::now();
@@ -77,7 +77,7 @@ Status SegmentDirectory::Refresh() {
       e.local = !info.shm_name().empty() && info.host_id() == host_id_;
       e.segment = {info.shm_name(), info.size(), info.token()};
       e.node_id = info.node_id();
-      if (e.local) live.insert(info.shm_name());
+      if (e.local) live.push_back(e.segment);
       entries_[info.segment_id()] = std::move(e);
     }
   }

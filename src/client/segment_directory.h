@@ -7,8 +7,8 @@
 // use. Segment ids are never reused by the master, so a cached entry can go stale but never
 // wrong; the mount token that makes a replica usable is checked against the segment's
 // shared-memory header by ReplicaIo, not here. After every successful refresh the listener set
-// with OnRefresh is called (outside the lock) with the shm names of this host's live segments:
-// ReplicaIo unmaps the others.
+// with OnRefresh is called (outside the lock) with this host's live segments: ReplicaIo unmaps
+// the others and maps (and warms) these.
 // Thread safety: any thread. The listener must be set before the directory is shared.
 #pragma once
 
@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
@@ -44,7 +45,7 @@ class SegmentDirectory {
   // by the same host-id test and cache rules as Local; false when it is unknown.
   bool NodeIsLocal(const std::string& node_id);
   Status Refresh();
-  using RefreshListener = std::function<void(const std::set<std::string>& live_local_shm_names)>;
+  using RefreshListener = std::function<void(const std::vector<LocalSegment>& live_local)>;
   void OnRefresh(RefreshListener listener) { listener_ = std::move(listener); }
   // For tests without a master: records segment_id as a segment of this host.
   void Learn(uint64_t segment_id, LocalSegment segment);

@@ -1,14 +1,21 @@
-// common/copy.h - the byte copy of the same-host data path.
+// common/copy.h - the byte copy of the same-host data path, chosen per size class by measurement.
 //
-// Why not memcpy: glibc 2.36 copies blocks between ~2 KiB and ~1 MiB with `rep movsb`, which on
-// this project's AMD EPYC VM ran at 1.9 GB/s for 64 KiB chunks out of a shared-memory segment,
-// against 12.6 GB/s for the plain 16-byte-vector loop below (and 11.6 GB/s for memcpy of whole
-// 4 MiB blocks). The copy-and-hash path works in cache-sized chunks, exactly the slow range.
-// SSE2 is part of x86-64, so no CPU dispatch is needed.
+// Why not always memcpy: glibc 2.36 copies blocks between ~2 KiB and ~1 MiB with `rep movsb`,
+// which on one AMD EPYC VM ran at 1.9 GB/s for 64 KiB chunks out of a shared-memory segment
+// against 12.6 GB/s for a plain 16-byte-vector loop; on another run of the same CPU model glibc
+// was the faster one at 4 MiB. So neither is hard-wired: CalibrateCopy() times both, interleaved,
+// on small (64 KiB) and large (4 MiB) blocks, and each size class uses the faster from then on.
+// Until a process calibrates, the vector loop is used (it was never far behind). GRANARY_COPY=
+// memcpy or =vector in the environment skips the measurement and forces one routine.
+// Thread safety: CopyBytes from any thread; CalibrateCopy runs once per process (later calls
+// return at once), typically on a background thread (the client's mapping warmer, the node's
+// start), since it takes a few milliseconds.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <string>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -16,7 +23,7 @@
 
 namespace granary {
 
-inline void CopyBytes(void* dst, const void* src, size_t n) {
+inline void CopyBytesVector(void* dst, const void* src, size_t n) {
 #if defined(__SSE2__)
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
@@ -36,5 +43,34 @@ inline void CopyBytes(void* dst, const void* src, size_t n) {
   std::memcpy(dst, src, n);
 #endif
 }
+
+namespace copy_internal {
+// Blocks of at least this many bytes are "large".
+inline constexpr size_t kLargeBytes = 1 << 20;
+// Per size class: true = glibc memcpy, false = the vector loop. Written by CalibrateCopy.
+inline std::atomic<bool> use_memcpy_small{false};
+inline std::atomic<bool> use_memcpy_large{false};
+}  // namespace copy_internal
+
+inline void CopyBytes(void* dst, const void* src, size_t n) {
+  const auto& use = n >= copy_internal::kLargeBytes ? copy_internal::use_memcpy_large
+                                                    : copy_internal::use_memcpy_small;
+  if (use.load(std::memory_order_relaxed)) {
+    std::memcpy(dst, src, n);
+  } else {
+    CopyBytesVector(dst, src, n);
+  }
+}
+
+// What CalibrateCopy chose and measured (GB/s; 0 where it did not measure, e.g. forced).
+struct CopyChoice {
+  bool memcpy_small = false;
+  bool memcpy_large = false;
+  double small_memcpy_gbps = 0, small_vector_gbps = 0;
+  double large_memcpy_gbps = 0, large_vector_gbps = 0;
+  std::string forced;  // the GRANARY_COPY value that decided, if any
+};
+// Measures once per process and sets CopyBytes' choice; returns the choice (every call).
+const CopyChoice& CalibrateCopy();
 
 }  // namespace granary

@@ -405,6 +405,9 @@ class PyClient {
     d["shm_mappings"] = s.shm_mappings;
     d["disk_bytes_read"] = s.disk_bytes_read;
     d["disk_bytes_read_shm"] = s.disk_bytes_read_shm;
+    d["shm_bytes_warmed"] = s.shm_bytes_warmed;
+    d["shm_bytes_warm_pending"] = s.shm_bytes_warm_pending;
+    d["shm_warm_ns"] = s.shm_warm_ns;
     return d;
   }
   const std::string& client_id() const { return client_->client_id(); }
@@ -663,7 +666,8 @@ void RegisterClient(py::module_& m) {
                        size_t connections_per_node, bool use_shared_memory, size_t io_threads,
                        const std::string& disk_dir, uint64_t disk_size,
                        const std::string& disk_backend, const std::string& disk_eviction,
-                       const std::string& disk_io, int64_t offload_interval_ms) {
+                       const std::string& disk_io, int64_t offload_interval_ms,
+                       bool warm_shared_memory) {
              ClientOptions o;
              o.master_address = master;
              o.segment_size = segment_size;
@@ -681,6 +685,7 @@ void RegisterClient(py::module_& m) {
              o.disk_eviction = disk_eviction;
              o.disk_io = disk_io;
              o.offload_interval_ms = offload_interval_ms;
+             o.warm_shared_memory = warm_shared_memory;
              Result<std::unique_ptr<Client>> c = Status(ErrorCode::INTERNAL_ERROR, "");
              {
                py::gil_scoped_release release;
@@ -694,7 +699,7 @@ void RegisterClient(py::module_& m) {
            py::arg("connections_per_node") = 4, py::arg("use_shared_memory") = true,
            py::arg("io_threads") = 4, py::arg("disk_dir") = "", py::arg("disk_size") = 0,
            py::arg("disk_backend") = "", py::arg("disk_eviction") = "", py::arg("disk_io") = "",
-           py::arg("offload_interval_ms") = 0)
+           py::arg("offload_interval_ms") = 0, py::arg("warm_shared_memory") = true)
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)

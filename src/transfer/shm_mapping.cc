@@ -97,10 +97,13 @@ Result<std::shared_ptr<ShmMapping>> ShmMappingCache::Get(const std::string& name
   auto attached = ShmMapping::Attach(name, size);
   if (!attached.ok()) return attached.status();
   std::shared_ptr<ShmMapping> mapping = std::move(attached).value();
-  std::lock_guard lock(mu_);
-  auto& slot = mappings_[name];
-  if (slot && slot->size() == size) return slot;
-  slot = mapping;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = mappings_[name];
+    if (slot && slot->size() == size) return slot;
+    slot = mapping;
+  }
+  if (on_attach_) on_attach_(mapping);
   return mapping;
 }
 

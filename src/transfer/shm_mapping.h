@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -109,6 +110,10 @@ class ShmMapping {
 // faults that a per-Get attach would pay again and again.
 class ShmMappingCache {
  public:
+  // Called with every mapping Get attaches (not with cached ones), outside the lock: the client
+  // warms new mappings (transfer/mapping_warmer.h). Set before the cache is shared.
+  using AttachListener = std::function<void(const std::shared_ptr<ShmMapping>&)>;
+  void OnAttach(AttachListener listener) { on_attach_ = std::move(listener); }
   // The mapping of `name`, attaching it on first use. A cached mapping of another size (the node
   // restarted with a new size) is replaced. Errors are those of ShmMapping::Attach.
   Result<std::shared_ptr<ShmMapping>> Get(const std::string& name, uint64_t size);
@@ -126,6 +131,7 @@ class ShmMappingCache {
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<ShmMapping>> mappings_;
+  AttachListener on_attach_;
 };
 
 }  // namespace granary::transfer

@@ -109,6 +109,36 @@ TEST_F(ShmStoreTest, SecondNodeWithSameNameIsRefusedAndFirstKeepsServing) {
   EXPECT_LT(testdata::FirstDifference(*got, value), 0);
 }
 
+// ClientOptions::warm_shared_memory: Connect maps this host's segments and populates them in the
+// background (the whole segment, once); with it off nothing is populated. Bytes are right either way.
+TEST_F(ShmStoreTest, ConnectWarmsThisHostsSegmentsInTheBackgroundUnlessTurnedOff) {
+  ASSERT_TRUE(cluster_.Start(2, 96 * MiB));
+  for (bool warm : {true, false}) {
+    ClientOptions options;
+    options.warm_shared_memory = warm;
+    auto client = cluster_.MakeClient(true, options);
+    ASSERT_NE(client, nullptr);
+    if (warm) {
+      EXPECT_TRUE(WaitUntil([&] { return client->Stats().shm_bytes_warm_pending == 0 &&
+                                         client->Stats().shm_bytes_warmed == 2 * 96 * MiB; },
+                            Millis(20'000)))
+          << "warmed " << client->Stats().shm_bytes_warmed << " of " << 2 * 96 * MiB;
+      EXPECT_EQ(client->Stats().shm_mappings, 2u) << "Connect did not map both local segments";
+    }
+    const std::string key = warm ? "warm-put" : "cold-put";
+    const auto value = testdata::Pattern(key, 5 * MiB + 3);
+    ASSERT_TRUE(client->Put(key, ByteSpan(value)).ok());
+    auto got = client->Get(key);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_LT(testdata::FirstDifference(*got, value), 0);
+    EXPECT_EQ(client->Stats().shm_bytes_written, value.size()) << "the put did not use shared memory";
+    if (!warm) {
+      EXPECT_EQ(client->Stats().shm_bytes_warmed, 0u);
+      EXPECT_EQ(client->Stats().shm_bytes_warm_pending, 0u);
+    }
+  }
+}
+
 TEST_F(ShmStoreTest, FourWorkerProcessesShareOneSegmentConcurrently) {
   ASSERT_TRUE(cluster_.Start(1, 256 * MiB));
   TempDir dir("granary-it-workers");

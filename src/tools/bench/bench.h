@@ -47,10 +47,36 @@ struct LimitsOptions {
   std::string disk_dir = "/tmp"; // where the O_DIRECT file goes
   uint64_t disk_bytes = uint64_t{1} << 30;
   std::vector<int> tcp_streams = {1, 4};
+  uint64_t first_access_bytes = uint64_t{512} << 20;  // the shared-memory file of FirstAccessLimits
   std::string json_path;
 };
-// The machine's own ceilings: memcpy, loopback TCP, sequential disk with O_DIRECT.
+// The machine's own ceilings: memcpy, loopback TCP, sequential disk with O_DIRECT, the first
+// access to shared memory through a new mapping.
 int RunLimits(const LimitsOptions& options);
+
+// Ping-pong of `message_bytes` over one loopback TCP connection (TCP_NODELAY) for `seconds`.
+struct RoundTrip {
+  double p50_us = -1;
+  double p99_us = -1;
+  uint64_t samples = 0;
+};
+RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds);
+
+// A shared-memory file of `bytes`, fully written through one mapping, then written in 4 MiB
+// memcpy blocks through new mappings: at once (first and second pass), and after a warm-up of the
+// new mapping with MADV_POPULATE_READ (its time per GiB; -1 if the kernel lacks it). Also the
+// time per GiB of the same warm-up done by reading one byte per 4 KiB page.
+struct FirstAccess {
+  uint64_t bytes = 0;
+  double first_write_gbps = -1;
+  double second_write_gbps = -1;
+  double warm_seconds_per_gib = -1;
+  double write_after_warm_gbps = -1;
+  double touch_seconds_per_gib = -1;
+  uint64_t touch_checksum = 0;
+  std::string error;
+};
+FirstAccess FirstAccessLimits(uint64_t bytes);
 // memcpy of `chunk`-byte blocks over buffers larger than the caches, on `threads` threads.
 double MemcpyGBps(size_t chunk, double seconds, int threads = 1);
 // How many threads can copy at once for `clients` clients: min(clients, cores).
@@ -99,7 +125,8 @@ struct KvBenchOptions {
   std::string master;     // granary targets skipped when empty
   std::string redis;      // HOST:PORT; skipped when empty
   std::string memcached;  // HOST:PORT; skipped when empty
-  std::vector<std::string> targets = {"granary-shm", "granary-tcp", "redis", "memcached"};
+  std::vector<std::string> targets = {"granary-shm", "granary-shm-cold", "granary-tcp", "redis",
+                                      "memcached"};
   std::vector<std::string> sizes = {"64KiB", "1MiB", "4MiB", "16MiB"};
   std::vector<int> clients = {1, 4};
   double seconds = 2;

@@ -6,7 +6,9 @@
 // preallocated buffer, for --seconds. One object per call; latency is per call (p50/p99/p999).
 // Throughput is printed as a fraction of the matching machine limit (memcpy for granary-shm,
 // loopback TCP with as many streams as clients for the others) and each Granary figure as a ratio
-// to Redis and memcached measured in the same run.
+// to Redis and memcached measured in the same run. granary-shm waits for its clients' background
+// warm-up of the segment mappings before its cases (and reports it); granary-shm-cold turns the
+// warm-up off, so its puts pay every first touch (its limit: `limits`' "shm first write").
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,6 +52,10 @@ class Limits {
     const int threads = MemcpyThreadsFor(clients);
     return Get(MemcpyLimitName(threads), [threads] { return MemcpyGBps(4 << 20, 1.0, threads); });
   }
+  // A first write pass through a new mapping of written shared memory: the cold client's ceiling.
+  double FirstWrite() {
+    return Get("shm_first_write", [] { return FirstAccessLimits(512 << 20).first_write_gbps; });
+  }
   double Tcp(int streams) {
     return Get("tcp_" + std::to_string(streams) + "_streams",
                [streams] { return LoopbackTcpGBps(streams, 1.0); });
@@ -69,6 +75,7 @@ class Limits {
 
 Result<std::unique_ptr<KvTarget>> Connect(const KvBenchOptions& o, const std::string& target) {
   if (target == "granary-shm") return ConnectGranary(o.master, true);
+  if (target == "granary-shm-cold") return ConnectGranary(o.master, true, /*warm=*/false);
   if (target == "granary-tcp") return ConnectGranary(o.master, false);
   if (target == "redis") return ConnectRedis(o.redis);
   return ConnectMemcached(o.memcached);
@@ -104,7 +111,7 @@ int RunKvBench(const KvBenchOptions& o) {
   for (int c : o.clients) std::printf("; loopback TCP %d stream(s) %.2f GB/s", c, limits.Tcp(c));
   std::printf("\nclients are threads of this process, each with its own connection; one object per "
               "call; at most %s written per case\n\n", FormatSize(o.budget).c_str());
-  std::printf("%-11s %-6s %-3s %3s %9s %7s %8s %9s %9s %9s %6s\n", "target", "size", "op", "cl",
+  std::printf("%-16s %-6s %-3s %3s %9s %7s %8s %9s %9s %9s %6s\n", "target", "size", "op", "cl",
               "objs/s", "GB/s", "of limit", "p50(us)", "p99(us)", "p999(us)", "errors");
 
   nlohmann::json json;
@@ -134,6 +141,24 @@ int RunKvBench(const KvBenchOptions& o) {
           }
           conns.push_back(std::move(*conn));
         }
+        // Connect returned at once; the warm-up of the clients' mappings runs behind it. The
+        // cases start once it is done (granary-shm-cold: none, every first touch is paid).
+        const auto connected = Clock::now();
+        KvTarget::Warmup warm;
+        for (auto& conn : conns) {
+          KvTarget::Warmup w = conn->WaitWarm(120);
+          warm.bytes += w.bytes;
+          warm.seconds += w.seconds;
+          warm.done &= w.done;
+        }
+        const double warm_wall = std::chrono::duration<double>(Clock::now() - connected).count();
+        if (warm.bytes > 0) {
+          std::printf("    (%s x%d: warm-up of the mappings %s in %.3f s of populating, %.3f s/GiB;"
+                      " ready %.3f s after Connect returned%s)\n",
+                      target.c_str(), clients, FormatSize(warm.bytes).c_str(), warm.seconds,
+                      warm.seconds * double(1 << 30) / warm.bytes, warm_wall,
+                      warm.done ? "" : "; NOT finished");
+        }
         const std::string prefix = "bench-kv/" + run_tag + "/" + target + "/" +
                                    std::to_string(size) + "/" + std::to_string(clients) + "/";
         const uint64_t max_puts = std::max<uint64_t>(o.budget / size, 1);
@@ -154,14 +179,17 @@ int RunKvBench(const KvBenchOptions& o) {
           std::fprintf(stderr, "granary-bench: %s: clear: %s\n", target.c_str(), s.ToString().c_str());
         }
         const bool shm = target == "granary-shm";
-        // Same-host clients copy in parallel: their ceiling is memcpy on as many cores.
-        const double limit = shm ? limits.Memcpy(clients) : limits.Tcp(clients);
-        const std::string limit_name = shm ? MemcpyLimitName(MemcpyThreadsFor(clients))
-                                           : "tcp_" + std::to_string(clients) + "_streams";
+        const bool cold = target == "granary-shm-cold";
+        // Same-host clients copy in parallel: their ceiling is memcpy on as many cores; cold
+        // clients' is the first write through a new mapping.
+        const double limit = cold ? limits.FirstWrite() : shm ? limits.Memcpy(clients) : limits.Tcp(clients);
+        const std::string limit_name = cold  ? "shm_first_write"
+                                       : shm ? MemcpyLimitName(MemcpyThreadsFor(clients))
+                                             : "tcp_" + std::to_string(clients) + "_streams";
         for (auto [op, m] : {std::pair{"put", put}, {"get", get}}) {
           const double ops = m.calls / m.seconds;
           const double gbps = ops * size / 1e9;
-          std::printf("%-11s %-6s %-3s %3d %9.0f %7.2f %7.0f%% %9.0f %9.0f %9.0f %6llu\n", target.c_str(),
+          std::printf("%-16s %-6s %-3s %3d %9.0f %7.2f %7.0f%% %9.0f %9.0f %9.0f %6llu\n", target.c_str(),
                       size_text.c_str(), op, clients, ops, gbps, 100 * gbps / limit, m.p50_us,
                       m.p99_us, m.p999_us, static_cast<unsigned long long>(m.errors));
           if (m.errors) {
@@ -173,7 +201,9 @@ int RunKvBench(const KvBenchOptions& o) {
                                      {"gbps", gbps}, {"limit", limit_name},
                                      {"fraction_of_limit", gbps / limit}, {"samples", m.calls},
                                      {"p50_us", m.p50_us}, {"p99_us", m.p99_us},
-                                     {"p999_us", m.p999_us}, {"errors", m.errors}});
+                                     {"p999_us", m.p999_us}, {"errors", m.errors},
+                                     {"warm_bytes", warm.bytes}, {"warm_seconds", warm.seconds},
+                                     {"ready_after_connect_s", warm_wall}});
         }
       }
     }
@@ -181,7 +211,7 @@ int RunKvBench(const KvBenchOptions& o) {
 
   // Granary against Redis and memcached, same size, op and clients, same run.
   std::printf("\nGranary throughput as a multiple of Redis and memcached (same size, op, clients)\n");
-  std::printf("%-11s %-6s %-3s %3s %9s %11s\n", "target", "size", "op", "cl", "x redis", "x memcached");
+  std::printf("%-16s %-6s %-3s %3s %9s %11s\n", "target", "size", "op", "cl", "x redis", "x memcached");
   auto find = [&](const std::string& target, const nlohmann::json& like) -> double {
     for (const auto& r : json["results"]) {
       if (r["target"] == target && r["size"] == like["size"] && r["op"] == like["op"] &&
@@ -199,7 +229,7 @@ int RunKvBench(const KvBenchOptions& o) {
                           {"clients", r["clients"]}};
     row["vs_redis"] = redis > 0 ? nlohmann::json(g / redis) : nlohmann::json();
     row["vs_memcached"] = mc > 0 ? nlohmann::json(g / mc) : nlohmann::json();
-    std::printf("%-11s %-6s %-3s %3d %9.2f %11.2f\n", r["target"].get<std::string>().c_str(),
+    std::printf("%-16s %-6s %-3s %3d %9.2f %11.2f\n", r["target"].get<std::string>().c_str(),
                 r["size_text"].get<std::string>().c_str(), r["op"].get<std::string>().c_str(),
                 r["clients"].get<int>(), redis > 0 ? g / redis : 0.0, mc > 0 ? g / mc : 0.0);
     json["ratios"].push_back(row);

@@ -1,6 +1,8 @@
 // tools/bench/kv_granary.cc - Granary as a KvTarget: the public client, one object per call.
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "tools/bench/kv_target.h"
 
@@ -23,16 +25,29 @@ class GranaryTarget final : public KvTarget {
     return removed.ok() ? Status::Ok() : removed.status();
   }
 
+  Warmup WaitWarm(double timeout_s) override {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_s));
+    ClientStats s = client_->Stats();
+    while (s.shm_bytes_warm_pending > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      s = client_->Stats();
+    }
+    return {s.shm_bytes_warmed, s.shm_warm_ns / 1e9, s.shm_bytes_warm_pending == 0};
+  }
+
  private:
   std::unique_ptr<Client> client_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm) {
+Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm, bool warm) {
   ClientOptions options;
   options.master_address = master;
   options.use_shared_memory = shm;
+  options.warm_shared_memory = warm;
   auto client = Client::Connect(options);
   if (!client.ok()) return client.status();
   return std::unique_ptr<KvTarget>(std::make_unique<GranaryTarget>(std::move(*client)));

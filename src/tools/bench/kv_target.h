@@ -22,10 +22,20 @@ class KvTarget {
   virtual Result<uint64_t> GetInto(const std::string& key, MutableByteSpan buffer) = 0;
   // Removes the keys prefix+"0" .. prefix+(count-1), so memory stays bounded between cases.
   virtual Status Clear(const std::string& prefix, uint64_t count) = 0;
+  // Waits (at most timeout_s) until the target's background warm-up of shared memory is done;
+  // what it populated and how long populating took. Zeros for targets that warm nothing.
+  struct Warmup {
+    uint64_t bytes = 0;
+    double seconds = 0;
+    bool done = true;
+  };
+  virtual Warmup WaitWarm(double /*timeout_s*/) { return {}; }
 };
 
 // shm=false turns the same-host shared-memory path off: every byte crosses TCP to the node.
-Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm);
+// warm=false leaves the client's new mappings cold (ClientOptions::warm_shared_memory).
+Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm,
+                                                 bool warm = true);
 // address is HOST:PORT; SET/GET in RESP over one socket, values read straight into the buffer.
 Result<std::unique_ptr<KvTarget>> ConnectRedis(const std::string& address);
 // address is HOST:PORT; the text protocol over one socket, values read straight into the buffer.

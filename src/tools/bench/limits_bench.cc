@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/copy.h"
 #include "disk/disk_io.h"
 #include "tools/bench/bench.h"
 
@@ -228,6 +229,33 @@ int RunLimits(const LimitsOptions& o) {
     std::printf("%-36s %10.2f\n", ("loopback TCP, " + std::to_string(streams) + " stream(s)").c_str(), gbps);
     json["tcp_" + std::to_string(streams) + "_streams"] = gbps;
   }
+  const CopyChoice& copy = CalibrateCopy();
+  std::printf("%-36s %10.2f  (vector loop %.2f; Granary uses %s)\n", "copy 64 KiB blocks, glibc memcpy",
+              copy.small_memcpy_gbps, copy.small_vector_gbps, copy.memcpy_small ? "memcpy" : "the loop");
+  std::printf("%-36s %10.2f  (vector loop %.2f; Granary uses %s)\n", "copy 4 MiB blocks, glibc memcpy",
+              copy.large_memcpy_gbps, copy.large_vector_gbps, copy.memcpy_large ? "memcpy" : "the loop");
+  json["copy_64KiB_memcpy"] = copy.small_memcpy_gbps;
+  json["copy_64KiB_vector"] = copy.small_vector_gbps;
+  json["copy_4MiB_memcpy"] = copy.large_memcpy_gbps;
+  json["copy_4MiB_vector"] = copy.large_vector_gbps;
+  const RoundTrip rtt = LoopbackRoundTrip(64, o.seconds);
+  std::printf("%-36s %10.1f us p50, %.1f us p99\n", "loopback TCP round trip, 64 bytes",
+              rtt.p50_us, rtt.p99_us);
+  json["tcp_rtt_64B_p50_us"] = rtt.p50_us;
+  json["tcp_rtt_64B_p99_us"] = rtt.p99_us;
+  const FirstAccess fa = FirstAccessLimits(o.first_access_bytes);
+  if (!fa.error.empty()) std::printf("first access: %s\n", fa.error.c_str());
+  std::printf("%-36s %10.2f\n", "shm first write, new mapping", fa.first_write_gbps);
+  std::printf("%-36s %10.2f\n", "shm second write, same mapping", fa.second_write_gbps);
+  std::printf("%-36s %10.2f  (warm-up MADV_POPULATE_READ %.3f s/GiB; 1 byte per page read %.3f s/GiB)\n",
+              "shm write after warm-up, new mapping", fa.write_after_warm_gbps,
+              fa.warm_seconds_per_gib, fa.touch_seconds_per_gib);
+  json["shm_first_write"] = fa.first_write_gbps;
+  json["shm_second_write"] = fa.second_write_gbps;
+  json["shm_write_after_warm"] = fa.write_after_warm_gbps;
+  json["shm_warm_seconds_per_gib"] = fa.warm_seconds_per_gib;
+  json["shm_touch_seconds_per_gib"] = fa.touch_seconds_per_gib;
+  json["shm_first_access_bytes"] = fa.bytes;
   DiskResult disk = DiskGBps(o.disk_dir, o.disk_bytes, o.seconds);
   if (!disk.error.empty()) std::printf("disk: %s\n", disk.error.c_str());
   std::printf("%-36s %10.2f\n", "disk write, O_DIRECT, 1 MiB blocks", disk.write_gbps);

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   kv->add_option("--redis", ko.redis, "redis-server HOST:PORT");
   kv->add_option("--memcached", ko.memcached, "memcached HOST:PORT");
   kv->add_option("--targets", ko.targets, "targets to run")->capture_default_str()->delimiter(',')
-      ->check(CLI::IsMember({"granary-shm", "granary-tcp", "redis", "memcached"}));
+      ->check(CLI::IsMember({"granary-shm", "granary-shm-cold", "granary-tcp", "redis", "memcached"}));
   kv->add_option("--sizes", ko.sizes, "value sizes")->capture_default_str()->delimiter(',');
   kv->add_option("--clients", ko.clients, "concurrent clients (threads, one connection each)")
       ->capture_default_str()->delimiter(',')->check(CLI::Range(1, 64));
@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   limits->add_option("--disk-bytes", lo.disk_bytes, "bytes written and read")->capture_default_str();
   limits->add_option("--tcp-streams", lo.tcp_streams, "TCP stream counts")
       ->capture_default_str()->delimiter(',');
+  limits->add_option("--first-access-bytes", lo.first_access_bytes,
+                     "size of the shared-memory file of the first-access limit")
+      ->capture_default_str();
   limits->add_option("--json", lo.json_path, "also write the results as JSON to this file");
 
   TraceBenchOptions tro;
