@@ -58,6 +58,11 @@ def main():
                 suites[name] = json.load(f)
         except (OSError, ValueError):
             suites[name] = {"missing": True}
+    # Suites left out with bench/run.sh --suites are "skipped", not "missing".
+    not_run = read_text(os.path.join(args.work, "suites-not-run")).split()
+    for name in SUITES:
+        if name in not_run:
+            suites[name] = {"skipped": "not asked for (bench/run.sh --suites)"}
     # Suite 4 runs once per capacity: trace-<tokens>.json each.
     runs = []
     for name in sorted(os.listdir(args.work)):

@@ -5,7 +5,8 @@
 # failure or Ctrl-C); writes bench/results/<UTC stamp>.json (all suites, the machine, the commands)
 # and PNG plots next to it, then prints the markdown tables of docs/benchmarks.md.
 #
-#   bench/run.sh [--quick]        # --quick: shorter cases, smaller counts, under 5 minutes
+#   bench/run.sh [--quick] [--suites 1,2,3]   # --quick: shorter cases, smaller counts, under 5
+#                                             # minutes; --suites: only these (default: all)
 #   GRANARY_BIN=build-bench/bin bench/run.sh --quick     # binaries from another build dir
 #
 # Suites: 1 limits (memcpy, loopback TCP, O_DIRECT disk), 2 kv (objects: Granary shm and TCP,
@@ -17,13 +18,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${GRANARY_BIN:-build/bin}
 QUICK=0
-for arg in "$@"; do
+SUITES=1,2,3,4,5,6
+while [ $# -gt 0 ]; do
+  arg=$1; shift
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --suites) SUITES=${1:?--suites needs a list such as 1,2,3}; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
   esac
 done
+# True when suite $1 was asked for (suite 2 includes 2b).
+want() { [[ ",$SUITES," == *",$1,"* ]]; }
 source bench/lib.sh
 for tool in "$BIN/granary-bench" "$BIN/granary-master" "$BIN/granary-node" "$BIN/granary"; do
   [ -x "$tool" ] || { echo "missing $tool: build first (scripts/build.sh)" >&2; exit 1; }
@@ -124,9 +130,11 @@ cut -d' ' -f1-3 /proc/loadavg > "$WORK/load_before"
 [ "$QUICK" = 1 ] && echo "== --quick: shorter cases and smaller counts than the full run =="
 
 echo "== suite 1: limits of this machine =="
+# Always: the other suites read their limits from it.
 run_bounded 120 "$BIN/granary-bench" limits --seconds "$LIMIT_SECONDS" --disk-bytes "$DISK_BYTES" \
   --disk-dir "${GRANARY_BENCH_DISK_DIR:-$PWD/build}" --tcp-streams 1,2,4 --json "$WORK/limits.json"
 
+if want 2; then
 echo "== suite 2: objects: Granary (shm, tcp), Redis, memcached =="
 start_master
 STORE_PID=$MASTER_PID; STORE_PORT=$MASTER_PORT
@@ -168,8 +176,11 @@ else
   echo "skipped: no Python package in $PY_DIR" | tee "$WORK/python-skipped"
 fi
 
-echo "== suite 4: trace replay =="
 stop "$NODE_PID"; stop "$STORE_PID"
+fi
+
+if want 4; then
+echo "== suite 4: trace replay =="
 # One fresh store per capacity (in tokens): a node whose segment holds exactly that many tokens at
 # $TRACE_BYTES_PER_TOKEN bytes each (128: 64 KiB blocks of 512 tokens, as Mooncake was replayed).
 # Each capacity with the default policy (s3fifo) and with lru, for comparison in the same run.
@@ -193,7 +204,9 @@ if "$BIN/granary-bench" trace --help > "$WORK/trace-help.txt" 2>&1; then
 else
   echo "skipped: this granary-bench has no 'trace' subcommand yet" | tee "$WORK/trace-skipped"
 fi
+fi
 
+if want 3; then
 echo "== suite 3: metadata: batches of 128 keys x 4 KiB against a fresh master =="
 start_master
 run_bounded 300 "$BIN/granary-bench" master --master "127.0.0.1:$MASTER_PORT" --segments 128 \
@@ -202,19 +215,31 @@ run_bounded 300 "$BIN/granary-bench" master --master "127.0.0.1:$MASTER_PORT" --
 stop "$MASTER_PID"
 run_bounded 120 "$BIN/granary-bench" state --segments 128 --batch 128 --threads 1,2 \
   --seconds "$STATE_SECONDS" --json "$WORK/state.json"
+fi
 
+if want 5; then
 echo "== suite 5: master scale: RSS per object, batch exist at $SCALE_OBJECTS objects =="
 start_master
 run_bounded 600 "$BIN/granary-bench" scale --master "127.0.0.1:$MASTER_PORT" \
   --master-pid "$MASTER_PID" --objects "$SCALE_OBJECTS" --value-size 1024 --threads 1,4 \
   --seconds "$SCALE_SECONDS" --json "$WORK/scale.json"
 stop "$MASTER_PID"
+fi
 
+if want 6; then
 echo "== suite 6: the SSD tier (bench/disk.sh) =="
 DISK_ARGS=()
 [ "$QUICK" = 1 ] && DISK_ARGS+=(--quick)
 run_bounded 2700 env GRANARY_BIN="$BIN" bash bench/disk.sh "${DISK_ARGS[@]}"
+fi
 
+# The suite files merge.py would otherwise call missing.
+NOT_RUN=()
+want 2 || NOT_RUN+=(kv python)
+want 3 || NOT_RUN+=(master state)
+want 5 || NOT_RUN+=(scale)
+want 4 || echo "not asked for (bench/run.sh --suites)" > "$WORK/trace-skipped"
+echo "${NOT_RUN[*]}" > "$WORK/suites-not-run"
 OUT="bench/results/$STAMP.json"
 python3 bench/merge.py --work "$WORK" --quick "$QUICK" --machine "$(machine_summary)" \
   --bin "$BIN" --out "$OUT"
