@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string_view>
@@ -52,6 +53,21 @@ Status NoRoom(const std::string& name, uint64_t size, const std::string& dir, Sh
           FormatSize(fits) + " fits now).");
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
+#endif
+
+std::string ReadFileText(const char* path) {
+  std::string text;
+  if (FILE* f = std::fopen(path, "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  return text;
+}
+
 // Reserves every page of the segment in the tmpfs now, so running out shows up as ENOSPC here
 // rather than as SIGBUS on first touch later.
 int ReservePages(int fd, uint64_t size) {
@@ -66,6 +82,39 @@ int ReservePages(int fd, uint64_t size) {
   }
   return 0;
 }
+
+}  // namespace
+
+std::string TmpfsHugeOption(std::string_view mounts, std::string_view dir) {
+  // Lines: "source mountpoint fstype options dump pass"; the last mount at `dir` wins.
+  std::string result = "never";
+  size_t start = 0;
+  while (start < mounts.size()) {
+    size_t end = mounts.find('\n', start);
+    if (end == std::string_view::npos) end = mounts.size();
+    std::string_view line = mounts.substr(start, end - start);
+    start = end + 1;
+    std::vector<std::string_view> fields;
+    for (size_t i = 0; i < line.size() && fields.size() < 4;) {
+      size_t sp = line.find(' ', i);
+      if (sp == std::string_view::npos) sp = line.size();
+      fields.push_back(line.substr(i, sp - i));
+      i = sp + 1;
+    }
+    if (fields.size() < 4 || fields[1] != dir || fields[2] != "tmpfs") continue;
+    result = "never";
+    for (size_t i = 0; i <= fields[3].size();) {
+      size_t comma = fields[3].find(',', i);
+      if (comma == std::string_view::npos) comma = fields[3].size();
+      std::string_view option = fields[3].substr(i, comma - i);
+      if (option.rfind("huge=", 0) == 0) result = std::string(option.substr(5));
+      i = comma + 1;
+    }
+  }
+  return result;
+}
+
+namespace {
 
 // A segment already at `path`: stale (its node died without unlinking) if nobody holds its
 // flock, in which case it is unlinked; live otherwise. Another node's reclaim scan holds the lock
@@ -212,7 +261,10 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   if (ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
     return fail(SysError("ftruncate", name, errno));
   }
-  if (options.prefault) {
+  const bool huge_advise =
+      TmpfsHugeOption(ReadFileText("/proc/self/mounts"), options.shm_dir) == "advise";
+  // Under huge=advise fallocate reserves small pages; the populate below reserves huge ones.
+  if (options.prefault && !huge_advise) {
     if (int err = ReservePages(fd, file_size); err != 0) {
       if (err == ENOSPC) {
         ShmSpace now = space.value();
@@ -232,6 +284,13 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   int flags = MAP_SHARED;
   void* p = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, flags, fd, 0);
   if (p == MAP_FAILED) return fail(SysError("mmap", name, errno));
+  (void)madvise(p, file_size, MADV_HUGEPAGE);  // no effect where the mount allows none
+  if (options.prefault && huge_advise && madvise(p, file_size, MADV_POPULATE_WRITE) != 0) {
+    const int err = errno;
+    munmap(p, file_size);
+    if (err == ENOMEM || err == EFAULT) return fail(NoRoom(name, size, options.shm_dir, space.value()));
+    return fail(SysError("reserving the pages", name, err));
+  }
   // The header, before any client can learn the name (the node mounts only after Create).
   auto* header = new (p) transfer::ShmSegmentHeader{};
   header->magic = transfer::kShmMagic;

@@ -61,6 +61,8 @@ Result<std::unique_ptr<ShmMapping>> ShmMapping::Attach(const std::string& name,
     return Status(ErrorCode::TRANSFER_FAIL,
                   "cannot map shared-memory segment '" + name + "': " + std::strerror(err));
   }
+  // Where the node's tmpfs gives huge pages, this mapping takes them too (node/shm_segment.h).
+  (void)madvise(p, map_size, MADV_HUGEPAGE);
   const auto* header = static_cast<const ShmSegmentHeader*>(p);
   if (header->magic != kShmMagic || header->layout_version != kShmLayoutVersion ||
       header->header_bytes != kShmHeaderBytes || header->data_bytes != expected_size) {

@@ -413,5 +413,24 @@ TEST(ShmMappingTest, ForkedWorkersWriteDisjointRangesConcurrently) {
   }
 }
 
+// The node takes huge pages only where /dev/shm's mount offers them (node/shm_segment.h).
+TEST(ShmSegmentTest, ReadsTheHugeOptionOfTheTmpfsMountedAtTheDirectory) {
+  const std::string mounts =
+      "proc /proc proc rw,nosuid 0 0\n"
+      "tmpfs /dev/shm tmpfs rw,relatime,size=24683656k 0 0\n"
+      "tmpfs /dev/shm2 tmpfs rw,huge=always 0 0\n"
+      "tmpfs /run tmpfs rw,size=100k,huge=advise,mode=755 0 0\n"
+      "ext4 /data ext4 rw,huge=advise 0 0\n";
+  EXPECT_EQ(node::TmpfsHugeOption(mounts, "/dev/shm"), "never");
+  EXPECT_EQ(node::TmpfsHugeOption(mounts, "/dev/shm2"), "always");
+  EXPECT_EQ(node::TmpfsHugeOption(mounts, "/run"), "advise");
+  EXPECT_EQ(node::TmpfsHugeOption(mounts, "/data"), "never") << "not a tmpfs";
+  EXPECT_EQ(node::TmpfsHugeOption(mounts, "/nowhere"), "never");
+  // A later mount over the same directory hides the earlier one.
+  EXPECT_EQ(node::TmpfsHugeOption(mounts + "tmpfs /dev/shm tmpfs rw,huge=within_size 0 0", "/dev/shm"),
+            "within_size");
+  EXPECT_EQ(node::TmpfsHugeOption("", "/dev/shm"), "never");
+}
+
 }  // namespace
 }  // namespace granary
