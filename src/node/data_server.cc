@@ -5,6 +5,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -27,54 +30,15 @@ namespace {
 using transfer::Opcode;
 using transfer::RequestHeader;
 using transfer::ResponseHeader;
+using Phase = DataConn::Phase;
 
 constexpr size_t kDrainChunk = 64 * 1024;  // scratch for a refused WRITE's payload
-
-// Receives exactly n bytes. MSG_WAITALL keeps large payloads to few calls; the loop resumes after
-// a timeout that still made progress, so only a peer silent for a whole SO_RCVTIMEO fails.
-// *got (optional) says how far it came, to tell a clean close at a frame boundary from a cut.
-bool RecvAll(int fd, void* buf, size_t n, size_t* got = nullptr) {
-  auto* p = static_cast<uint8_t*>(buf);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = recv(fd, p + done, n - done, MSG_WAITALL);
-    if (r > 0) {
-      done += static_cast<size_t>(r);
-    } else if (r < 0 && errno == EINTR) {
-      continue;
-    } else {
-      break;  // 0: peer closed; EAGAIN: idle timeout; anything else: broken connection
-    }
-  }
-  if (got != nullptr) *got = done;
-  return done == n;
-}
-
-// Sends the iovecs completely (MSG_NOSIGNAL: a vanished peer is an error, not SIGPIPE).
-bool SendAll(int fd, iovec* iov, int iovcnt) {
-  while (iovcnt > 0) {
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(iovcnt);
-    ssize_t r = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    transfer::ConsumeIov(&iov, &iovcnt, static_cast<size_t>(r));
-  }
-  return true;
-}
-
-bool SendResponse(int fd, uint64_t request_id, ErrorCode status, const uint8_t* payload,
-                  uint64_t length) {
-  ResponseHeader rh;
-  rh.status = static_cast<int32_t>(status);
-  rh.request_id = request_id;
-  rh.length = length;
-  iovec iov[2] = {{&rh, sizeof(rh)}, {const_cast<uint8_t*>(payload), length}};
-  return SendAll(fd, iov, length > 0 ? 2 : 1);
-}
+// Socket calls one turn may make before the connection goes back to epoll (fairness: a fast
+// peer with a 256 MiB READ must not keep an I/O thread from the others).
+constexpr int kStepsPerTurn = 64;
+constexpr int kEventsPerWait = 64;
+constexpr int kAcceptsPerWake = 256;
+constexpr uint64_t kStopEventKey = 0;  // connection ids start at 1
 
 bool WellFormed(const RequestHeader& h) {
   bool opcode_ok = h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite ||
@@ -100,12 +64,7 @@ bool WellFormed(const RequestHeader& h) {
          opcode_ok && h.reserved == 0 && h.length <= max_length;
 }
 
-void SetTimeout(int fd, int option, int ms) {
-  timeval tv{};
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = static_cast<suseconds_t>(ms % 1000) * 1000;
-  setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
-}
+bool WouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
 }  // namespace
 
@@ -123,9 +82,12 @@ Status DataServer::Start() {
   if (base_ == nullptr && size_ > 0) {
     return Status(ErrorCode::INVALID_PARAMS, "data server given a null segment");
   }
-  if (options_.max_connections == 0 || options_.idle_timeout_ms <= 0) {
+  if (options_.max_connections == 0 || options_.idle_timeout_ms <= 0 ||
+      options_.request_timeout_ms <= 0 || options_.io_threads == 0 ||
+      options_.disk_threads == 0 || options_.min_transfer_rate == 0) {
     return Status(ErrorCode::INVALID_PARAMS,
-                  "data server needs max_connections >= 1 and idle_timeout_ms > 0");
+                  "data server needs max_connections, io_threads, disk_threads, "
+                  "idle_timeout_ms, request_timeout_ms and min_transfer_rate >= 1");
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -140,7 +102,7 @@ Status DataServer::Start() {
   std::string last_error = "no address";
   int fd = -1;
   for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) {
       last_error = std::strerror(errno);
       continue;
@@ -148,7 +110,7 @@ Status DataServer::Start() {
     int one = 1;
     // Lets a restarted node rebind past TIME_WAIT; Linux still refuses a port someone listens on.
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 512) != 0) {
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
       last_error = std::strerror(errno);
       close(fd);
       fd = -1;
@@ -165,42 +127,88 @@ Status DataServer::Start() {
   uint16_t bound = addr.ss_family == AF_INET6
                        ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                        : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  if (pipe2(wake_pipe_, O_CLOEXEC) != 0) {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  stop_event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event stop_ev{};
+  stop_ev.events = EPOLLIN;  // level-triggered: every I/O thread sees it
+  stop_ev.data.u64 = kStopEventKey;
+  if (epoll_fd_ < 0 || stop_event_fd_ < 0 || pipe2(wake_pipe_, O_CLOEXEC) != 0 ||
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, stop_event_fd_, &stop_ev) != 0) {
     int err = errno;
     close(fd);
-    return Status(ErrorCode::INTERNAL_ERROR, std::string("pipe2 failed: ") + std::strerror(err));
+    for (int* f : {&epoll_fd_, &stop_event_fd_, &wake_pipe_[0], &wake_pipe_[1]}) {
+      if (*f >= 0) close(*f);
+      *f = -1;
+    }
+    return Status(ErrorCode::INTERNAL_ERROR,
+                  std::string("data server cannot set up epoll: ") + std::strerror(err));
+  }
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < options_.max_connections + 64) {
+    GLOG_WARN("data server: {} connections allowed but only {} descriptors (RLIMIT_NOFILE)",
+              options_.max_connections, static_cast<uint64_t>(files.rlim_cur));
   }
   listen_fd_ = fd;
   port_ = bound;
   started_ = true;
+  for (size_t i = 0; i < options_.io_threads; ++i) {
+    io_threads_.emplace_back(&DataServer::IoLoop, this);
+  }
+  for (size_t i = 0; i < options_.disk_threads; ++i) {
+    disk_threads_.emplace_back(&DataServer::DiskLoop, this);
+  }
   acceptor_ = std::thread(&DataServer::AcceptLoop, this);
-  GLOG_INFO("data server listening on {}:{} (segment {} bytes, max {} connections)", options_.host,
-            bound, size_, options_.max_connections);
+  GLOG_INFO("data server listening on {}:{} (segment {} bytes, max {} connections, {} I/O threads)",
+            options_.host, bound, size_, options_.max_connections, options_.io_threads);
   return Status::Ok();
 }
 
+int64_t DataServer::BudgetNs(uint64_t bytes) const {
+  // In double: a DISK_READ may announce up to 1024 GiB, whose nanoseconds overflow an int64.
+  const double ns = options_.request_timeout_ms * 1e6 +
+                    static_cast<double>(bytes) * 1e9 / static_cast<double>(options_.min_transfer_rate);
+  return ns >= 4e18 ? int64_t{4'000'000'000'000'000'000} : static_cast<int64_t>(ns);
+}
+
+// The acceptor also runs the timer: deadlines are checked every `tick`, a twentieth of the
+// shorter timeout (5-200 ms), so a connection is dropped within ~5% of its deadline.
 void DataServer::AcceptLoop() {
+  const int shorter = std::min(options_.idle_timeout_ms, options_.request_timeout_ms);
+  const int tick_ms = std::clamp(shorter / 20, 5, 200);
+  int64_t next_scan = MonotonicNs() + int64_t{tick_ms} * 1'000'000;
   while (true) {
+    const int64_t now = MonotonicNs();
+    if (now >= next_scan) {
+      ExpireDeadlines();
+      next_scan = now + int64_t{tick_ms} * 1'000'000;
+    }
+    const int wait_ms = static_cast<int>(std::max<int64_t>(0, (next_scan - now) / 1'000'000) + 1);
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    int n = poll(fds, 2, wait_ms);
+    if (n < 0) {
       if (errno == EINTR) continue;
       GLOG_ERROR("data server poll failed: {}", std::strerror(errno));
       return;
     }
     if (fds[1].revents != 0) return;  // Stop()
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    ReapFinished();
+    if (fds[0].revents != 0) AcceptReady();
+  }
+}
+
+void DataServer::AcceptReady() {
+  for (int i = 0; i < kAcceptsPerWake; ++i) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         GLOG_WARN("data server cannot accept: {}; retrying shortly", std::strerror(errno));
-        poll(&fds[1], 1, 100);  // back off, but wake at once for Stop()
+        pollfd wake{wake_pipe_[0], POLLIN, 0};
+        poll(&wake, 1, 100);  // back off, but wake at once for Stop()
       }
-      continue;  // EINTR, ECONNABORTED, EAGAIN...: just try again
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN: all taken
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    SetTimeout(fd, SO_RCVTIMEO, options_.idle_timeout_ms);
-    SetTimeout(fd, SO_SNDTIMEO, options_.idle_timeout_ms);
 
     std::lock_guard lock(mu_);
     if (stopping_) {
@@ -213,294 +221,322 @@ void DataServer::AcceptLoop() {
       GLOG_DEBUG("data server refused a connection: {} open", options_.max_connections);
       continue;
     }
-    auto conn = std::make_unique<Conn>();
-    conn->fd = fd;
-    conn->id = next_conn_id_.fetch_add(1, std::memory_order_relaxed);
-    Conn* raw = conn.get();
-    conns_.push_back(std::move(conn));
+    auto conn = std::make_shared<DataConn>(fd, next_conn_id_.fetch_add(1));
+    conn->last_progress_ns = MonotonicNs();
+    conn->deadline_ns = conn->last_progress_ns + int64_t{options_.idle_timeout_ms} * 1'000'000;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.u64 = conn->id;
+    // Registered under mu_, with the map entry: a ready event always finds its connection.
+    conns_.emplace(conn->id, conn);
     open_connections_++;
-    try {
-      raw->thread = std::thread(&DataServer::Serve, this, raw);
-    } catch (const std::system_error& e) {
-      GLOG_WARN("data server cannot start a connection thread: {}", e.what());
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      GLOG_WARN("data server cannot watch a connection: {}", std::strerror(errno));
+      conns_.erase(conn->id);
+      open_connections_--;
       rejected_connections_++;
       close(fd);
-      conns_.pop_back();
-      open_connections_--;
     }
   }
 }
 
-void DataServer::ReapFinished() {
-  std::list<std::unique_ptr<Conn>> finished;
+DataServer::ConnPtr DataServer::Find(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = conns_.find(id);
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+// Drops every connection past its deadline that nobody is driving (one being driven is checked
+// by its driver before it waits again).
+void DataServer::ExpireDeadlines() {
+  const int64_t now = MonotonicNs();
+  std::vector<ConnPtr> due;
   {
     std::lock_guard lock(mu_);
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      auto next = std::next(it);
-      if ((*it)->done) finished.splice(finished.end(), conns_, it);
-      it = next;
+    for (auto& [id, conn] : conns_) {
+      if (conn->deadline_ns.load(std::memory_order_relaxed) <= now) due.push_back(conn);
     }
   }
-  for (auto& conn : finished) {
-    if (conn->thread.joinable()) conn->thread.join();
+  for (auto& conn : due) {
+    std::unique_lock lock(conn->mu, std::try_to_lock);
+    if (!lock.owns_lock() || conn->closed || conn->deadline_ns.load() > now) continue;
+    timeouts_++;
+    if (conn->MidRequest()) errors_++;  // the put stays uncommitted; the client reports it
+    GLOG_DEBUG("data server dropped a connection at its deadline ({})",
+               conn->MidRequest() ? "mid-request" : "idle");
+    Close(*conn);
   }
 }
 
-void DataServer::Serve(Conn* conn) {
-  const int fd = conn->fd;  // stable until this thread closes it below
-  std::vector<uint8_t> scratch;
-  while (true) {
-    RequestHeader h;
-    size_t got = 0;
-    if (!RecvAll(fd, &h, sizeof(h), &got)) {
-      if (got > 0) errors_++;  // cut or stalled mid-header
-      break;
+void DataServer::IoLoop() {
+  epoll_event events[kEventsPerWait];
+  while (!io_stopping_.load(std::memory_order_acquire)) {
+    int n = epoll_wait(epoll_fd_, events, kEventsPerWait, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      GLOG_ERROR("data server epoll_wait failed: {}", std::strerror(errno));
+      return;
     }
-    if (!WellFormed(h)) {
-      rejected_frames_++;
-      GLOG_DEBUG(
-          "data server closing a connection after a malformed header (magic {:#x}, "
-          "version {}, opcode {}, reserved {}, length {})",
-          h.magic, h.version, static_cast<int>(h.opcode), h.reserved, h.length);
-      break;
-    }
-    requests_++;
-    if (h.opcode == Opcode::kPing) {
-      if (!SendResponse(fd, h.request_id, ErrorCode::OK, nullptr, 0)) break;
-      continue;
-    }
-    if (h.opcode == Opcode::kDiskRead) {
-      if (!ServeDiskRead(fd, h)) break;
-      continue;
-    }
-    if (h.opcode == Opcode::kDiskStage) {
-      if (!ServeDiskStage(fd, conn->id, h)) break;
-      continue;
-    }
-    if (h.opcode == Opcode::kStageRelease) {
-      if (!ServeStageRelease(fd, conn->id, h)) break;
-      continue;
-    }
-    if (h.opcode == Opcode::kStageInfo) {
-      if (!ServeStageInfo(fd, h)) break;
-      continue;
-    }
-    // Token first: with a stale token the range means nothing here. Overflow-safe range check.
-    ErrorCode refusal = ErrorCode::OK;
-    const uint64_t current = token_.load(std::memory_order_acquire);
-    if (h.segment_token == 0 || h.segment_token != current) {  // 0: not mounted yet
-      refusal = ErrorCode::SEGMENT_NOT_FOUND;
-    } else if (h.offset > size_ || h.length > size_ - h.offset) {
-      refusal = ErrorCode::INVALID_PARAMS;
-    }
-    const bool is_write = h.opcode == Opcode::kWrite;
-    if (refusal != ErrorCode::OK) {
-      errors_++;
-      if (is_write) {
-        // Drain the payload so the next header is read where it starts.
-        if (scratch.empty()) scratch.resize(kDrainChunk);
-        uint64_t left = h.length;
-        bool ok = true;
-        while (left > 0 && ok) {
-          size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
-          ok = RecvAll(fd, scratch.data(), n);
-          left -= n;
-        }
-        if (!ok) break;
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == kStopEventKey) return;
+      ConnPtr conn = Find(events[i].data.u64);
+      if (conn == nullptr) continue;  // closed at its deadline after the event fired
+      std::lock_guard lock(conn->mu);
+      if (conn->closed) continue;
+      Next next = Drive(*conn);
+      if (next == Next::kClose) {
+        Close(*conn);
+      } else if (next != Next::kHandedOff) {
+        Rearm(*conn, next);
       }
-      if (!SendResponse(fd, h.request_id, refusal, nullptr, 0)) break;
-      continue;
-    }
-    uint8_t* range = base_ + h.offset;
-    if (is_write) {
-      bool received;
-      {
-        ScopedSegmentWrite payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
-        received = RecvAll(fd, range, h.length);
-      }
-      if (!received) {
-        errors_++;  // the put stays uncommitted; the client reports the failure
-        break;
-      }
-      bytes_written_ += h.length;
-      if (!SendResponse(fd, h.request_id, ErrorCode::OK, nullptr, 0)) break;
-    } else {
-      bool sent;
-      {
-        ScopedSegmentRead payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
-        sent = SendResponse(fd, h.request_id, ErrorCode::OK, range, h.length);
-      }
-      if (!sent) {
-        errors_++;
-        break;
-      }
-      bytes_read_ += h.length;
     }
   }
+}
+
+void DataServer::Rearm(DataConn& c, Next next) {
+  UpdateDeadline(c);
+  epoll_event ev{};
+  ev.events = (next == Next::kWrite ? EPOLLOUT : EPOLLIN) | EPOLLONESHOT;
+  ev.data.u64 = c.id;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) Close(c);
+}
+
+// The earlier of: idle_timeout_ms after the last byte, and (mid-request) the request's budget.
+void DataServer::UpdateDeadline(DataConn& c) {
+  int64_t deadline = c.last_progress_ns + int64_t{options_.idle_timeout_ms} * 1'000'000;
+  if (c.MidRequest() || c.phase != Phase::kHeader) {
+    const uint64_t bytes = c.header_got > 0 ? 0 : c.request.length;
+    deadline = std::min(deadline, c.request_start_ns + BudgetNs(bytes));
+  }
+  c.deadline_ns.store(deadline, std::memory_order_relaxed);
+}
+
+void DataServer::Close(DataConn& c) {
+  if (c.closed) return;
+  c.closed = true;
   // The client may have died between staging and release: its slots go back now, not at the TTL.
   if (ShmStaging* staging = staging_.load(std::memory_order_acquire)) {
-    staging->ReleaseOwner(conn->id);
+    staging->ReleaseOwner(c.id);
   }
   std::lock_guard lock(mu_);
-  close(conn->fd);
-  conn->fd = -1;
-  conn->done = true;
+  conns_.erase(c.id);
+  close(c.fd);  // also leaves the epoll set
   open_connections_--;
 }
 
-Result<std::vector<DiskReadService::Entry>> DataServer::ParseDiskBatch(
-    const RequestHeader& h, std::span<const uint8_t> body, const char* op, bool has_tier,
-    const Status& missing) {
-  if (h.offset != 0 || h.segment_token != 0) {
-    return Status(ErrorCode::INVALID_PARAMS,
-                  std::string(op) + " with an offset or a segment token");
-  }
-  if (!has_tier) return Status(ErrorCode::OBJECT_NOT_FOUND, "this node has no disk tier");
-  if (!missing.ok()) return missing;
-  return DiskReadService::Parse(body);
+void DataServer::Respond(DataConn& c, ErrorCode status, const uint8_t* payload, uint64_t length) {
+  c.response = ResponseHeader{};
+  c.response.status = static_cast<int32_t>(status);
+  c.response.request_id = c.request.request_id;
+  c.response.length = length;
+  c.payload = payload;
+  c.payload_len = length;
+  c.sent = 0;
+  c.phase = Phase::kSend;
 }
 
-bool DataServer::StartDiskBatch(int fd, const RequestHeader& h, const char* op,
-                                const Result<std::vector<DiskReadService::Entry>>& entries,
-                                bool* serve) {
-  *serve = false;
-  if (!entries.ok()) {
-    errors_++;
-    GLOG_DEBUG("data server refused a {}: {}", op, entries.status().ToString());
-    return SendResponse(fd, h.request_id, entries.status().code(), nullptr, 0);
+// Moves the connection forward until the socket would block, it must close, or its turn is up.
+DataServer::Next DataServer::Drive(DataConn& c) {
+  if (MonotonicNs() >= c.deadline_ns.load(std::memory_order_relaxed)) {
+    timeouts_++;
+    if (c.MidRequest()) errors_++;
+    return Next::kClose;
   }
-  ResponseHeader head;
-  head.status = 0;
-  head.request_id = h.request_id;
-  head.length = entries->size();
-  iovec iov{&head, sizeof(head)};
-  if (!SendAll(fd, &iov, 1)) return false;
-  *serve = true;
-  return true;
-}
-
-// The body is read whole (it is small: kMaxDiskReadBody) before anything is answered, so a
-// refusal leaves the connection in sync.
-bool DataServer::ServeDiskRead(int fd, const RequestHeader& h) {
-  std::vector<uint8_t> body(h.length);
-  if (!RecvAll(fd, body.data(), body.size())) {
-    errors_++;
-    return false;
-  }
-  DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
-  Result<std::vector<DiskReadService::Entry>> entries =
-      ParseDiskBatch(h, body, "DISK_READ", reads != nullptr, Status::Ok());
-  bool serve = false;
-  if (!StartDiskBatch(fd, h, "DISK_READ", entries, &serve)) return false;
-  if (!serve) return true;
-  return reads->Serve(*entries, [&](uint32_t index, ErrorCode code,
-                                    std::span<const std::byte> bytes) {
-    if (code != ErrorCode::OK) errors_++;
-    disk_bytes_read_ += bytes.size();  // counted first: the client may look once it has them
-    if (!SendResponse(fd, index, code, reinterpret_cast<const uint8_t*>(bytes.data()),
-                      bytes.size())) {
-      errors_++;
-      return false;
-    }
-    return true;
-  });
-}
-
-// DISK_STAGE: DISK_READ's body and framing, but an OK entry's payload is where its bytes are.
-bool DataServer::ServeDiskStage(int fd, uint64_t conn_id, const RequestHeader& h) {
-  std::vector<uint8_t> body(h.length);
-  if (!RecvAll(fd, body.data(), body.size())) {
-    errors_++;
-    return false;
-  }
-  DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
-  ShmStaging* staging = staging_.load(std::memory_order_acquire);
-  Result<std::vector<DiskReadService::Entry>> entries = ParseDiskBatch(
-      h, body, "DISK_STAGE", reads != nullptr,
-      staging != nullptr ? Status::Ok()
-                         : Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
-                                  "this node has no staging region"));
-  bool serve = false;
-  if (!StartDiskBatch(fd, h, "DISK_STAGE", entries, &serve)) return false;
-  if (!serve) return true;
-  const uint64_t token = staging->token();
-  return reads->ServeStaged(
-      *entries, staging, conn_id,
-      [&](uint32_t index, ErrorCode code, const ShmStaging::Grant* grant) {
-        transfer::StagedSlot slot;
-        if (code == ErrorCode::OK) {
-          slot.region_token = token;
-          slot.offset = grant->offset;
-          slot.length = (*entries)[index].size;
-          slot.slot = grant->slot;
-          slot.generation = grant->generation;
-          disk_bytes_staged_ += slot.length;
+  for (int step = 0; step < kStepsPerTurn; ++step) {
+    ssize_t r = 0;
+    switch (c.phase) {
+      case Phase::kHeader: {
+        r = recv(c.fd, reinterpret_cast<uint8_t*>(&c.request) + c.header_got,
+                 sizeof(RequestHeader) - c.header_got, 0);
+        if (r > 0) {
+          c.last_progress_ns = MonotonicNs();
+          if (c.header_got == 0) c.request_start_ns = c.last_progress_ns;
+          c.header_got += static_cast<size_t>(r);
+          if (c.header_got < sizeof(RequestHeader)) continue;
+          c.header_got = 0;
+          Next next = StartRequest(c);
+          if (next == Next::kClose || next == Next::kHandedOff) return next;
+          continue;
+        }
+        break;
+      }
+      case Phase::kBody:
+      case Phase::kDrain:
+      case Phase::kPayload: {
+        const uint64_t left = c.request.length - c.done;
+        if (c.phase == Phase::kPayload) {
+          ScopedSegmentWrite payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
+          r = recv(c.fd, base_ + c.request.offset + c.done, left, 0);
+        } else if (c.phase == Phase::kBody) {
+          r = recv(c.fd, c.body.data() + c.done, left, 0);
         } else {
-          errors_++;
+          r = recv(c.fd, c.body.data(), std::min<uint64_t>(left, c.body.size()), 0);
         }
-        const bool ok = code == ErrorCode::OK;
-        if (!SendResponse(fd, index, code, reinterpret_cast<const uint8_t*>(&slot),
-                          ok ? sizeof(slot) : 0)) {
-          errors_++;
-          return false;
+        if (r > 0) {
+          c.last_progress_ns = MonotonicNs();
+          c.done += static_cast<uint64_t>(r);
+          if (c.done < c.request.length) continue;
+          if (c.phase == Phase::kPayload) {
+            bytes_written_ += c.request.length;
+            Respond(c, ErrorCode::OK, nullptr, 0);
+          } else if (c.phase == Phase::kDrain) {
+            Respond(c, static_cast<ErrorCode>(c.drain_status), nullptr, 0);
+          } else {
+            Next next = FinishBody(c);
+            if (next == Next::kClose || next == Next::kHandedOff) return next;
+          }
+          continue;
         }
-        return true;
-      });
+        break;
+      }
+      case Phase::kSend: {
+        iovec iov[2];
+        int iovcnt = 0;
+        if (c.sent < sizeof(ResponseHeader)) {
+          iov[iovcnt++] = {reinterpret_cast<uint8_t*>(&c.response) + c.sent,
+                           sizeof(ResponseHeader) - c.sent};
+          if (c.payload_len > 0) iov[iovcnt++] = {const_cast<uint8_t*>(c.payload), c.payload_len};
+        } else {
+          const uint64_t off = c.sent - sizeof(ResponseHeader);
+          iov[iovcnt++] = {const_cast<uint8_t*>(c.payload) + off, c.payload_len - off};
+        }
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = static_cast<size_t>(iovcnt);
+        {
+          ScopedSegmentRead payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
+          r = sendmsg(c.fd, &msg, MSG_NOSIGNAL);  // never SIGPIPE: a vanished peer is an error
+        }
+        if (r > 0) {
+          c.last_progress_ns = MonotonicNs();
+          c.sent += static_cast<uint64_t>(r);
+          if (c.sent < sizeof(ResponseHeader) + c.payload_len) continue;
+          if (c.sending_segment) bytes_read_ += c.payload_len;
+          c.sending_segment = false;
+          c.payload = nullptr;
+          c.out.clear();
+          c.phase = Phase::kHeader;
+          continue;
+        }
+        if (r < 0 && WouldBlock(errno)) return Next::kWrite;
+        if (r < 0 && errno == EINTR) continue;
+        if (c.sending_segment) errors_++;
+        return Next::kClose;
+      }
+      case Phase::kDisk:
+        return Next::kHandedOff;  // not reached: a disk thread holds it
+    }
+    // A receive that moved nothing: would block, interrupted, or the end of the connection.
+    if (r < 0 && WouldBlock(errno)) return Next::kRead;
+    if (r < 0 && errno == EINTR) continue;
+    if (c.MidRequest()) errors_++;  // cut mid-frame; a close between requests is clean
+    return Next::kClose;
+  }
+  return c.phase == Phase::kSend ? Next::kWrite : Next::kRead;  // resumes at once if ready
 }
 
-// STAGE_RELEASE: each ref is judged alone; only this connection's handed slots are freed.
-bool DataServer::ServeStageRelease(int fd, uint64_t conn_id, const RequestHeader& h) {
-  std::vector<uint8_t> body(h.length);
-  if (!RecvAll(fd, body.data(), body.size())) {
-    errors_++;
-    return false;
+// A whole header arrived: checked before any memory is touched.
+DataServer::Next DataServer::StartRequest(DataConn& c) {
+  const RequestHeader& h = c.request;
+  if (!WellFormed(h)) {
+    rejected_frames_++;
+    GLOG_DEBUG(
+        "data server closing a connection after a malformed header (magic {:#x}, "
+        "version {}, opcode {}, reserved {}, length {})",
+        h.magic, h.version, static_cast<int>(h.opcode), h.reserved, h.length);
+    return Next::kClose;
   }
-  ShmStaging* staging = staging_.load(std::memory_order_acquire);
-  transfer::StageReleaseBody rb;
+  requests_++;
+  c.done = 0;
+  switch (h.opcode) {
+    case Opcode::kPing:
+      Respond(c, ErrorCode::OK, nullptr, 0);
+      return Next::kRead;
+    case Opcode::kStageInfo:
+      ServeStageInfo(c);
+      return Next::kRead;
+    case Opcode::kDiskRead:
+    case Opcode::kDiskStage:
+    case Opcode::kStageRelease:
+      // Read whole (small: kMaxDiskReadBody) before anything is answered, so a refusal leaves
+      // the connection in sync.
+      c.body.assign(h.length, 0);
+      c.phase = Phase::kBody;
+      return h.length == 0 ? FinishBody(c) : Next::kRead;
+    default:
+      break;
+  }
+  // Token first: with a stale token the range means nothing here. Overflow-safe range check.
   ErrorCode refusal = ErrorCode::OK;
-  if (staging == nullptr) {
-    refusal = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  } else if (h.offset != 0 || h.segment_token != 0 || body.size() < sizeof(rb)) {
+  const uint64_t current = token_.load(std::memory_order_acquire);
+  if (h.segment_token == 0 || h.segment_token != current) {  // 0: not mounted yet
+    refusal = ErrorCode::SEGMENT_NOT_FOUND;
+  } else if (h.offset > size_ || h.length > size_ - h.offset) {
     refusal = ErrorCode::INVALID_PARAMS;
-  } else {
-    std::memcpy(&rb, body.data(), sizeof(rb));
-    if (rb.reserved != 0 || rb.count == 0 || rb.count > transfer::kMaxStageRelease ||
-        body.size() != sizeof(rb) + uint64_t{rb.count} * sizeof(transfer::SlotRef)) {
-      refusal = ErrorCode::INVALID_PARAMS;
-    }
   }
+  const bool is_write = h.opcode == Opcode::kWrite;
   if (refusal != ErrorCode::OK) {
     errors_++;
-    return SendResponse(fd, h.request_id, refusal, nullptr, 0);
+    if (is_write && h.length > 0) {
+      // Drain the payload so the next header is read where it starts; the refusal waits.
+      c.drain_status = static_cast<int32_t>(refusal);
+      c.body.resize(std::min<uint64_t>(h.length, kDrainChunk));
+      c.phase = Phase::kDrain;
+      return Next::kRead;
+    }
+    Respond(c, refusal, nullptr, 0);
+    return Next::kRead;
   }
-  std::vector<int32_t> codes(rb.count);
-  for (uint32_t i = 0; i < rb.count; ++i) {
-    transfer::SlotRef ref;
-    std::memcpy(&ref, body.data() + sizeof(rb) + i * sizeof(ref), sizeof(ref));
-    const ErrorCode code = ref.reserved != 0 ? ErrorCode::INVALID_PARAMS
-                                             : staging->Release(ref.slot, ref.generation, conn_id);
-    if (code != ErrorCode::OK) errors_++;
-    codes[i] = static_cast<int32_t>(code);
+  if (is_write) {
+    c.phase = Phase::kPayload;
+    if (h.length == 0) Respond(c, ErrorCode::OK, nullptr, 0);
+    return Next::kRead;
   }
-  return SendResponse(fd, h.request_id, ErrorCode::OK, reinterpret_cast<const uint8_t*>(codes.data()),
-                      codes.size() * sizeof(int32_t));
+  Respond(c, ErrorCode::OK, base_ + h.offset, h.length);
+  c.sending_segment = true;
+  return Next::kRead;
 }
 
-bool DataServer::ServeStageInfo(int fd, const RequestHeader& h) {
-  ShmStaging* staging = staging_.load(std::memory_order_acquire);
-  if (staging == nullptr || disk_reads_.load(std::memory_order_acquire) == nullptr) {
-    errors_++;
-    return SendResponse(fd, h.request_id, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, nullptr, 0);
+// A DISK_* or STAGE_RELEASE body is in: answer STAGE_RELEASE here, hand disk work to a disk
+// thread (it blocks on the disk; this thread must not).
+DataServer::Next DataServer::FinishBody(DataConn& c) {
+  if (c.request.opcode == Opcode::kStageRelease) {
+    ServeStageRelease(c);
+    return Next::kRead;
   }
-  transfer::StageInfo info;
-  info.region_token = staging->token();
-  info.data_bytes = staging->data_bytes();
-  info.slot_count = staging->slot_count();
-  info.name_len = static_cast<uint32_t>(staging->name().size());
-  std::vector<uint8_t> payload(sizeof(info) + info.name_len);
-  std::memcpy(payload.data(), &info, sizeof(info));
-  std::memcpy(payload.data() + sizeof(info), staging->name().data(), info.name_len);
-  return SendResponse(fd, h.request_id, ErrorCode::OK, payload.data(), payload.size());
+  c.phase = Phase::kDisk;
+  c.deadline_ns.store(kNoDeadline, std::memory_order_relaxed);  // the disk thread keeps its own
+  ConnPtr self = Find(c.id);
+  std::lock_guard lock(disk_mu_);
+  disk_queue_.push_back(std::move(self));
+  disk_cv_.notify_one();
+  return Next::kHandedOff;
+}
+
+void DataServer::DiskLoop() {
+  while (true) {
+    ConnPtr conn;
+    {
+      std::unique_lock lock(disk_mu_);
+      disk_cv_.wait(lock, [&] { return disk_stopping_ || !disk_queue_.empty(); });
+      if (disk_stopping_) return;  // Stop() closes whatever is still queued
+      conn = std::move(disk_queue_.front());
+      disk_queue_.pop_front();
+    }
+    if (conn == nullptr) continue;
+    std::lock_guard lock(conn->mu);
+    if (conn->closed) continue;
+    const bool ok = conn->request.opcode == Opcode::kDiskRead ? ServeDiskRead(*conn)
+                                                              : ServeDiskStage(*conn);
+    if (!ok) {
+      Close(*conn);
+      continue;
+    }
+    conn->phase = Phase::kHeader;
+    conn->body = {};
+    conn->last_progress_ns = MonotonicNs();
+    Rearm(*conn, Next::kRead);
+  }
 }
 
 void DataServer::Stop() {
@@ -515,19 +551,37 @@ void DataServer::Stop() {
     (void)ignored;
   }
   if (acceptor_.joinable()) acceptor_.join();
-  std::list<std::unique_ptr<Conn>> conns;
+  {
+    // Wakes a disk thread blocked sending; the I/O threads never block on a peer.
+    std::lock_guard lock(mu_);
+    for (auto& [id, conn] : conns_) shutdown(conn->fd, SHUT_RDWR);
+  }
+  io_stopping_.store(true, std::memory_order_release);
+  if (stop_event_fd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = write(stop_event_fd_, &one, sizeof(one));
+    (void)ignored;
+  }
+  for (auto& t : io_threads_) t.join();
+  io_threads_.clear();
+  {
+    std::lock_guard lock(disk_mu_);
+    disk_stopping_ = true;
+    disk_queue_.clear();
+  }
+  disk_cv_.notify_all();
+  for (auto& t : disk_threads_) t.join();
+  disk_threads_.clear();
+  std::vector<ConnPtr> left;
   {
     std::lock_guard lock(mu_);
-    // Wakes every thread blocked in recv/send; each then closes its own descriptor.
-    for (auto& conn : conns_) {
-      if (conn->fd >= 0) shutdown(conn->fd, SHUT_RDWR);
-    }
-    conns.swap(conns_);
+    for (auto& [id, conn] : conns_) left.push_back(conn);
   }
-  for (auto& conn : conns) {
-    if (conn->thread.joinable()) conn->thread.join();
+  for (auto& conn : left) {
+    std::lock_guard lock(conn->mu);
+    Close(*conn);
   }
-  for (int* fd : {&listen_fd_, &wake_pipe_[0], &wake_pipe_[1]}) {
+  for (int* fd : {&listen_fd_, &wake_pipe_[0], &wake_pipe_[1], &epoll_fd_, &stop_event_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
@@ -542,6 +596,7 @@ DataServer::Stats DataServer::stats() const {
   s.open_connections = open_connections_.load();
   s.rejected_frames = rejected_frames_.load();
   s.rejected_connections = rejected_connections_.load();
+  s.timeouts = timeouts_.load();
   s.disk_bytes_read = disk_bytes_read_.load();
   s.disk_bytes_staged = disk_bytes_staged_.load();
   return s;

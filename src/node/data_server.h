@@ -14,12 +14,20 @@
 // (node/disk_read_service.h); without one they are refused with OBJECT_NOT_FOUND. With a staging
 // region too (SetShmStaging), same-host clients may ask for DISK_STAGE instead: the bytes stay
 // in shared memory, in slots owned by the asking connection until its STAGE_RELEASE, its close
-// (every slot a connection still holds is freed when its thread ends) or the region's TTL.
+// (every slot a connection still holds is freed when it closes) or the region's TTL.
 //
-// Threads: one acceptor and one thread per connection with blocking I/O (simple, and as fast as
-// anything else on a 2-core node); connections beyond max_connections are closed on accept. A peer
-// that goes silent for idle_timeout_ms (mid-frame, or between requests) is disconnected, so a
-// stalled peer never pins a thread for long; clients keep pooled connections idle for less.
+// Threads: no thread per connection. Every socket is non-blocking in one epoll set shared by
+// io_threads I/O threads (EPOLLONESHOT: a ready connection is driven by one thread at a time).
+// Each connection is a small state machine (header, body or payload, reply) that resumes where
+// EAGAIN left it, so a slow peer never holds a thread. One acceptor thread accepts and runs the
+// deadline timer. DISK_READ and DISK_STAGE, which block on the disk, run on disk_threads
+// threads (queued when all are busy), which send their answers with a bounded poll.
+// Deadlines: a peer silent for idle_timeout_ms (between requests or mid-frame) is dropped; a
+// request must also complete - header, body or payload, and its answer - within
+// request_timeout_ms plus its bytes at min_transfer_rate, so a peer trickling one byte a minute
+// is dropped at its request's deadline (within a few % of the shorter timeout), not later.
+// Connections beyond max_connections are closed on accept and counted (rejected_connections);
+// each one costs a descriptor, so RLIMIT_NOFILE must allow them (the node raises it).
 //
 // Ownership: the caller owns the segment memory and must keep it mapped until Stop() returns.
 // The server locks nothing on the bytes: the master's protocol guarantees nobody reads a range
@@ -28,17 +36,23 @@
 // is idempotent and the destructor calls it.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <list>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "granary/status.h"
+#include "node/data_conn.h"
 #include "node/disk_read_service.h"
 #include "node/shm_staging.h"
 #include "transfer/protocol.h"
@@ -48,8 +62,14 @@ namespace granary::node {
 struct DataServerOptions {
   std::string host = "127.0.0.1";  // address to bind (numeric or a name; "0.0.0.0" for all)
   uint16_t port = 0;               // 0: the kernel picks a free port; see port()
-  size_t max_connections = 256;    // one thread each
+  size_t max_connections = 4096;   // open at once; more are closed on accept
+  size_t io_threads = 4;           // drive every connection's socket I/O
+  size_t disk_threads = 8;         // serve DISK_READ / DISK_STAGE requests, one at a time each
   int idle_timeout_ms = 60000;     // silence tolerated from a peer, mid-frame or between requests
+  // A request's deadline, from its first header byte to its answer's last byte:
+  // request_timeout_ms plus its payload at min_transfer_rate (bytes/s).
+  int request_timeout_ms = 10000;
+  uint64_t min_transfer_rate = 1 << 20;
 };
 
 class DataServer {
@@ -61,10 +81,11 @@ class DataServer {
     uint64_t requests = 0;              // well-formed requests, PING included
     uint64_t bytes_read = 0;            // payload bytes sent to clients (READ)
     uint64_t bytes_written = 0;         // payload bytes stored into the segment (WRITE)
-    uint64_t errors = 0;                // refused requests + requests cut off mid-payload
+    uint64_t errors = 0;                // refused requests + requests cut off mid-frame
     uint64_t open_connections = 0;      // a gauge, not a counter
     uint64_t rejected_frames = 0;       // malformed headers (their connection was closed)
     uint64_t rejected_connections = 0;  // closed on accept: max_connections reached
+    uint64_t timeouts = 0;              // dropped at a deadline (idle or request)
     uint64_t disk_bytes_read = 0;       // payload bytes answered from the disk tier (DISK_READ)
     uint64_t disk_bytes_staged = 0;     // object bytes staged in shared memory (DISK_STAGE)
   };
@@ -81,8 +102,8 @@ class DataServer {
   Status Start();
   // The bound port (the chosen one when Options::port was 0); 0 before Start().
   uint16_t port() const { return port_.load(); }
-  // Closes the listener and every connection (shutdown wakes threads blocked in I/O) and joins
-  // all threads. Idempotent; returns promptly even when peers are stalled.
+  // Closes the listener and every connection (shutdown wakes a disk thread blocked sending) and
+  // joins all threads. Idempotent; returns promptly even when peers are stalled.
   void Stop();
   Stats stats() const;
   // Accepts `token` from now on, and refuses every other (a request already past its token check
@@ -96,29 +117,44 @@ class DataServer {
   void SetShmStaging(ShmStaging* staging) { staging_.store(staging, std::memory_order_release); }
 
  private:
-  struct Conn {
-    int fd = -1;  // -1 once closed; guarded by mu_
-    bool done = false;
-    uint64_t id = 0;  // owns this connection's staging slots
-    std::thread thread;
-  };
+  using ConnPtr = std::shared_ptr<DataConn>;
+  enum class Next { kRead, kWrite, kClose, kHandedOff };  // after driving a connection
 
   void AcceptLoop();
-  void Serve(Conn* conn);
-  void ReapFinished();
-  // False when the connection must close.
+  void AcceptReady();
+  void ExpireDeadlines();
+  void IoLoop();
+  void DiskLoop();
+  ConnPtr Find(uint64_t id);
+  // The connection's mutex is held by the caller in all of these.
+  Next Drive(DataConn& c);
+  Next StartRequest(DataConn& c);
+  Next FinishBody(DataConn& c);
+  void Respond(DataConn& c, ErrorCode status, const uint8_t* payload, uint64_t length);
+  void UpdateDeadline(DataConn& c);
+  void Rearm(DataConn& c, Next next);
+  void Close(DataConn& c);
+  int64_t BudgetNs(uint64_t bytes) const;
+
   // DISK_READ and DISK_STAGE share their framing: the request's checks and body, then either one
   // refusal of the whole request or a header announcing one answer per entry.
   static Result<std::vector<DiskReadService::Entry>> ParseDiskBatch(
       const transfer::RequestHeader& h, std::span<const uint8_t> body, const char* op,
       bool has_tier, const Status& missing);
   // False when the connection broke; *serve: the header went out, answer every entry.
-  bool StartDiskBatch(int fd, const transfer::RequestHeader& h, const char* op,
+  bool StartDiskBatch(DataConn& c, int64_t deadline, const char* op,
                       const Result<std::vector<DiskReadService::Entry>>& entries, bool* serve);
-  bool ServeDiskRead(int fd, const transfer::RequestHeader& h);
-  bool ServeDiskStage(int fd, uint64_t conn_id, const transfer::RequestHeader& h);
-  bool ServeStageRelease(int fd, uint64_t conn_id, const transfer::RequestHeader& h);
-  bool ServeStageInfo(int fd, const transfer::RequestHeader& h);
+  // On a disk thread, with the whole body in c.body; false when the connection must close.
+  bool ServeDiskRead(DataConn& c);
+  bool ServeDiskStage(DataConn& c);
+  // On an I/O thread: builds the answer in c.out (never blocks).
+  void ServeStageRelease(DataConn& c);
+  void ServeStageInfo(DataConn& c);
+  // A disk thread's send: whole, or false when the peer broke, stalled idle_timeout_ms or
+  // passed `deadline`.
+  bool SendUntil(DataConn& c, iovec* iov, int iovcnt, int64_t deadline);
+  bool SendAnswerUntil(DataConn& c, int64_t deadline, uint64_t id, ErrorCode status,
+                       const uint8_t* payload, uint64_t length);
 
   uint8_t* const base_;
   const uint64_t size_;
@@ -131,13 +167,23 @@ class DataServer {
   std::atomic<uint16_t> port_{0};
   int listen_fd_ = -1;
   int wake_pipe_[2] = {-1, -1};  // written by Stop() to wake the acceptor's poll
+  int epoll_fd_ = -1;
+  int stop_event_fd_ = -1;       // in the epoll set, level-triggered: wakes every I/O thread
+  std::atomic<bool> io_stopping_{false};
   std::thread acceptor_;
+  std::vector<std::thread> io_threads_;
+  std::vector<std::thread> disk_threads_;
 
-  std::mutex mu_;  // guards the fields below and every Conn::fd / Conn::done
+  std::mutex mu_;  // guards the fields below; a connection's fd is closed only under it
   bool started_ = false;
   bool stopping_ = false;
-  std::list<std::unique_ptr<Conn>> conns_;
+  std::unordered_map<uint64_t, ConnPtr> conns_;
   std::mutex stop_mu_;  // serialises Stop()
+
+  std::mutex disk_mu_;  // guards disk_queue_ and disk_stopping_
+  std::condition_variable disk_cv_;
+  std::deque<ConnPtr> disk_queue_;
+  bool disk_stopping_ = false;
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> bytes_read_{0};
@@ -146,6 +192,7 @@ class DataServer {
   std::atomic<uint64_t> open_connections_{0};
   std::atomic<uint64_t> rejected_frames_{0};
   std::atomic<uint64_t> rejected_connections_{0};
+  std::atomic<uint64_t> timeouts_{0};
   std::atomic<uint64_t> disk_bytes_read_{0};
   std::atomic<uint64_t> disk_bytes_staged_{0};
 };

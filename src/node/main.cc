@@ -41,6 +41,9 @@ struct NodeConfig {
   int64_t offload_interval_ms = granary::node::DiskTierSettings{}.offload_interval_ms;
   uint64_t disk_shm_staging = granary::node::StorageNodeOptions{}.disk_shm_staging_bytes;
   int64_t disk_staging_ttl_ms = granary::node::StorageNodeOptions{}.disk_staging_ttl_ms;
+  uint64_t data_max_connections = granary::node::StorageNodeOptions{}.data_max_connections;
+  uint64_t data_io_threads = granary::node::StorageNodeOptions{}.data_io_threads;
+  int64_t data_request_timeout_ms = granary::node::StorageNodeOptions{}.data_request_timeout_ms;
 };
 
 // Half of what /dev/shm can still hold, a quarter of RAM, and at most 4 GiB.
@@ -81,6 +84,14 @@ int main(int argc, char** argv) {
   schema.AddDurationMs("reclaim_interval", &c.reclaim_interval_ms,
                        "how often to unlink /dev/shm segments of dead nodes on this host "
                        "(0: only at start)");
+  schema.AddUint("data_max_connections", &c.data_max_connections,
+                 "data-plane connections open at once; more are refused (raises RLIMIT_NOFILE)",
+                 1, 1'000'000);
+  schema.AddUint("data_io_threads", &c.data_io_threads,
+                 "threads driving every data-plane connection's socket I/O", 1, 256);
+  schema.AddDurationMs("data_request_timeout", &c.data_request_timeout_ms,
+                       "a data-plane request's time to arrive and be answered, plus its bytes "
+                       "at 1 MiB/s; a slower peer is disconnected");
   schema.AddString("disk_dir", &c.disk_dir,
                    "SSD tier: directory for disk copies of objects (empty: no disk tier)");
   schema.AddSize("disk_size", &c.disk_size,
@@ -133,6 +144,9 @@ int main(int argc, char** argv) {
   options.prefault = c.prefault;
   options.heartbeat_interval_ms = c.heartbeat_interval_ms;
   options.reclaim_interval_ms = c.reclaim_interval_ms;
+  options.data_max_connections = c.data_max_connections;
+  options.data_io_threads = c.data_io_threads;
+  options.data_request_timeout_ms = c.data_request_timeout_ms;
   {
     auto disk = granary::node::MakeDiskTierOptions({c.disk_dir, c.disk_size, c.disk_backend,
                                            c.disk_eviction, c.disk_io, c.offload_interval_ms},

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/host.h"
@@ -34,6 +35,24 @@ std::string ShmNameFor(const std::string& segment_name) {
     for (int shift = 60; shift >= 32; shift -= 4) out += kHex[(hash >> shift) & 0xf];
   }
   return out;
+}
+
+// Each data-plane connection is a descriptor: raise the soft RLIMIT_NOFILE (up to the hard limit)
+// so the connection cap, not the default 1024, is what refuses clients.
+void RaiseDescriptorLimit(uint64_t connections) {
+  const rlim_t wanted = static_cast<rlim_t>(connections) + 1024;  // segment, disk, gRPC, logs
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= wanted) return;
+  const rlim_t before = files.rlim_cur;
+  files.rlim_cur = files.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, files.rlim_max);
+  if (files.rlim_cur > before && setrlimit(RLIMIT_NOFILE, &files) == 0) {
+    GLOG_INFO("raised the descriptor limit from {} to {} for {} data connections",
+              static_cast<uint64_t>(before), static_cast<uint64_t>(files.rlim_cur), connections);
+  }
+  if (files.rlim_cur < wanted) {
+    GLOG_WARN("descriptor limit {} (hard) is below the {} data connections allowed, plus margin",
+              static_cast<uint64_t>(files.rlim_max), connections);
+  }
 }
 
 }  // namespace
@@ -73,6 +92,11 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   server_options.host = o.listen_host;
   server_options.port = o.port;
   server_options.idle_timeout_ms = o.data_idle_timeout_ms;
+  server_options.max_connections = o.data_max_connections;
+  server_options.io_threads = o.data_io_threads;
+  server_options.request_timeout_ms =
+      static_cast<int>(std::clamp<int64_t>(o.data_request_timeout_ms, 1, 86'400'000));
+  RaiseDescriptorLimit(o.data_max_connections);
   // Token 0 until the first mount: nothing is accepted before the master knows the segment.
   node->server_ = std::make_unique<DataServer>(node->segment_->data(), node->segment_->size(),
                                                0, server_options);

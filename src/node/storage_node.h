@@ -51,6 +51,11 @@ struct StorageNodeOptions {
   int64_t heartbeat_interval_ms = 1000;
   int rpc_timeout_ms = 5000;
   int data_idle_timeout_ms = 60'000;
+  // The data server (node/data_server.h): connections open at once (the descriptor limit is
+  // raised to fit), I/O threads, and the time a request has to complete (plus its bytes at 1 MiB/s).
+  uint64_t data_max_connections = DataServerOptions{}.max_connections;
+  uint64_t data_io_threads = DataServerOptions{}.io_threads;
+  int64_t data_request_timeout_ms = DataServerOptions{}.request_timeout_ms;
   // How often to unlink orphaned segment files of dead nodes on this host (ShmSegment::
   // ReclaimOrphans); also done once at start. 0: only at start.
   int64_t reclaim_interval_ms = 30'000;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "process_limits.h"
 #include "raw_conn.h"
 #include "transfer/protocol.h"
 
@@ -70,6 +71,9 @@ class DataServerTest : public ::testing::Test {
     DataServer::Options options;
     options.idle_timeout_ms = idle_timeout_ms;
     options.max_connections = max_connections;
+    return StartServer(options);
+  }
+  DataServer& StartServer(const DataServer::Options& options) {
     server_ = std::make_unique<DataServer>(seg(), kSegSize, kToken, options);
     Status s = server_->Start();
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -389,6 +393,166 @@ TEST_F(DataServerTest, StartRefusesTakenPortAndSecondStart) {
   options.port = 0;
   options.max_connections = 0;
   EXPECT_EQ(DataServer(seg(), kSegSize, kToken, options).Start().code(), ErrorCode::INVALID_PARAMS);
+}
+
+// Issue 12: 1,000 connections that stay silent, or stop mid-header, take no thread each and do
+// not keep a real client from being served promptly.
+TEST_F(DataServerTest, ThousandIdleOrStalledConnectionsDoNotStopARealClient) {
+  constexpr int kIdle = 1000;
+  ASSERT_TRUE(testing::EnsureDescriptors(2 * kIdle + 256)) << "RLIMIT_NOFILE too low";
+  StartServer(DataServer::Options{});  // the defaults: 4096 connections, 60 s idle timeout
+  const int threads_before = testing::ThreadCount();
+  std::vector<std::unique_ptr<RawConn>> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    idle.push_back(std::make_unique<RawConn>(server_->port()));
+    ASSERT_TRUE(idle.back()->connected()) << i;
+    if (i % 2 == 1) {
+      ASSERT_TRUE(idle.back()->Send("GNRY", 4));  // half of them mid-header
+    }
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (server_->stats().open_connections < kIdle && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(server_->stats().open_connections, static_cast<uint64_t>(kIdle));
+  EXPECT_LT(testing::ThreadCount() - threads_before, 4) << "a thread per connection?";
+
+  RawConn client(server_->port());
+  ASSERT_TRUE(client.connected());
+  std::vector<uint8_t> payload(256 * 1024);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 13 + 1);
+  const auto start = Clock::now();
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_TRUE(client.SendHeader(Header(Opcode::kWrite, 8192, payload.size(), kToken, round)));
+    ASSERT_TRUE(client.Send(payload.data(), payload.size()));
+    auto wr = client.RecvResponse();
+    ASSERT_TRUE(wr.has_value());
+    ASSERT_EQ(wr->status, 0);
+    ExpectReadWorks(client, 8192, payload.size());
+  }
+  EXPECT_LT(SecondsSince(start), 2.0) << "20 writes and reads of 256 KiB took too long";
+  EXPECT_EQ(std::memcmp(seg() + 8192, payload.data(), payload.size()), 0);
+  EXPECT_EQ(server_->stats().open_connections, static_cast<uint64_t>(kIdle) + 1);
+  EXPECT_EQ(server_->stats().rejected_connections, 0u);
+}
+
+// A peer that sends part of a header and goes silent is dropped at its request deadline (not at
+// twice it, nor at the idle timeout); one that trickles a byte at a time, never silent for long,
+// is dropped at the same deadline. Another client is served throughout.
+TEST_F(DataServerTest, StalledOrTricklingHeaderIsDroppedAtItsRequestDeadline) {
+  DataServer::Options options;
+  options.idle_timeout_ms = 60000;
+  options.request_timeout_ms = 500;
+  StartServer(options);
+  RequestHeader h = Header(Opcode::kRead, 0, 64);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&h);
+  RawConn stalled(server_->port());
+  RawConn trickling(server_->port());
+  RawConn busy(server_->port());
+  const auto start = Clock::now();
+  ASSERT_TRUE(stalled.Send(bytes, 20));
+  size_t trickled = 0;
+  int served = 0, iteration = 0;
+  double stalled_closed = -1, trickling_closed = -1;
+  while ((stalled_closed < 0 || trickling_closed < 0) && SecondsSince(start) < 3.0) {
+    // A byte every ~40 ms: never silent for long, and the header still unfinished at 1 s.
+    if (iteration++ % 4 == 0 && trickled < sizeof(h) - 1 && trickling_closed < 0) {
+      trickling.Send(bytes + trickled++, 1);  // may fail once the server has closed it
+    }
+    ExpectReadWorks(busy, 4096 + static_cast<uint64_t>(served % 100) * 64, 64);
+    ++served;
+    if (stalled_closed < 0 && testing::Readable(stalled)) stalled_closed = SecondsSince(start);
+    if (trickling_closed < 0 && testing::Readable(trickling)) trickling_closed = SecondsSince(start);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(stalled.ClosedByPeer());
+  EXPECT_TRUE(trickling.ClosedByPeer());
+  EXPECT_GE(stalled_closed, 0.45);
+  EXPECT_LT(stalled_closed, 0.9) << "dropped late: at twice the deadline?";
+  EXPECT_GE(trickling_closed, 0.45);
+  EXPECT_LT(trickling_closed, 0.9);
+  EXPECT_GT(served, 20);
+  ExpectReadWorks(busy, 0, 16);
+  EXPECT_EQ(server_->stats().timeouts, 2u);
+  EXPECT_EQ(server_->stats().errors, 2u);
+}
+
+// A WRITE whose payload comes a byte at a time is dropped at its deadline (request_timeout_ms
+// plus its length at min_transfer_rate), is never acknowledged and counts no written byte, while
+// another client writes and reads.
+TEST_F(DataServerTest, TricklingWritePayloadIsDroppedAtItsDeadlineAndNeverAcknowledged) {
+  DataServer::Options options;
+  options.idle_timeout_ms = 60000;
+  options.request_timeout_ms = 400;
+  options.min_transfer_rate = 10000;  // 2000 bytes: 200 ms more
+  StartServer(options);
+  RawConn slow(server_->port());
+  ASSERT_TRUE(slow.SendHeader(Header(Opcode::kWrite, 0, 2000, kToken, 1)));
+  const auto start = Clock::now();
+  RawConn busy(server_->port());
+  std::vector<uint8_t> payload(4096, 0x3C);
+  uint8_t one = 0x77;
+  int served = 0;
+  double closed = -1;
+  while (closed < 0 && SecondsSince(start) < 3.0) {
+    slow.Send(&one, 1);  // may fail once the server has closed it
+    ASSERT_TRUE(busy.SendHeader(Header(Opcode::kWrite, 65536, payload.size(), kToken, 2)));
+    ASSERT_TRUE(busy.Send(payload.data(), payload.size()));
+    auto wr = busy.RecvResponse();
+    ASSERT_TRUE(wr.has_value());
+    ASSERT_EQ(wr->status, 0);
+    ExpectReadWorks(busy, 65536, payload.size());
+    ++served;
+    if (testing::Readable(slow)) closed = SecondsSince(start);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(slow.ClosedByPeer()) << "the slow writer got an answer instead of a close";
+  EXPECT_GE(closed, 0.55);
+  EXPECT_LT(closed, 1.1) << "dropped late: at twice the deadline?";
+  EXPECT_GT(served, 20);
+  const auto stats = server_->stats();
+  EXPECT_EQ(stats.bytes_written, static_cast<uint64_t>(served) * payload.size())
+      << "the dropped write's bytes were counted as written";
+  EXPECT_EQ(stats.timeouts, 1u);
+  EXPECT_EQ(stats.errors, 1u);
+}
+
+// Frames split at every byte boundary are reassembled: hostile ranges are still refused (and the
+// refused payload drained), malformed headers still close only their connection.
+TEST_F(DataServerTest, FramesArrivingByteByByteAreCheckedAsWholeOnes) {
+  StartServer();
+  RawConn conn(server_->port());
+  auto send_split = [&](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(conn.Send(static_cast<const uint8_t*>(data) + i, 1));
+      if (i % 8 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  std::vector<uint8_t> before(seg(), seg() + kSegSize);
+  std::vector<uint8_t> junk(300, 0xEE);
+  for (uint64_t offset : {UINT64_MAX - 7, kSegSize - 10, kSegSize + 1}) {
+    RequestHeader h = Header(Opcode::kWrite, offset, junk.size(), kToken, offset);
+    send_split(&h, sizeof(h));
+    send_split(junk.data(), junk.size());
+    auto rh = conn.RecvResponse();
+    ASSERT_TRUE(rh.has_value());
+    EXPECT_EQ(rh->status, static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
+    EXPECT_EQ(rh->request_id, offset);
+  }
+  EXPECT_EQ(std::memcmp(before.data(), seg(), kSegSize), 0) << "a refused request wrote";
+  std::vector<uint8_t> payload(300);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i + 9);
+  RequestHeader w = Header(Opcode::kWrite, 777, payload.size(), kToken, 5);
+  send_split(&w, sizeof(w));
+  send_split(payload.data(), payload.size());
+  auto ok = conn.RecvResponse();
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_EQ(std::memcmp(seg() + 777, payload.data(), payload.size()), 0);
+  RequestHeader bad = Header(Opcode::kRead, 0, transfer::kMaxRequestBytes + 1);
+  send_split(&bad, sizeof(bad));
+  EXPECT_TRUE(conn.ClosedByPeer());
+  EXPECT_EQ(server_->stats().rejected_frames, 1u);
 }
 
 // Model-checked fuzz: frames of random bytes and of mutated valid headers over several

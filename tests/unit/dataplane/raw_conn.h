@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,5 +82,11 @@ class RawConn {
   int fd_ = -1;
   bool connected_ = false;
 };
+
+// True when `conn` has something to read now: bytes, or the server's close.
+inline bool Readable(RawConn& conn) {
+  pollfd pfd{conn.fd(), POLLIN, 0};
+  return poll(&pfd, 1, 0) == 1;
+}
 
 }  // namespace granary::testing

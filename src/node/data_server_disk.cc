@@ -1,0 +1,221 @@
+// The data server's disk-tier and staging requests (DISK_READ, DISK_STAGE, STAGE_RELEASE,
+// STAGE_INFO): see data_server.h. DISK_READ and DISK_STAGE run on a disk thread, which blocks on
+// the disk and on the peer (a bounded poll); the STAGE_* answers are built on the I/O thread.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/logging.h"
+#include "node/data_server.h"
+#include "transfer/iovec.h"
+#include "transfer/protocol.h"
+
+namespace granary::node {
+
+using transfer::RequestHeader;
+using transfer::ResponseHeader;
+
+bool DataServer::SendUntil(DataConn& c, iovec* iov, int iovcnt, int64_t deadline) {
+  while (iovcnt > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    ssize_t r = sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+    if (r > 0) {
+      transfer::ConsumeIov(&iov, &iovcnt, static_cast<size_t>(r));
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    // Full socket buffer: wait for room, at most idle_timeout_ms and never past the deadline.
+    const int64_t left_ms = (deadline - MonotonicNs()) / 1'000'000;
+    if (left_ms <= 0) {
+      timeouts_++;
+      return false;
+    }
+    pollfd pfd{c.fd, POLLOUT, 0};
+    int n = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left_ms, options_.idle_timeout_ms)));
+    if (n == 0) {
+      timeouts_++;
+      return false;
+    }
+    if (n < 0 && errno != EINTR) return false;
+  }
+  return true;
+}
+
+bool DataServer::SendAnswerUntil(DataConn& c, int64_t deadline, uint64_t id, ErrorCode status,
+                                 const uint8_t* payload, uint64_t length) {
+  ResponseHeader rh;
+  rh.status = static_cast<int32_t>(status);
+  rh.request_id = id;
+  rh.length = length;
+  iovec iov[2] = {{&rh, sizeof(rh)}, {const_cast<uint8_t*>(payload), length}};
+  return SendUntil(c, iov, length > 0 ? 2 : 1, deadline);
+}
+
+Result<std::vector<DiskReadService::Entry>> DataServer::ParseDiskBatch(
+    const RequestHeader& h, std::span<const uint8_t> body, const char* op, bool has_tier,
+    const Status& missing) {
+  if (h.offset != 0 || h.segment_token != 0) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  std::string(op) + " with an offset or a segment token");
+  }
+  if (!has_tier) return Status(ErrorCode::OBJECT_NOT_FOUND, "this node has no disk tier");
+  if (!missing.ok()) return missing;
+  return DiskReadService::Parse(body);
+}
+
+bool DataServer::StartDiskBatch(DataConn& c, int64_t deadline, const char* op,
+                                const Result<std::vector<DiskReadService::Entry>>& entries,
+                                bool* serve) {
+  *serve = false;
+  if (!entries.ok()) {
+    errors_++;
+    GLOG_DEBUG("data server refused a {}: {}", op, entries.status().ToString());
+    return SendAnswerUntil(c, deadline, c.request.request_id, entries.status().code(), nullptr,
+                           0);
+  }
+  ResponseHeader head;
+  head.status = 0;
+  head.request_id = c.request.request_id;
+  head.length = entries->size();
+  iovec iov{&head, sizeof(head)};
+  if (!SendUntil(c, &iov, 1, deadline)) return false;
+  *serve = true;
+  return true;
+}
+
+namespace {
+
+// The answer's deadline: the request's time, plus every byte it asks for at the minimum rate.
+uint64_t AskedBytes(const Result<std::vector<DiskReadService::Entry>>& entries) {
+  uint64_t total = 0;
+  if (entries.ok()) {
+    for (const auto& e : *entries) total += e.size;
+  }
+  return total;
+}
+
+}  // namespace
+
+bool DataServer::ServeDiskRead(DataConn& c) {
+  DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
+  Result<std::vector<DiskReadService::Entry>> entries =
+      ParseDiskBatch(c.request, c.body, "DISK_READ", reads != nullptr, Status::Ok());
+  const int64_t deadline = MonotonicNs() + BudgetNs(AskedBytes(entries));
+  bool serve = false;
+  if (!StartDiskBatch(c, deadline, "DISK_READ", entries, &serve)) return false;
+  if (!serve) return true;
+  return reads->Serve(*entries, [&](uint32_t index, ErrorCode code,
+                                    std::span<const std::byte> bytes) {
+    if (code != ErrorCode::OK) errors_++;
+    disk_bytes_read_ += bytes.size();  // counted first: the client may look once it has them
+    if (!SendAnswerUntil(c, deadline, index, code, reinterpret_cast<const uint8_t*>(bytes.data()),
+                         bytes.size())) {
+      errors_++;
+      return false;
+    }
+    return true;
+  });
+}
+
+// DISK_STAGE: DISK_READ's body and framing, but an OK entry's payload is where its bytes are.
+bool DataServer::ServeDiskStage(DataConn& c) {
+  DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
+  ShmStaging* staging = staging_.load(std::memory_order_acquire);
+  Result<std::vector<DiskReadService::Entry>> entries = ParseDiskBatch(
+      c.request, c.body, "DISK_STAGE", reads != nullptr,
+      staging != nullptr ? Status::Ok()
+                         : Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                                  "this node has no staging region"));
+  // Only slot descriptions go out, but the disk reads take their time: budget for the bytes.
+  const int64_t deadline = MonotonicNs() + BudgetNs(AskedBytes(entries));
+  bool serve = false;
+  if (!StartDiskBatch(c, deadline, "DISK_STAGE", entries, &serve)) return false;
+  if (!serve) return true;
+  const uint64_t token = staging->token();
+  return reads->ServeStaged(
+      *entries, staging, c.id,
+      [&](uint32_t index, ErrorCode code, const ShmStaging::Grant* grant) {
+        transfer::StagedSlot slot;
+        if (code == ErrorCode::OK) {
+          slot.region_token = token;
+          slot.offset = grant->offset;
+          slot.length = (*entries)[index].size;
+          slot.slot = grant->slot;
+          slot.generation = grant->generation;
+          disk_bytes_staged_ += slot.length;
+        } else {
+          errors_++;
+        }
+        const bool ok = code == ErrorCode::OK;
+        if (!SendAnswerUntil(c, deadline, index, code, reinterpret_cast<const uint8_t*>(&slot),
+                             ok ? sizeof(slot) : 0)) {
+          errors_++;
+          return false;
+        }
+        return true;
+      });
+}
+
+// STAGE_RELEASE: each ref is judged alone; only this connection's handed slots are freed.
+void DataServer::ServeStageRelease(DataConn& c) {
+  const RequestHeader& h = c.request;
+  const std::vector<uint8_t>& body = c.body;
+  ShmStaging* staging = staging_.load(std::memory_order_acquire);
+  transfer::StageReleaseBody rb;
+  ErrorCode refusal = ErrorCode::OK;
+  if (staging == nullptr) {
+    refusal = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  } else if (h.offset != 0 || h.segment_token != 0 || body.size() < sizeof(rb)) {
+    refusal = ErrorCode::INVALID_PARAMS;
+  } else {
+    std::memcpy(&rb, body.data(), sizeof(rb));
+    if (rb.reserved != 0 || rb.count == 0 || rb.count > transfer::kMaxStageRelease ||
+        body.size() != sizeof(rb) + uint64_t{rb.count} * sizeof(transfer::SlotRef)) {
+      refusal = ErrorCode::INVALID_PARAMS;
+    }
+  }
+  if (refusal != ErrorCode::OK) {
+    errors_++;
+    Respond(c, refusal, nullptr, 0);
+    return;
+  }
+  c.out.resize(uint64_t{rb.count} * sizeof(int32_t));
+  for (uint32_t i = 0; i < rb.count; ++i) {
+    transfer::SlotRef ref;
+    std::memcpy(&ref, body.data() + sizeof(rb) + i * sizeof(ref), sizeof(ref));
+    const ErrorCode code = ref.reserved != 0 ? ErrorCode::INVALID_PARAMS
+                                             : staging->Release(ref.slot, ref.generation, c.id);
+    if (code != ErrorCode::OK) errors_++;
+    const int32_t wire = static_cast<int32_t>(code);
+    std::memcpy(c.out.data() + i * sizeof(wire), &wire, sizeof(wire));
+  }
+  Respond(c, ErrorCode::OK, c.out.data(), c.out.size());
+}
+
+void DataServer::ServeStageInfo(DataConn& c) {
+  ShmStaging* staging = staging_.load(std::memory_order_acquire);
+  if (staging == nullptr || disk_reads_.load(std::memory_order_acquire) == nullptr) {
+    errors_++;
+    Respond(c, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, nullptr, 0);
+    return;
+  }
+  transfer::StageInfo info;
+  info.region_token = staging->token();
+  info.data_bytes = staging->data_bytes();
+  info.slot_count = staging->slot_count();
+  info.name_len = static_cast<uint32_t>(staging->name().size());
+  c.out.resize(sizeof(info) + info.name_len);
+  std::memcpy(c.out.data(), &info, sizeof(info));
+  std::memcpy(c.out.data() + sizeof(info), staging->name().data(), info.name_len);
+  Respond(c, ErrorCode::OK, c.out.data(), c.out.size());
+}
+
+}  // namespace granary::node
