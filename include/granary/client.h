@@ -59,6 +59,7 @@ struct ClientOptions {
   size_t connections_per_node = 4;
   uint64_t stripe_threshold = 4 << 20;  // objects above this go over several connections
   bool use_shared_memory = true;   // false: always TCP, even on this host
+  bool use_fast_path = true;       // false: every master call over gRPC, never the fast port
   size_t io_threads = 4;           // transfers of one batch run in parallel on these
   // The embedded node's SSD tier (docs/disk.md), as granary-node's --disk-* flags: non-empty
   // disk_dir (an existing, writable directory) needs segment_size > 0. Empty strings and a 0
