@@ -127,9 +127,14 @@ FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32
     }
     have += static_cast<size_t>(n);
     if (!header_done && have >= fast::kHeaderSize) {
-      if (fast::DecodeHeader(reinterpret_cast<const unsigned char*>(in.data()), &h) !=
-              fast::HeaderError::kNone ||
-          !(h.flags & fast::kReply) || h.request_id != request_id || h.method != method) {
+      const bool valid = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(in.data()),
+                                            &h) == fast::HeaderError::kNone;
+      if (valid && h.method == 0 && (h.flags & fast::kError)) {  // refused at accept: not read
+        *status = Broken("the master has no room for another connection");
+        return Stage::kNotSent;
+      }
+      if (!valid || !(h.flags & fast::kReply) || h.request_id != request_id ||
+          h.method != method) {
         *status = Broken("malformed reply");
         return Stage::kSent;
       }

@@ -204,6 +204,14 @@ void FastServer::AcceptLoop() {
       GLOG_WARN("fast port: {} connections open (the cap): closing a new one",
                 connections_.size());
       refused_->Inc();
+      // Said before any request is read, so the client knows nothing was applied and may use gRPC.
+      const std::string busy = "busy";
+      (void)SendAll(fd, Frame(0, fast::kReply | fast::kError, 0, busy.size()) + busy);
+      // Unread bytes at close() would make it a reset, which can destroy the busy frame in flight.
+      ::shutdown(fd, SHUT_WR);
+      char sink[4096];
+      for (int i = 0; i < 16 && ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+      }
       ::close(fd);
       continue;
     }

@@ -2,8 +2,9 @@
 // list, finish-read, exist, ping) as framed protobuf over plain TCP (proto/fast_frame.h), answered
 // by the same MasterService handlers as gRPC. docs/control-path.md says why it exists.
 //
-// Promise: one thread per connection, at most max_connections (more are closed at accept): the
-// master has few clients (one per engine process) and a blocking thread answers with no handoff.
+// Promise: one thread per connection, at most max_connections (more get a "busy" frame, method 0,
+// and are closed before any request is read): the master has few clients (one per engine
+// process) and a blocking thread answers with no handoff.
 // A hostile frame (bad magic or version, a body over the cap, an unknown method, a body that does
 // not parse, a frame cut short or stalled past the read deadline) closes that connection with a
 // warning and never touches the others. Stop() is prompt: it shuts every socket down and joins
@@ -29,7 +30,7 @@ namespace granary::master {
 class FastServer {
  public:
   struct Options {
-    size_t max_connections = 256;
+    size_t max_connections = 1024;
     int read_deadline_ms = 5'000;          // a frame started must be complete by then
     int idle_timeout_ms = 10 * 60 * 1000;  // a silent connection is closed; the client reopens
   };

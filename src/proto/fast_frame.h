@@ -47,6 +47,7 @@ inline const char* MethodName(Method m) {
 }
 
 // flags: a reply has kReply; kError means the body is a UTF-8 message, not a response message.
+// A reply with method 0 and kError is the server refusing a connection before reading from it.
 inline constexpr uint16_t kReply = 1;
 inline constexpr uint16_t kError = 2;
 
