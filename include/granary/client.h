@@ -63,6 +63,7 @@ struct ClientOptions {
   // the first puts do not pay a page fault per 4 KiB (transfer/mapping_warmer.h). Allocates the
   // pages of a segment its node did not prefault.
   bool warm_shared_memory = true;
+  bool use_fast_path = true;       // false: every master call over gRPC, never the fast port
   size_t io_threads = 4;           // transfers of one batch run in parallel on these
   // The embedded node's SSD tier (docs/disk.md), as granary-node's --disk-* flags: non-empty
   // disk_dir (an existing, writable directory) needs segment_size > 0. Empty strings and a 0

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "client/master_link.h"
 #include "client/read_releaser.h"
 #include "client/replica_io.h"
 #include "client/segment_directory.h"
@@ -47,11 +48,14 @@ class ClientImpl final : public Client {
       : options_(options),
         client_id_(UniqueProcessId("client")),
         master_(proto::Master::NewStub(rpc::MakeChannel(options.master_address))),
+        link_(master_.get(), options.master_address, options.rpc_timeout_ms,
+              options.use_fast_path ? client::MasterLink::Path::kAuto
+                                    : client::MasterLink::Path::kGrpc),
         directory_(master_.get(), HostId(), options.rpc_timeout_ms),
         tcp_(TcpOptions(options)),
         io_(&directory_, &mappings_, &tcp_, options.use_shared_memory,
             options.warm_shared_memory),
-        releaser_(master_.get(), client_id_, options.rpc_timeout_ms),
+        releaser_(&link_, client_id_),
         pool_(options.io_threads) {}
 
   ~ClientImpl() override { Close(); }
@@ -203,9 +207,8 @@ class ClientImpl final : public Client {
     proto::BatchExistRequest req;
     for (const auto& k : keys) req.add_keys(k);
     proto::BatchExistResponse resp;
-    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
-      return master_->BatchExist(ctx, req, &resp);
-    }, "exist");
+    Status s = link_.Exist(req, &resp);
+    if (s.code() == ErrorCode::RPC_FAIL) s = link_.Exist(req, &resp);  // a query: safe to repeat
     if (!s.ok() || resp.results_size() != static_cast<int>(keys.size())) {
       return FillResult<bool>(keys.size(), s.ok() ? Malformed() : s);
     }
@@ -357,7 +360,7 @@ class ClientImpl final : public Client {
     proto::PingRequest req;
     req.set_client_id(client_id_);
     proto::PingResponse resp;
-    return Call([&](grpc::ClientContext* ctx) { return master_->Ping(ctx, req, &resp); }, "ping");
+    return link_.Ping(req, &resp);
   }
   const std::string& client_id() const override { return client_id_; }
   const std::string& segment_name() const override { return segment_name_; }
@@ -439,6 +442,7 @@ class ClientImpl final : public Client {
   std::string client_id_;
   std::string segment_name_;
   std::unique_ptr<proto::Master::Stub> master_;
+  client::MasterLink link_;  // the hot calls: fast port or gRPC
   SegmentDirectory directory_;
   transfer::ShmMappingCache mappings_;
   transfer::TcpTransport tcp_;
@@ -467,9 +471,7 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
     start.add_sizes(TotalSize(parts[i]));
   }
   proto::BatchPutStartResponse started;
-  Status s = Call([&](grpc::ClientContext* ctx) {
-    return master_->BatchPutStart(ctx, start, &started);
-  }, "put start");
+  Status s = link_.PutStart(start, &started);
   if (!s.ok()) return Fill(n, s);
   if (started.results_size() != static_cast<int>(n)) return Fill(n, Malformed());
 
@@ -525,14 +527,11 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
   }
   if (revoke.keys_size() > 0) {
     proto::BatchStatusResponse ignored;  // on failure the master's discard timeout cleans up
-    (void)Call([&](grpc::ClientContext* ctx) {
-      return master_->BatchPutRevoke(ctx, revoke, &ignored);
-    }, "put revoke");
+    (void)link_.PutRevoke(revoke, &ignored);
   }
   if (!ended.empty()) {
     proto::BatchStatusResponse resp;
-    Status e = Call([&](grpc::ClientContext* ctx) { return master_->BatchPutEnd(ctx, end, &resp); },
-                    "put end");
+    Status e = link_.PutEnd(end, &resp);
     std::vector<Status> statuses = Statuses(e, resp, ended.size());
     for (size_t k = 0; k < ended.size(); ++k) results[ended[k]] = statuses[k];
   }
@@ -565,9 +564,7 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
     for (size_t i : todo) req.add_keys(keys[i]);
     proto::BatchGetReplicaListResponse replicas;
     const Clock::time_point sent = Clock::now();
-    Status s = Call([&](grpc::ClientContext* ctx) {
-      return master_->BatchGetReplicaList(ctx, req, &replicas);
-    }, "get replica list");
+    Status s = link_.GetReplicaList(req, &replicas);
     if (!s.ok() || replicas.results_size() != static_cast<int>(todo.size())) {
       for (size_t i : todo) results[i] = s.ok() ? Status(Malformed()) : s;
       break;

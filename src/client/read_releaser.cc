@@ -1,6 +1,5 @@
 #include "client/read_releaser.h"
 
-#include "proto/rpc_util.h"
 
 namespace granary::client {
 
@@ -9,8 +8,8 @@ constexpr auto kDelay = std::chrono::milliseconds(1);
 constexpr size_t kMaxBatch = 4096;
 }  // namespace
 
-ReadReleaser::ReadReleaser(proto::Master::Stub* master, std::string client_id, int rpc_timeout_ms)
-    : master_(master), client_id_(std::move(client_id)), rpc_timeout_ms_(rpc_timeout_ms) {
+ReadReleaser::ReadReleaser(MasterLink* master, std::string client_id)
+    : master_(master), client_id_(std::move(client_id)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -64,9 +63,7 @@ void ReadReleaser::Send(std::vector<std::string> keys) {
   req.set_client_id(client_id_);
   for (auto& k : keys) req.add_keys(std::move(k));
   proto::BatchStatusResponse resp;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, rpc_timeout_ms_);
-  (void)master_->BatchFinishRead(&ctx, req, &resp);  // a failure leaves the lock to its TTL
+  (void)master_->FinishRead(req, &resp);  // a failure leaves the lock to its TTL
 }
 
 }  // namespace granary::client

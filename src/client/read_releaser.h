@@ -14,13 +14,13 @@
 #include <thread>
 #include <vector>
 
-#include "granary/proto/master.grpc.pb.h"
+#include "client/master_link.h"
 
 namespace granary::client {
 
 class ReadReleaser {
  public:
-  ReadReleaser(proto::Master::Stub* master, std::string client_id, int rpc_timeout_ms);
+  ReadReleaser(MasterLink* master, std::string client_id);
   ~ReadReleaser();
 
   void Add(std::vector<std::string> keys);
@@ -30,9 +30,8 @@ class ReadReleaser {
   void Loop();
   void Send(std::vector<std::string> keys);
 
-  proto::Master::Stub* master_;
+  MasterLink* master_;
   std::string client_id_;
-  int rpc_timeout_ms_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable flushed_cv_;

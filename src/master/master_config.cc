@@ -6,6 +6,11 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
   schema.AddString("host", &c->host, "address to bind the gRPC and HTTP ports to");
   schema.AddPort("port", &c->port, "gRPC port of the master API (0 picks a free one)");
   schema.AddPort("http_port", &c->http_port, "HTTP port for /metrics, /health, /status");
+  schema.AddPort("fast_port", &c->fast_port,
+                 "port of the hot calls (put, get, exist, ping) as framed protobuf over TCP; "
+                 "clients learn it over gRPC (0 picks a free one; docs/control-path.md)");
+  schema.AddBool("fast_path", &c->fast_path,
+                 "serve the fast port; false: clients make every call over gRPC");
   schema.AddString("log_level", &c->log_level, "trace, debug, info, warn, error or off");
   schema.AddUint("rpc_threads", &c->rpc_threads, "gRPC server threads (0: gRPC's default)", 0, 256);
   MasterPolicy& p = c->policy;

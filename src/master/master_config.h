@@ -18,6 +18,8 @@ struct MasterConfig {
   std::string host = "127.0.0.1";  // bind address of both ports; 0.0.0.0 to serve other hosts
   uint16_t port = 50051;           // gRPC
   uint16_t http_port = 9003;       // /metrics, /health, /status
+  uint16_t fast_port = 0;          // the hot calls over framed TCP (0 picks a free one)
+  bool fast_path = true;           // false: no fast port, every call over gRPC
   std::string log_level = "info";
   uint64_t rpc_threads = 0;        // 0: gRPC's default
   uint64_t shard_count = 1024;

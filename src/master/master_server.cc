@@ -53,6 +53,16 @@ Status MasterServer::Start() {
                   "cannot listen for gRPC on " + address + " (port taken or address invalid)");
   }
   grpc_port_ = static_cast<uint16_t>(selected);
+  if (config_.fast_path) {
+    fast_ = std::make_unique<FastServer>(service_.get(), &metrics_);
+    if (Status s = fast_->Start(config_.host, config_.fast_port); !s.ok()) {
+      fast_.reset();
+      grpc_->Shutdown();
+      grpc_.reset();
+      return s;
+    }
+    service_->set_fast_port(fast_->port());
+  }
 
   http_.Get("/metrics", [this] {
     return HttpResponse{200, std::string(kPrometheusContentType), metrics_.RenderPrometheus()};
@@ -73,6 +83,7 @@ Status MasterServer::Start() {
     return HttpResponse{200, "application/octet-stream", state_->EncodeSnapshot()};
   });
   if (Status s = http_.Start(config_.host, config_.http_port); !s.ok()) {
+    if (fast_) fast_->Stop();
     grpc_->Shutdown();
     grpc_.reset();
     return s;
@@ -82,8 +93,8 @@ Status MasterServer::Start() {
     started_ = true;
   }
   housekeeping_ = std::thread([this] { HousekeepingLoop(); });
-  GLOG_INFO("master listening: gRPC {}:{}, HTTP {}:{}", config_.host, grpc_port_, config_.host,
-            http_.port());
+  GLOG_INFO("master listening: gRPC {}:{}, HTTP {}:{}, fast {}", config_.host, grpc_port_,
+            config_.host, http_.port(), fast_ ? std::to_string(fast_->port()) : "off");
   return Status::Ok();
 }
 
@@ -101,6 +112,10 @@ void MasterServer::Shutdown() {
   cv_.notify_all();
   if (housekeeping_.joinable()) housekeeping_.join();
   http_.Stop();
+  if (fast_) {
+    service_->set_fast_port(0);
+    fast_->Stop();
+  }
   if (grpc_) {
     // Calls in flight get a short grace; idle connections would otherwise hold it to the deadline.
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));

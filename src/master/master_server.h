@@ -20,6 +20,7 @@
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "master/evictor.h"
+#include "master/fast_server.h"
 #include "master/history_file.h"
 #include "master/master_config.h"
 #include "master/master_service.h"
@@ -41,6 +42,7 @@ class MasterServer {
 
   uint16_t grpc_port() const { return grpc_port_; }
   uint16_t http_port() const { return http_.port(); }
+  uint16_t fast_port() const { return fast_ ? fast_->port() : 0; }  // 0: fast path off
   MasterState& state() { return *state_; }
   // The /status document (JSON).
   std::string StatusJson() const;
@@ -57,6 +59,8 @@ class MasterServer {
   std::unique_ptr<MasterService> service_;
   std::unique_ptr<HistoryFile> history_;
   std::unique_ptr<grpc::Server> grpc_;
+  // Lives and dies with grpc_: a master that serves gRPC serves the fast port, and no other.
+  std::unique_ptr<FastServer> fast_;
   HttpServer http_;
   uint16_t grpc_port_ = 0;
 

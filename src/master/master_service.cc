@@ -175,6 +175,7 @@ grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*
     }
   }
   resp->set_view_version(state_->segments().view_version());
+  resp->set_fast_port(fast_port_.load());
   return grpc::Status::OK;
 }
 

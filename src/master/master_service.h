@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -78,6 +79,8 @@ class MasterService final : public proto::Master::Service {
   grpc::Status PromoteEnd(Ctx*, const proto::PromoteEndRequest*,
                           proto::BatchStatusResponse*) override;
   const PromotionTracker& promotions() const { return promotions_; }
+  // Advertised in ListSegments so clients find the fast port; 0: none.
+  void set_fast_port(uint16_t port) { fast_port_.store(port); }
 
  private:
   struct RpcMetrics {
@@ -116,6 +119,7 @@ class MasterService final : public proto::Master::Service {
   // Each node's disk tier as its last ping reported it: soft state, not in the history.
   mutable std::mutex disks_mu_;
   std::unordered_map<std::string, proto::DiskStats> disks_;
+  std::atomic<uint16_t> fast_port_{0};
   std::map<std::string, RpcMetrics> rpc_metrics_;  // filled in the constructor, read-only after
 };
 

@@ -23,6 +23,10 @@ int main(int argc, char** argv) {
   master->add_option("--batch", mo.batch, "keys per batch")
       ->capture_default_str()->check(CLI::Range(1u, 65536u));
   master->add_option("--value-size", mo.value_size, "object size in bytes")->capture_default_str();
+  master->add_option("--path", mo.path,
+                     "how the hot calls travel: auto (fast port if the master has one, as the "
+                     "client does), grpc or fast")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "grpc", "fast"}));
   master->add_option("--json", mo.json_path, "also write the results as JSON to this file");
 
   StateBenchOptions so;

@@ -1,14 +1,16 @@
 // granary-bench master: control-plane throughput against a running master.
 //
 //   granary-bench master --master HOST:PORT [--segments 128] [--threads 1,2,4] [--seconds 3]
-//                        [--batch 128] [--value-size 4096] [--json FILE]
+//                        [--batch 128] [--value-size 4096] [--path auto|grpc|fast] [--json FILE]
 //
 // `master` measures the control plane alone: it mounts --segments fake segments (metadata only;
 // no bytes move), then for each thread count runs, for --seconds each: batch put (start + end),
 // batch get-replica-list + finish-read, and batch exist, each thread on its own connection.
 // It prints batches/s, keys/s and batch latency p50/p99, and optionally writes them as JSON.
 // `ping` (an empty RPC per iteration) is the ceiling any one-RPC batch can reach on this machine;
-// put and get take two RPCs per batch (start+end, get+finish), exist one.
+// put and get take two RPCs per batch (start+end, get+finish), exist one. `tcp` is a raw 64-byte
+// round trip to an echo thread of this process over loopback: the floor under any RPC, measured
+// in the same run. --path picks the transport of the hot calls (client::MasterLink).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -23,11 +25,14 @@
 #include <thread>
 #include <vector>
 
+#include "client/master_link.h"
 #include "granary/proto/master.grpc.pb.h"
 #include "proto/rpc_util.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/fake_segments.h"
 #include "tools/bench/master_rpc.h"
+#include "tools/bench/kv_socket.h"
+#include "tools/bench/tcp_echo.h"
 
 namespace granary::bench {
 namespace {
@@ -35,8 +40,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace pb = granary::proto;
 
+using client::MasterLink;
+constexpr int kDeadlineMs = 30'000;
+
 std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) { return MasterStub(target); }
-std::unique_ptr<grpc::ClientContext> Ctx() { return RpcContext(30'000); }
+std::unique_ptr<grpc::ClientContext> Ctx() { return RpcContext(kDeadlineMs); }
+
+MasterLink::Path PathOf(const std::string& name) {
+  if (name == "grpc") return MasterLink::Path::kGrpc;
+  if (name == "fast") return MasterLink::Path::kFast;
+  return MasterLink::Path::kAuto;
+}
+
+// One thread's connection: its own gRPC channel, and its own fast-port connections.
+struct Conn {
+  std::unique_ptr<pb::Master::Stub> stub;
+  MasterLink link;
+  Conn(const MasterBenchOptions& o)
+      : stub(NewStub(o.master)), link(stub.get(), o.master, kDeadlineMs, PathOf(o.path)) {}
+};
 
 struct CaseResult {
   std::string op;
@@ -49,7 +71,7 @@ struct CaseResult {
   double p99_us = 0;
 };
 
-// Runs body(thread_index, stub, iteration) on `threads` threads for `seconds`; each call is one
+// Runs body(thread_index, conn, iteration) on `threads` threads for `seconds`; each call is one
 // batch and returns how many keys in it failed.
 template <typename Body>
 CaseResult RunCase(const MasterBenchOptions& o, const std::string& op, int threads, Body body) {
@@ -60,10 +82,10 @@ CaseResult RunCase(const MasterBenchOptions& o, const std::string& op, int threa
   auto start = Clock::now();
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      auto stub = NewStub(o.master);
+      Conn conn(o);
       for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
         auto t0 = Clock::now();
-        errors[t] += body(t, *stub, i);
+        errors[t] += body(t, conn, i);
         latencies[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
     });
@@ -132,17 +154,48 @@ int RunMasterBench(const MasterBenchOptions& o) {
     (void)admin->BatchPutEnd(Ctx().get(), end, &er);
   }
 
+  {
+    MasterLink probe(admin.get(), o.master, kDeadlineMs, PathOf(o.path));
+    const uint16_t fast = o.path == "grpc" ? 0 : probe.FastPort();
+    if (o.path == "fast" && fast == 0) {
+      std::fprintf(stderr, "granary-bench: the master advertises no fast port\n");
+      return 1;
+    }
+    std::printf("hot calls over %s\n", fast ? ("the fast port " + std::to_string(fast)).c_str()
+                                           : "gRPC");
+  }
+  auto echo = TcpEcho::Start();
+  if (!echo.ok()) {
+    std::fprintf(stderr, "granary-bench: %s\n", echo.status().message().c_str());
+    return 1;
+  }
+
   std::vector<CaseResult> results;
   for (int threads : o.threads) {
-    // The ceiling: one empty round trip (a Ping) per "batch", through the same gRPC stack.
-    results.push_back(RunCase(o, "ping", threads, [&](int t, pb::Master::Stub& stub, uint64_t) {
+    // The floor: a raw 64-byte TCP round trip, no RPC stack at all.
+    {
+      std::vector<std::unique_ptr<LineSocket>> sockets(threads);
+      for (auto& s : sockets) {
+        auto c = LineSocket::Connect("127.0.0.1:" + std::to_string((*echo)->port()));
+        if (c.ok()) s = std::move(*c);
+      }
+      results.push_back(RunCase(o, "tcp", threads, [&](int t, Conn&, uint64_t) {
+        char buf[64] = {};
+        iovec iov{buf, sizeof(buf)};
+        if (!sockets[t] || !sockets[t]->WriteAll(&iov, 1).ok()) return uint64_t{1};
+        return sockets[t]->ReadExact(buf, sizeof(buf)).ok() ? uint64_t{0} : uint64_t{1};
+      }));
+      results.back().keys = 0;
+    }
+    // The ceiling: one empty round trip (a Ping) per "batch", through the same RPC stack.
+    results.push_back(RunCase(o, "ping", threads, [&](int t, Conn& c, uint64_t) {
       pb::PingRequest req;
       req.set_client_id("bench-pinger-" + std::to_string(t));
       pb::PingResponse resp;
-      return stub.Ping(Ctx().get(), req, &resp).ok() ? uint64_t{0} : uint64_t{1};
+      return c.link.Ping(req, &resp).ok() ? uint64_t{0} : uint64_t{1};
     }));
     results.back().keys = 0;
-    results.push_back(RunCase(o, "put", threads, [&](int t, pb::Master::Stub& stub, uint64_t i) {
+    results.push_back(RunCase(o, "put", threads, [&](int t, Conn& c, uint64_t i) {
       pb::BatchPutStartRequest start;
       pb::BatchPutEndRequest end;
       std::string client = "bench-writer-" + std::to_string(t);
@@ -158,15 +211,15 @@ int RunMasterBench(const MasterBenchOptions& o) {
       pb::BatchPutStartResponse sr;
       pb::BatchStatusResponse er;
       uint64_t errors = 0;
-      if (!stub.BatchPutStart(Ctx().get(), start, &sr).ok()) return uint64_t{o.batch};
+      if (!c.link.PutStart(start, &sr).ok()) return uint64_t{o.batch};
       for (const auto& r : sr.results()) {
         errors += r.code() != 0;
         end.add_put_gens(r.put_gen());
       }
-      if (!stub.BatchPutEnd(Ctx().get(), end, &er).ok()) return uint64_t{o.batch};
+      if (!c.link.PutEnd(end, &er).ok()) return uint64_t{o.batch};
       return errors;
     }));
-    results.push_back(RunCase(o, "get", threads, [&](int t, pb::Master::Stub& stub, uint64_t i) {
+    results.push_back(RunCase(o, "get", threads, [&](int t, Conn& c, uint64_t i) {
       uint32_t b = static_cast<uint32_t>((i * 7 + t * 13) % kReadBatches);
       pb::BatchGetReplicaListRequest get;
       pb::BatchFinishReadRequest fin;
@@ -180,17 +233,17 @@ int RunMasterBench(const MasterBenchOptions& o) {
       pb::BatchGetReplicaListResponse gr;
       pb::BatchStatusResponse fr;
       uint64_t errors = 0;
-      if (!stub.BatchGetReplicaList(Ctx().get(), get, &gr).ok()) return uint64_t{o.batch};
+      if (!c.link.GetReplicaList(get, &gr).ok()) return uint64_t{o.batch};
       for (const auto& r : gr.results()) errors += r.code() != 0;
-      if (!stub.BatchFinishRead(Ctx().get(), fin, &fr).ok()) return uint64_t{o.batch};
+      if (!c.link.FinishRead(fin, &fr).ok()) return uint64_t{o.batch};
       return errors;
     }));
-    results.push_back(RunCase(o, "exist", threads, [&](int t, pb::Master::Stub& stub, uint64_t i) {
+    results.push_back(RunCase(o, "exist", threads, [&](int t, Conn& c, uint64_t i) {
       uint32_t b = static_cast<uint32_t>((i * 7 + t * 13) % kReadBatches);
       pb::BatchExistRequest req;
       for (uint32_t k = 0; k < o.batch; ++k) req.add_keys(read_keys[b * o.batch + k]);
       pb::BatchExistResponse resp;
-      if (!stub.BatchExist(Ctx().get(), req, &resp).ok()) return uint64_t{o.batch};
+      if (!c.link.Exist(req, &resp).ok()) return uint64_t{o.batch};
       uint64_t errors = 0;
       for (int32_t r : resp.results()) errors += r != 1;
       return errors;
@@ -212,7 +265,7 @@ int RunMasterBench(const MasterBenchOptions& o) {
     std::printf("%-6s %7d %12.0f %12.0f %10.0f %10.0f %8llu\n", r.op.c_str(), r.threads,
                 r.batches / r.seconds, r.keys / r.seconds, r.p50_us, r.p99_us,
                 static_cast<unsigned long long>(r.errors));
-    json.push_back({{"op", r.op}, {"threads", r.threads}, {"batch", o.batch},
+    json.push_back({{"op", r.op}, {"threads", r.threads}, {"batch", o.batch}, {"path", o.path},
                     {"batches_per_s", r.batches / r.seconds}, {"keys_per_s", r.keys / r.seconds},
                     {"p50_us", r.p50_us}, {"p99_us", r.p99_us}, {"errors", r.errors}});
   }

@@ -1,0 +1,56 @@
+// client/fast_channel.h - calls to the master's fast port (proto/fast_frame.h): one request frame,
+// one reply frame, on a pool of persistent TCP connections.
+//
+// Promise: every call ends within about timeout_ms (connect, send and receive each bounded);
+// a connection is reused only after a complete, matching reply, so a reply is never read by
+// the wrong call. A call is never sent twice unless the caller says it is idempotent; the one
+// exception is a send that the kernel refused outright (nothing left this process), which is
+// retried once on a new connection. `*sent` tells the caller whether the master may have seen
+// the request: when false, the caller may use another transport without risk of applying twice.
+// Ownership: owns its sockets; closes them on destruction.
+// Thread safety: Call from any number of threads; each call holds one connection alone.
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "granary/status.h"
+#include "proto/fast_frame.h"
+
+namespace granary::client {
+
+class FastChannel {
+ public:
+  FastChannel(std::string host, uint16_t port, int timeout_ms);
+  ~FastChannel();
+  FastChannel(const FastChannel&) = delete;
+  FastChannel& operator=(const FastChannel&) = delete;
+
+  Status Call(fast::Method method, const google::protobuf::Message& request,
+              google::protobuf::Message* response, bool idempotent, bool* sent);
+
+  const std::string& host() const { return host_; }
+  uint16_t port() const { return port_; }
+
+ private:
+  enum class Stage { kNotSent, kSent, kDone };
+  // One attempt on `fd`; kDone on success, otherwise how far it got (the status says why).
+  Stage Attempt(int fd, const std::string& frame, uint32_t request_id, uint8_t method,
+                google::protobuf::Message* response, Status* status);
+  int TakeIdle();   // a pooled connection that is still open, or -1
+  void GiveBack(int fd);
+  Result<int> Connect();
+
+  std::string host_;
+  uint16_t port_;
+  int timeout_ms_;
+  std::mutex mu_;
+  std::vector<int> idle_;
+  uint32_t next_id_ = 1;
+};
+
+}  // namespace granary::client

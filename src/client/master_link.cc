@@ -1,0 +1,121 @@
+#include "client/master_link.h"
+
+#include "proto/rpc_util.h"
+
+namespace granary::client {
+
+namespace {
+// How long a client stays on gRPC after the fast port failed before asking for it again.
+constexpr auto kLookupBackoff = std::chrono::seconds(1);
+
+// "host:port" or "[v6]:port" -> host; "" for anything else (dns:///, unix:, etcd://).
+std::string HostOf(const std::string& address) {
+  if (address.find("://") != std::string::npos || address.rfind("unix:", 0) == 0) return "";
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return "";
+  std::string host = address.substr(0, colon);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+}  // namespace
+
+MasterLink::MasterLink(proto::Master::Stub* stub, std::string master_address, int rpc_timeout_ms,
+                       Path path)
+    : stub_(stub), host_(HostOf(master_address)), timeout_ms_(rpc_timeout_ms), path_(path) {}
+
+std::shared_ptr<FastChannel> MasterLink::Channel() {
+  if (path_ == Path::kGrpc || host_.empty()) return nullptr;
+  std::lock_guard lock(mu_);
+  if (channel_ || std::chrono::steady_clock::now() < next_lookup_) return channel_;
+  // Asked under the lock: concurrent first calls wait for one answer instead of each asking.
+  next_lookup_ = std::chrono::steady_clock::now() + kLookupBackoff;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_ms_);
+  proto::ListSegmentsResponse resp;
+  if (stub_->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp).ok() && resp.fast_port()) {
+    channel_ = std::make_shared<FastChannel>(host_, static_cast<uint16_t>(resp.fast_port()),
+                                             timeout_ms_);
+  }
+  return channel_;
+}
+
+void MasterLink::Forget(const std::shared_ptr<FastChannel>& broken) {
+  std::lock_guard lock(mu_);
+  if (channel_ != broken) return;  // another thread already did
+  channel_.reset();
+  next_lookup_ = std::chrono::steady_clock::now() + kLookupBackoff;
+}
+
+uint16_t MasterLink::FastPort() {
+  auto c = Channel();
+  return c ? c->port() : 0;
+}
+
+template <typename Req, typename Resp, typename GrpcCall>
+Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
+                        GrpcCall grpc_call, const char* what) {
+  if (auto channel = Channel()) {
+    bool sent = false;
+    Status s = channel->Call(method, req, resp, idempotent, &sent);
+    if (s.ok() || sent) {
+      if (!s.ok() && s.code() != ErrorCode::RPC_TIMEOUT) Forget(channel);
+      return s.ok() ? s : Status(s.code(), std::string(what) + ": " + s.message());
+    }
+    Forget(channel);  // unreachable: nothing was sent, so gRPC may carry this call
+    resp->Clear();
+  }
+  if (path_ == Path::kFast) {
+    return Status(ErrorCode::RPC_FAIL, std::string(what) + ": the master's fast port is unavailable");
+  }
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_ms_);
+  return rpc::FromGrpc(grpc_call(&ctx), what);
+}
+
+Status MasterLink::Ping(const proto::PingRequest& req, proto::PingResponse* resp) {
+  return Call(fast::Method::kPing, req, resp, true, [&](grpc::ClientContext* ctx) {
+    return stub_->Ping(ctx, req, resp);
+  }, "ping");
+}
+
+Status MasterLink::PutStart(const proto::BatchPutStartRequest& req,
+                            proto::BatchPutStartResponse* resp) {
+  return Call(fast::Method::kPutStart, req, resp, false, [&](grpc::ClientContext* ctx) {
+    return stub_->BatchPutStart(ctx, req, resp);
+  }, "put start");
+}
+
+Status MasterLink::PutEnd(const proto::BatchPutEndRequest& req, proto::BatchStatusResponse* resp) {
+  return Call(fast::Method::kPutEnd, req, resp, false, [&](grpc::ClientContext* ctx) {
+    return stub_->BatchPutEnd(ctx, req, resp);
+  }, "put end");
+}
+
+Status MasterLink::PutRevoke(const proto::BatchPutRevokeRequest& req,
+                             proto::BatchStatusResponse* resp) {
+  return Call(fast::Method::kPutRevoke, req, resp, false, [&](grpc::ClientContext* ctx) {
+    return stub_->BatchPutRevoke(ctx, req, resp);
+  }, "put revoke");
+}
+
+Status MasterLink::GetReplicaList(const proto::BatchGetReplicaListRequest& req,
+                                  proto::BatchGetReplicaListResponse* resp) {
+  return Call(fast::Method::kGetReplicaList, req, resp, false, [&](grpc::ClientContext* ctx) {
+    return stub_->BatchGetReplicaList(ctx, req, resp);
+  }, "get replica list");
+}
+
+Status MasterLink::FinishRead(const proto::BatchFinishReadRequest& req,
+                              proto::BatchStatusResponse* resp) {
+  return Call(fast::Method::kFinishRead, req, resp, false, [&](grpc::ClientContext* ctx) {
+    return stub_->BatchFinishRead(ctx, req, resp);
+  }, "finish read");
+}
+
+Status MasterLink::Exist(const proto::BatchExistRequest& req, proto::BatchExistResponse* resp) {
+  return Call(fast::Method::kExist, req, resp, true, [&](grpc::ClientContext* ctx) {
+    return stub_->BatchExist(ctx, req, resp);
+  }, "exist");
+}
+
+}  // namespace granary::client

@@ -1,0 +1,60 @@
+// client/master_link.h - how a client makes the master's hot calls: over the fast port when the
+// master advertises one (ListSegmentsResponse.fast_port), else over gRPC.
+//
+// Promise: each call goes over exactly one transport, or over gRPC after the fast port could not
+// even be reached (nothing sent), so no call is applied twice by switching transports. A fast
+// port that cannot be reached is forgotten and asked for again (over gRPC) after a second, which
+// is how a client follows a restarted master to its new port. Errors come back as the gRPC path
+// reports them (RPC_FAIL, RPC_TIMEOUT), each call bounded by rpc_timeout_ms.
+// Ownership: borrows the gRPC stub (it must outlive the link); owns the fast channel.
+// Thread safety: every method from any thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "client/fast_channel.h"
+#include "granary/proto/master.grpc.pb.h"
+
+namespace granary::client {
+
+class MasterLink {
+ public:
+  enum class Path { kAuto, kGrpc, kFast };  // kFast: fail rather than use gRPC (benchmarks)
+
+  // master_address: the gRPC target "host:port"; the fast port is looked for on that host.
+  MasterLink(proto::Master::Stub* stub, std::string master_address, int rpc_timeout_ms,
+             Path path = Path::kAuto);
+
+  Status Ping(const proto::PingRequest& req, proto::PingResponse* resp);
+  Status PutStart(const proto::BatchPutStartRequest& req, proto::BatchPutStartResponse* resp);
+  Status PutEnd(const proto::BatchPutEndRequest& req, proto::BatchStatusResponse* resp);
+  Status PutRevoke(const proto::BatchPutRevokeRequest& req, proto::BatchStatusResponse* resp);
+  Status GetReplicaList(const proto::BatchGetReplicaListRequest& req,
+                        proto::BatchGetReplicaListResponse* resp);
+  Status FinishRead(const proto::BatchFinishReadRequest& req, proto::BatchStatusResponse* resp);
+  Status Exist(const proto::BatchExistRequest& req, proto::BatchExistResponse* resp);
+
+  // The fast port in use (0: gRPC), asking the master first if nobody has yet.
+  uint16_t FastPort();
+  proto::Master::Stub* stub() const { return stub_; }
+
+ private:
+  template <typename Req, typename Resp, typename GrpcCall>
+  Status Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
+              GrpcCall grpc_call, const char* what);
+  std::shared_ptr<FastChannel> Channel();  // null: use gRPC
+  void Forget(const std::shared_ptr<FastChannel>& broken);
+
+  proto::Master::Stub* stub_;
+  std::string host_;  // empty: the address has no plain host (the fast path is off)
+  int timeout_ms_;
+  Path path_;
+  std::mutex mu_;
+  std::shared_ptr<FastChannel> channel_;
+  std::chrono::steady_clock::time_point next_lookup_{};
+};
+
+}  // namespace granary::client
