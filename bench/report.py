@@ -304,6 +304,11 @@ def main():
             written += plot_master(su["master"], args.plots)
         print("plots: " + ", ".join(written), file=sys.stderr)
     if args.doc:
+        # Suites left out with bench/run.sh --suites keep the doc's earlier tables.
+        kept = {name for name, suite in doc["suites"].items()
+                if isinstance(suite, dict) and str(suite.get("skipped", "")).startswith("not asked for")}
+        generated = {name: body for name, body in generated.items()
+                     if name not in kept and name.split("-")[0] not in kept}
         found = replace_blocks(args.doc, generated)
         print(f"{args.doc}: rewrote blocks {', '.join(found) or '(none found)'}", file=sys.stderr)
     else:
