@@ -20,7 +20,7 @@
 // entry's slot is freed at once.
 // Ownership: borrows the store, which must outlive the service; owns its reader threads (the
 // I/O engine keeps a ring per thread, so readers are long-lived, not one per window).
-// Thread safety: Serve may be called from many threads at once (one per connection).
+// Thread safety: Serve may be called from many threads at once (the data server's disk threads).
 #pragma once
 
 #include <condition_variable>

@@ -20,7 +20,9 @@
 // version != kProtocolVersion, an unknown opcode, reserved != 0, or a length over the opcode's
 // limit (kMaxRequestBytes; DISK_READ/DISK_STAGE kMaxDiskReadBody; STAGE_RELEASE
 // kMaxStageReleaseBody; STAGE_INFO 0). PING ignores segment_token, offset and length (it carries no payload).
-// A peer silent for the node's idle timeout (mid-frame or between requests) is disconnected.
+// A peer silent for the node's idle timeout between requests is disconnected, and so is one whose
+// request (header, body, payload) does not arrive within the node's request deadline
+// (node/data_server.h: a fixed part plus the request's bytes at a minimum rate).
 //
 // DISK_READ (the SSD tier's loads) reads whole objects from the node's disk, many per request so
 // the node can keep its disk queue full. The request's payload (`length` bytes, at most
