@@ -55,19 +55,26 @@ bool RecvAll(int fd, char* p, size_t n) {
 
 }  // namespace
 
+int ListenLoopback(int backlog, sockaddr_in* addr) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(*addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(addr), sizeof(*addr)) != 0 ||
+      listen(listener, backlog) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(addr), &len) != 0) {
+    close(listener);
+    return -1;
+  }
+  return listener;
+}
+
 RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds) {
   RoundTrip out;
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listener, 1) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(listener);
-    return out;
-  }
+  int listener = ListenLoopback(1, &addr);
+  if (listener < 0) return out;
   int client = socket(AF_INET, SOCK_STREAM, 0);
   if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(client);

@@ -4,6 +4,8 @@
 // json_path is set, writes the same figures as JSON. Returns a process exit code.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -89,6 +91,8 @@ inline int MemcpyThreadsFor(int clients) {
 inline std::string MemcpyLimitName(int threads) {
   return threads == 1 ? "memcpy_4096KiB" : "memcpy_4096KiB_" + std::to_string(threads) + "_threads";
 }
+// A listening socket on 127.0.0.1 at a free port (written to *addr); -1 if it cannot be made.
+int ListenLoopback(int backlog, sockaddr_in* addr);
 // `streams` loopback TCP connections sending 1 MiB writes; -1 if sockets fail.
 double LoopbackTcpGBps(int streams, double seconds);
 

@@ -73,17 +73,9 @@ double MemcpyGBps(size_t chunk, double seconds, int threads) {
 
 // `streams` connections over 127.0.0.1, each sending 1 MiB writes for `seconds`.
 double LoopbackTcpGBps(int streams, double seconds) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listener, streams) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(listener);
-    return -1;
-  }
+  int listener = ListenLoopback(streams, &addr);
+  if (listener < 0) return -1;
   constexpr size_t kChunk = 1 << 20;
   std::vector<uint64_t> received(streams, 0);
   std::vector<std::thread> readers;
