@@ -20,7 +20,9 @@ class SameHostLoadTest : public StoreTest {
  protected:
   // A node with a disk tier; objects put through it are on disk only once the master restarts.
   void PutThenForgetMemory(const std::vector<std::string>& extra_flags) {
-    ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"}}));
+    // --promote-after 0: the objects must stay disk-only while the test reads them repeatedly.
+    ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}, {"--client-ttl", "10s"},
+                                      {"--promote-after", "0"}}));
     std::vector<std::string> flags = {"--disk-dir", disk_dir_.path(), "--disk-size", "256MiB",
                                       "--offload-interval", "100ms"};
     flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
