@@ -6,6 +6,7 @@ namespace granary::client {
 namespace {
 constexpr auto kDelay = std::chrono::milliseconds(1);
 constexpr size_t kMaxBatch = 4096;
+constexpr int kIdleTicksBeforeSleep = 100;  // ~100 ms without a key
 }  // namespace
 
 ReadReleaser::ReadReleaser(MasterLink* master, std::string client_id)
@@ -28,7 +29,7 @@ void ReadReleaser::Add(std::vector<std::string> keys) {
   std::lock_guard lock(mu_);
   for (auto& k : keys) pending_.push_back(std::move(k));
   added_batches_++;
-  if (pending_.size() >= kMaxBatch) cv_.notify_all();
+  if (pending_.size() >= kMaxBatch || asleep_) cv_.notify_all();
 }
 
 void ReadReleaser::Flush() {
@@ -40,13 +41,24 @@ void ReadReleaser::Flush() {
 
 void ReadReleaser::Loop() {
   std::unique_lock lock(mu_);
+  int idle_ticks = 0;
   while (!stopping_) {
+    if (idle_ticks >= kIdleTicksBeforeSleep) {
+      // Idle for a while: sleep until a key comes instead of waking 1000 times a second. Only
+      // the first Add after the sleep pays for waking this thread.
+      asleep_ = true;
+      cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      asleep_ = false;
+      idle_ticks = 0;
+    }
     cv_.wait_for(lock, kDelay, [this] { return stopping_ || pending_.size() >= kMaxBatch; });
     if (pending_.empty()) {
       sent_batches_ = added_batches_;
       flushed_cv_.notify_all();
+      ++idle_ticks;
       continue;
     }
+    idle_ticks = 0;
     std::vector<std::string> keys;
     keys.swap(pending_);
     const uint64_t covered = added_batches_;

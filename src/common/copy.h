@@ -8,8 +8,8 @@
 // Until a process calibrates, the vector loop is used (it was never far behind). GRANARY_COPY=
 // memcpy or =vector in the environment skips the measurement and forces one routine.
 // Thread safety: CopyBytes from any thread; CalibrateCopy runs once per process (later calls
-// return at once), typically on a background thread (the client's mapping warmer, the node's
-// start), since it takes a few milliseconds.
+// return at once), on a background thread since it takes a few milliseconds: the client's
+// mapping warmer does it (only clients copy with CopyBytes; the node receives into its segment).
 #pragma once
 
 #include <atomic>

@@ -261,22 +261,24 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   if (ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
     return fail(SysError("ftruncate", name, errno));
   }
-  const bool huge_advise =
-      TmpfsHugeOption(ReadFileText("/proc/self/mounts"), options.shm_dir) == "advise";
+  const std::string huge =
+      options.huge_option.empty()
+          ? TmpfsHugeOption(ReadFileText("/proc/self/mounts"), options.shm_dir)
+          : options.huge_option;
+  const bool huge_advise = huge == "advise";
+  auto reserve_failed = [&](int err) {
+    if (err != ENOSPC) return fail(SysError("reserving the pages", name, err));
+    ShmSpace now = space.value();
+    if (auto again = options.space_probe ? options.space_probe(options.shm_dir)
+                                         : StatSpace(options.shm_dir);
+        again.ok()) {
+      now = *again;
+    }
+    return fail(NoRoom(name, size, options.shm_dir, now));
+  };
   // Under huge=advise fallocate reserves small pages; the populate below reserves huge ones.
   if (options.prefault && !huge_advise) {
-    if (int err = ReservePages(fd, file_size); err != 0) {
-      if (err == ENOSPC) {
-        ShmSpace now = space.value();
-        if (auto again = options.space_probe ? options.space_probe(options.shm_dir)
-                                             : StatSpace(options.shm_dir);
-            again.ok()) {
-          now = *again;
-        }
-        return fail(NoRoom(name, size, options.shm_dir, now));
-      }
-      return fail(SysError("reserving the pages", name, err));
-    }
+    if (int err = ReservePages(fd, file_size); err != 0) return reserve_failed(err);
   }
   // No MAP_POPULATE: building this mapping's page tables took 9.5 s for 4 GiB on the 2-core VM
   // (fallocate 1.6 s), and the node only touches its segment inside send/recv, where a minor
@@ -285,11 +287,16 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   void* p = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, flags, fd, 0);
   if (p == MAP_FAILED) return fail(SysError("mmap", name, errno));
   (void)madvise(p, file_size, MADV_HUGEPAGE);  // no effect where the mount allows none
-  if (options.prefault && huge_advise && madvise(p, file_size, MADV_POPULATE_WRITE) != 0) {
-    const int err = errno;
-    munmap(p, file_size);
-    if (err == ENOMEM || err == EFAULT) return fail(NoRoom(name, size, options.shm_dir, space.value()));
-    return fail(SysError("reserving the pages", name, err));
+  if (options.prefault && huge_advise) {
+    int err = options.populate ? options.populate(p, file_size)
+                               : (madvise(p, file_size, MADV_POPULATE_WRITE) == 0 ? 0 : errno);
+    // EINVAL: a kernel without MADV_POPULATE_WRITE (before 5.14); small pages beat a SIGBUS.
+    if (err == EINVAL) err = ReservePages(fd, file_size);
+    if (err == ENOMEM || err == EFAULT) err = ENOSPC;  // populate's words for a full tmpfs
+    if (err != 0) {
+      munmap(p, file_size);
+      return reserve_failed(err);
+    }
   }
   // The header, before any client can learn the name (the node mounts only after Create).
   auto* header = new (p) transfer::ShmSegmentHeader{};

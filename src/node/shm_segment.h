@@ -28,7 +28,8 @@
 // client's first write costs one fault per 2 MiB instead of per 4 KiB: it ran at memcpy speed
 // instead of 15% of it (docs/store.md). Under `huge=advise` fallocate would reserve small pages,
 // so prefault populates the mapping instead (MADV_POPULATE_WRITE: zeroes every page now, about
-// 1.2 s per GiB, and fails with ENOMEM instead of SIGBUS like fallocate does).
+// 1.2 s per GiB, and fails with ENOMEM instead of SIGBUS like fallocate does); a kernel without
+// it (before 5.14) gets fallocate's small pages rather than an unreserved segment.
 //
 // A node killed with -9 cannot unlink its file, and default names carry the pid, so nobody would
 // ever start under that name again: ReclaimOrphans() unlinks every "granary-*" file of this user
@@ -70,6 +71,11 @@ struct ShmSegmentOptions {
   // (shm_open itself always uses the system's /dev/shm).
   std::string shm_dir = "/dev/shm";
   ShmSpaceProbe space_probe;  // empty: statvfs(shm_dir)
+  // Test hooks. huge_option: the mount's `huge=` value to act on (empty: read /proc/self/mounts).
+  // populate: prefault of a mapping under huge=advise, returning 0 or an errno (empty:
+  // MADV_POPULATE_WRITE). EINVAL (kernels before 5.14) falls back to reserving with fallocate.
+  std::string huge_option;
+  std::function<int(void* addr, size_t len)> populate;
 };
 
 class ShmSegment {

@@ -432,5 +432,57 @@ TEST(ShmSegmentTest, ReadsTheHugeOptionOfTheTmpfsMountedAtTheDirectory) {
   EXPECT_EQ(node::TmpfsHugeOption("", "/dev/shm"), "never");
 }
 
+uint64_t ResidentBytes(const std::string& name) {
+  struct stat st {};
+  if (stat(("/dev/shm/" + name).c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+// Under huge=advise the prefault populates the mapping (MADV_POPULATE_WRITE) instead of
+// fallocate; the pages are reserved either way.
+TEST(ShmSegmentTest, HugeAdvisePrefaultPopulatesEveryPage) {
+  ShmSegment::Options options;
+  options.prefault = true;
+  options.huge_option = "advise";
+  int populates = 0;
+  options.populate = [&](void* addr, size_t len) {
+    ++populates;
+    return madvise(addr, len, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+  };
+  const std::string name = UniqueName("huge-populate");
+  auto seg = ShmSegment::Create(name, 4 * kMiB, options);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  EXPECT_EQ(populates, 1);
+  EXPECT_GE(ResidentBytes(name), kShmHeaderBytes + 4 * kMiB);
+}
+
+// A kernel before 5.14 answers MADV_POPULATE_WRITE with EINVAL: the node still reserves every
+// page (fallocate), so a full /dev/shm fails at start, never with a SIGBUS later.
+TEST(ShmSegmentTest, HugeAdvisePrefaultFallsBackToReservingOnAnOldKernel) {
+  ShmSegment::Options options;
+  options.prefault = true;
+  options.huge_option = "advise";
+  options.populate = [](void*, size_t) { return EINVAL; };
+  const std::string name = UniqueName("huge-old-kernel");
+  auto seg = ShmSegment::Create(name, 4 * kMiB, options);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  EXPECT_GE(ResidentBytes(name), kShmHeaderBytes + 4 * kMiB);
+}
+
+// A populate that finds the tmpfs full (ENOMEM) is the actionable "no room" error, and leaves
+// no file behind.
+TEST(ShmSegmentTest, HugeAdvisePrefaultOnAFullTmpfsFailsWithNoRoomAndLeavesNothing) {
+  ShmSegment::Options options;
+  options.prefault = true;
+  options.huge_option = "advise";
+  options.populate = [](void*, size_t) { return ENOMEM; };
+  const std::string name = UniqueName("huge-full");
+  auto seg = ShmSegment::Create(name, 4 * kMiB, options);
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.status().code(), ErrorCode::INVALID_PARAMS) << seg.status().ToString();
+  EXPECT_NE(seg.status().message().find("/dev/shm"), std::string::npos) << seg.status().ToString();
+  EXPECT_FALSE(ShmExists(name));
+}
+
 }  // namespace
 }  // namespace granary
