@@ -87,6 +87,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   auto segment = ShmSegment::Create(ShmNameFor(o.segment_name), o.segment_size, o.prefault);
   if (!segment.ok()) return segment.status();
   node->segment_ = std::move(*segment);
+  if (o.prefault) node->populator_.Start(node->segment_->data(), node->segment_->size());
 
   DataServer::Options server_options;
   server_options.host = o.listen_host;
@@ -254,6 +255,7 @@ void StorageNode::Stop() {
     mounted_ = false;
   }
   if (server_) server_->Stop();
+  populator_.Stop();
   segment_.reset();  // unlinks the shm
 }
 

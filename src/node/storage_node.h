@@ -19,6 +19,8 @@
 // thread, the node unlinks Granary segment files on this host whose owner is gone (see
 // ShmSegment::ReclaimOrphans), so a node killed with -9 does not keep its memory charged forever.
 // Used by granary-node and, embedded, by a client that contributes memory.
+// With prefault, the segment's reserved pages are also zeroed in the background right after
+// Create (SegmentPopulator), so the first clients do not pay for it.
 // Ownership: owns the segment, the data server and the heartbeat thread.
 // Thread safety: Start/Stop from one thread; the accessors from any.
 #pragma once
@@ -34,6 +36,7 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
 #include "node/data_server.h"
+#include "node/segment_populator.h"
 #include "node/disk_tier.h"
 #include "node/shm_segment.h"
 #include "node/shm_staging.h"
@@ -103,6 +106,7 @@ class StorageNode {
   // the heartbeat thread only.
   bool maybe_mounted_ = false;
   std::unique_ptr<ShmSegment> segment_;
+  SegmentPopulator populator_;  // prefault only; stopped before segment_ goes
   std::unique_ptr<ShmStaging> staging_;  // outlives server_ (declared before it)
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<DiskTier> disk_;
