@@ -43,7 +43,7 @@ class ScopedSegmentRead {
   ScopedSegmentRead() { AnnotateIgnoreReadsBegin(__FILE__, __LINE__); }
   ~ScopedSegmentRead() { AnnotateIgnoreReadsEnd(__FILE__, __LINE__); }
 #else
-  ScopedSegmentRead() = default;
+  ScopedSegmentRead() {}  // user-provided: a guard held only for its scope is not "unused"
 #endif
   ScopedSegmentRead(const ScopedSegmentRead&) = delete;
   ScopedSegmentRead& operator=(const ScopedSegmentRead&) = delete;
@@ -56,7 +56,7 @@ class ScopedSegmentWrite {
   ScopedSegmentWrite() { AnnotateIgnoreWritesBegin(__FILE__, __LINE__); }
   ~ScopedSegmentWrite() { AnnotateIgnoreWritesEnd(__FILE__, __LINE__); }
 #else
-  ScopedSegmentWrite() = default;
+  ScopedSegmentWrite() {}  // user-provided: a guard held only for its scope is not "unused"
 #endif
   ScopedSegmentWrite(const ScopedSegmentWrite&) = delete;
   ScopedSegmentWrite& operator=(const ScopedSegmentWrite&) = delete;
