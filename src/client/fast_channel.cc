@@ -127,8 +127,8 @@ FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32
     }
     have += static_cast<size_t>(n);
     if (!header_done && have >= fast::kHeaderSize) {
-      const bool valid = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(in.data()),
-                                            &h) == fast::HeaderError::kNone;
+      const bool valid = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(in.data()), &h,
+                                            fast::kMaxFastReply) == fast::HeaderError::kNone;
       if (valid && h.method == 0 && (h.flags & fast::kError)) {  // refused at accept: not read
         *status = Broken("the master has no room for another connection");
         return Stage::kNotSent;

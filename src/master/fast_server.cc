@@ -266,7 +266,15 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, const std::
     }
     calls_[method]->Inc();  // method < 8: only known methods reach here
     (void)(service_->*handler)(nullptr, &req, &resp);
-    std::string out = Frame(method, fast::kReply, request_id, resp.ByteSizeLong());
+    const size_t size = resp.ByteSizeLong();
+    if (size > fast::kMaxFastReply) {  // the client would refuse it, as gRPC's would
+      GLOG_WARN("fast port: {} reply of {} bytes is over the cap; closing the connection",
+                fast::MethodName(static_cast<fast::Method>(method)), size);
+      const std::string msg = "reply over the frame cap";
+      (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+      return false;
+    }
+    std::string out = Frame(method, fast::kReply, request_id, size);
     if (!resp.AppendToString(&out)) return false;
     return SendAll(fd, out);
   };

@@ -1,5 +1,6 @@
 // The master's fast port in process: a connection over the cap is refused before anything is
-// read, and the client takes that as "not sent" (so it may use gRPC) instead of a failed call.
+// read, and the client takes that as "not sent" (so it may use gRPC) instead of a failed call;
+// a reply larger than a request frame still reaches the client.
 #include "master/fast_server.h"
 
 #include <gtest/gtest.h>
@@ -54,6 +55,37 @@ TEST_F(FastServerTest, OverTheCapIsRefusedBeforeAnyRequestIsRead) {
 
   // The first connection still serves.
   ASSERT_TRUE(first.Call(fast::Method::kExist, req, &resp, true, &sent).ok());
+  server.Stop();
+}
+
+// A small request can have a reply over the request cap (16 MiB): the master applies the call
+// before the reply is sized, so a client that refused it would report a failure for a put that
+// happened.
+TEST_F(FastServerTest, AReplyOverTheRequestCapReachesTheClient) {
+  // Long names (within their limits) make every replica in the reply large: ~2.2 KiB per key.
+  const std::string node(1000, 'n'), segment(200, 's'), endpoint(1000, 'e');
+  Status mounted = state_.Mount({node, {segment, 1ull << 30, endpoint, "", "", 0, true}}).status;
+  ASSERT_TRUE(mounted.ok()) << mounted.ToString();
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+
+  proto::BatchPutStartRequest put;
+  put.set_client_id("writer");
+  constexpr int kKeys = 9000;
+  for (int i = 0; i < kKeys; ++i) {
+    put.add_keys("k" + std::to_string(i));
+    put.add_sizes(1);
+  }
+  ASSERT_LT(put.ByteSizeLong(), fast::kMaxFastBody);
+  client::FastChannel ch("127.0.0.1", server.port(), 20'000);
+  proto::BatchPutStartResponse started;
+  bool sent = false;
+  Status s = ch.Call(fast::Method::kPutStart, put, &started, false, &sent);
+  EXPECT_EQ(state_.pending_count(), static_cast<uint64_t>(kKeys)) << "the master applied the call";
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GT(started.ByteSizeLong(), fast::kMaxFastBody) << "the reply did not exceed the cap";
+  ASSERT_EQ(started.results_size(), kKeys);
+  EXPECT_EQ(started.results(kKeys - 1).code(), 0);
   server.Stop();
 }
 
