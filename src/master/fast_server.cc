@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -67,6 +68,7 @@ class FrameReader {
       buf_.erase(0, pos_);
       pos_ = 0;
     }
+    if (buf_.capacity() > kKeep && buf_.size() <= kKeep) buf_.shrink_to_fit();  // after a big frame
     bool idle = buf_.empty();
     auto deadline =
         SteadyClock::now() + std::chrono::milliseconds(idle ? idle_ms_ : read_deadline_ms_);
@@ -80,8 +82,10 @@ class FrameReader {
       if (ready < 0 && errno == EINTR) continue;
       if (ready < 0) return Result::kClosed;
       if (ready == 0) continue;
+      // Room for what may come next, never for what a header merely announces: a peer that
+      // sends headers only costs kChunk per connection, and memory doubles only as bytes arrive.
       const size_t old = buf_.size();
-      buf_.resize(std::max(need, old + kChunk));
+      buf_.resize(old + std::max(kChunk, std::min(need - old, old)));
       ssize_t n = ::recv(fd_, buf_.data() + old, buf_.size() - old, 0);
       buf_.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -95,6 +99,7 @@ class FrameReader {
   }
 
   static constexpr size_t kChunk = 64 * 1024;
+  static constexpr size_t kKeep = 1 << 20;  // buffer kept between frames; larger is given back
   int fd_;
   int read_deadline_ms_;
   int idle_ms_;
