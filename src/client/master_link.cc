@@ -69,9 +69,9 @@ uint16_t MasterLink::FastPort() {
   return c ? c->port() : 0;
 }
 
-template <typename Req, typename Resp, typename GrpcCall>
+template <typename Req, typename Resp>
 Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
-                        GrpcCall grpc_call, const char* what) {
+                        GrpcMethod<Req, Resp> grpc_method, const char* what) {
   if (auto channel = Channel()) {
     bool sent = false;
     Status s = channel->Call(method, req, resp, idempotent, &sent);
@@ -89,53 +89,44 @@ Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool id
   }
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, timeout_ms_);
-  return rpc::FromGrpc(grpc_call(&ctx), what);
+  return rpc::FromGrpc((stub_->*grpc_method)(&ctx, req, resp), what);
 }
 
 Status MasterLink::Ping(const proto::PingRequest& req, proto::PingResponse* resp) {
-  return Call(fast::Method::kPing, req, resp, true, [&](grpc::ClientContext* ctx) {
-    return stub_->Ping(ctx, req, resp);
-  }, "ping");
+  return Call(fast::Method::kPing, req, resp, true, &proto::Master::Stub::Ping, "ping");
 }
 
 Status MasterLink::PutStart(const proto::BatchPutStartRequest& req,
                             proto::BatchPutStartResponse* resp) {
-  return Call(fast::Method::kPutStart, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchPutStart(ctx, req, resp);
-  }, "put start");
+  return Call(fast::Method::kPutStart, req, resp, false, &proto::Master::Stub::BatchPutStart,
+              "put start");
 }
 
 Status MasterLink::PutEnd(const proto::BatchPutEndRequest& req, proto::BatchStatusResponse* resp) {
-  return Call(fast::Method::kPutEnd, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchPutEnd(ctx, req, resp);
-  }, "put end");
+  return Call(fast::Method::kPutEnd, req, resp, false, &proto::Master::Stub::BatchPutEnd,
+              "put end");
 }
 
 Status MasterLink::PutRevoke(const proto::BatchPutRevokeRequest& req,
                              proto::BatchStatusResponse* resp) {
-  return Call(fast::Method::kPutRevoke, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchPutRevoke(ctx, req, resp);
-  }, "put revoke");
+  return Call(fast::Method::kPutRevoke, req, resp, false, &proto::Master::Stub::BatchPutRevoke,
+              "put revoke");
 }
 
 Status MasterLink::GetReplicaList(const proto::BatchGetReplicaListRequest& req,
                                   proto::BatchGetReplicaListResponse* resp) {
-  return Call(fast::Method::kGetReplicaList, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchGetReplicaList(ctx, req, resp);
-  }, "get replica list");
+  return Call(fast::Method::kGetReplicaList, req, resp, false,
+              &proto::Master::Stub::BatchGetReplicaList, "get replica list");
 }
 
 Status MasterLink::FinishRead(const proto::BatchFinishReadRequest& req,
                               proto::BatchStatusResponse* resp) {
-  return Call(fast::Method::kFinishRead, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchFinishRead(ctx, req, resp);
-  }, "finish read");
+  return Call(fast::Method::kFinishRead, req, resp, false, &proto::Master::Stub::BatchFinishRead,
+              "finish read");
 }
 
 Status MasterLink::Exist(const proto::BatchExistRequest& req, proto::BatchExistResponse* resp) {
-  return Call(fast::Method::kExist, req, resp, true, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchExist(ctx, req, resp);
-  }, "exist");
+  return Call(fast::Method::kExist, req, resp, true, &proto::Master::Stub::BatchExist, "exist");
 }
 
 }  // namespace granary::client

@@ -47,9 +47,12 @@ class MasterLink {
   proto::Master::Stub* stub() const { return stub_; }
 
  private:
-  template <typename Req, typename Resp, typename GrpcCall>
+  template <typename Req, typename Resp>
+  using GrpcMethod = grpc::Status (proto::Master::Stub::*)(grpc::ClientContext*, const Req&, Resp*);
+  // The one forwarder: the fast port when there is one, else (or when it was not reached) gRPC.
+  template <typename Req, typename Resp>
   Status Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
-              GrpcCall grpc_call, const char* what);
+              GrpcMethod<Req, Resp> grpc_method, const char* what);
   std::shared_ptr<FastChannel> Channel();  // null: use gRPC
   void Forget(const std::shared_ptr<FastChannel>& broken);
 
