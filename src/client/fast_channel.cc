@@ -1,14 +1,13 @@
 #include "client/fast_channel.h"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -23,7 +22,59 @@ constexpr size_t kMaxIdle = 16;
 Status Broken(const std::string& what) {
   return Status(ErrorCode::RPC_FAIL, "fast port: " + what);
 }
+
+// Milliseconds to `deadline`, rounded up so poll() never wakes just before it; 0 once passed.
+int MillisLeft(SteadyTime deadline) {
+  const auto left = deadline - SteadyClock::now();
+  if (left <= SteadyClock::duration::zero()) return 0;
+  return static_cast<int>(std::min<int64_t>(
+      std::chrono::ceil<std::chrono::milliseconds>(left).count(), 1 << 30));
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes; false on timeout.
+bool WaitFor(int fd, short events, SteadyTime deadline) {
+  for (;;) {  // bounded by the deadline: EINTR recomputes what is left
+    const int left = MillisLeft(deadline);
+    if (left == 0) return false;
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, left);
+    if (ready > 0) return true;  // ready, or an error that the next send/recv reports
+    if (ready < 0 && errno != EINTR) return true;
+  }
+}
 }  // namespace
+
+Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const std::string& what) {
+  std::string why = "no address";
+  for (const addrinfo* a = addresses; a; a = a->ai_next) {  // bounded by the list
+    if (MillisLeft(deadline) == 0) {
+      return Status(ErrorCode::RPC_TIMEOUT, "fast port: cannot connect to " + what + " in time");
+    }
+    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    int err = rc == 0 ? 0 : errno;
+    if (rc != 0 && err == EINPROGRESS) {
+      socklen_t len = sizeof(err);
+      if (!WaitFor(fd, POLLOUT, deadline)) {
+        err = ETIMEDOUT;
+      } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+        err = errno;
+      }
+    }
+    if (err == 0) {
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return fd;
+    }
+    why = std::strerror(err);
+    ::close(fd);
+  }
+  return Broken("cannot connect to " + what + ": " + why);
+}
 
 FastChannel::FastChannel(std::string host, uint16_t port, int timeout_ms)
     : host_(std::move(host)), port_(port), timeout_ms_(std::max(timeout_ms, 1)) {}
@@ -32,7 +83,7 @@ FastChannel::~FastChannel() {
   for (int fd : idle_) ::close(fd);
 }
 
-Result<int> FastChannel::Connect() {
+Result<int> FastChannel::Connect(SteadyTime deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -42,31 +93,8 @@ Result<int> FastChannel::Connect() {
   if (::getaddrinfo(host_.c_str(), service.c_str(), &hints, &found) != 0 || !found) {
     return Broken("cannot resolve " + host_);
   }
-  int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int rc = fd < 0 ? -1 : ::connect(fd, found->ai_addr, found->ai_addrlen);
+  Result<int> fd = ConnectFirst(found, deadline, host_ + ":" + service);
   ::freeaddrinfo(found);
-  if (fd < 0) return Broken(std::strerror(errno));
-  if (rc != 0 && errno == EINPROGRESS) {  // bounded by the call's timeout
-    pollfd p{fd, POLLOUT, 0};
-    int err = 0;
-    socklen_t len = sizeof(err);
-    rc = ::poll(&p, 1, timeout_ms_) == 1 &&
-                 ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0
-             ? 0
-             : -1;
-    if (rc != 0) errno = err ? err : ETIMEDOUT;
-  }
-  if (rc != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    return Broken("cannot connect to " + host_ + ":" + service + ": " + why);
-  }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  timeval tv{timeout_ms_ / 1000, (timeout_ms_ % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   return fd;
 }
 
@@ -95,42 +123,48 @@ void FastChannel::GiveBack(int fd) {
 
 FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32_t request_id,
                                         uint8_t method, google::protobuf::Message* response,
-                                        Status* status) {
-  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms_);
+                                        SteadyTime deadline, Status* status) {
+  // The socket is non-blocking: every wait is a poll() bounded by what is left of the deadline.
   size_t done = 0;
-  while (done < frame.size()) {  // bounded: each pass sends >= 1 byte or returns
+  while (done < frame.size()) {  // bounded: each pass sends, waits within the deadline, or returns
     ssize_t n = ::send(fd, frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *status = Status(errno == EAGAIN ? ErrorCode::RPC_TIMEOUT : ErrorCode::RPC_FAIL,
-                       std::string("fast port: send: ") + std::strerror(errno));
-      return done == 0 ? Stage::kNotSent : Stage::kSent;
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
     }
-    done += static_cast<size_t>(n);
+    if (n < 0 && errno == EINTR) continue;
+    const bool full = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    if (full && WaitFor(fd, POLLOUT, deadline)) continue;
+    *status = full ? Status(ErrorCode::RPC_TIMEOUT, "fast port: send: no room in time")
+                   : Broken(std::string("send: ") + std::strerror(errno));
+    return done == 0 ? Stage::kNotSent : Stage::kSent;
   }
   std::string in(4096, '\0');  // most replies fit: one receive
   size_t have = 0;
+  size_t total = fast::kHeaderSize;  // the whole reply, once its header is known
   fast::Header h;
   bool header_done = false;
-  while (!header_done || have < fast::kHeaderSize + h.body_size) {  // bounded by the deadline
-    if (SteadyClock::now() > deadline) {
+  while (have < total) {  // bounded: each pass reads, waits within the deadline, or returns
+    if (!WaitFor(fd, POLLIN, deadline)) {
       *status = Status(ErrorCode::RPC_TIMEOUT, "fast port: no reply in time");
       return Stage::kSent;
     }
-    ssize_t n = ::recv(fd, in.data() + have, in.size() - have, 0);
-    if (n < 0 && errno == EINTR) continue;
+    // Read no further than this reply: one request, one reply, so more bytes are an error.
+    const size_t want = header_done ? std::min(total, in.size()) : in.size();
+    ssize_t n = ::recv(fd, in.data() + have, want - have, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) {
       *status = n == 0 ? Broken("the master closed the connection")
-                       : Status(errno == EAGAIN ? ErrorCode::RPC_TIMEOUT : ErrorCode::RPC_FAIL,
-                                std::string("fast port: receive: ") + std::strerror(errno));
+                       : Broken(std::string("receive: ") + std::strerror(errno));
       return Stage::kSent;
     }
     have += static_cast<size_t>(n);
     if (!header_done && have >= fast::kHeaderSize) {
-      const bool valid = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(in.data()),
-                                            &h) == fast::HeaderError::kNone;
+      const bool valid = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(in.data()), &h,
+                                            fast::kMaxFastReply) == fast::HeaderError::kNone;
       if (valid && h.method == 0 && (h.flags & fast::kError)) {  // refused at accept: not read
-        *status = Broken("the master has no room for another connection");
+        *status = Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                         "fast port: the master has no room for another connection");
         return Stage::kNotSent;
       }
       if (!valid || !(h.flags & fast::kReply) || h.request_id != request_id ||
@@ -139,11 +173,15 @@ FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32
         return Stage::kSent;
       }
       header_done = true;
-      if (have > fast::kHeaderSize + h.body_size) {  // one request, one reply: never more
+      total = fast::kHeaderSize + h.body_size;
+      if (have > total) {  // one request, one reply: never more
         *status = Broken("more bytes than one reply");
         return Stage::kSent;
       }
-      in.resize(fast::kHeaderSize + h.body_size);
+    }
+    // Grow as bytes arrive, doubling: a large reply costs O(log n) copies, not one per receive.
+    if (header_done && have == in.size() && in.size() < total) {
+      in.resize(std::min(total, 2 * in.size()));
     }
   }
   const char* body = in.data() + fast::kHeaderSize;
@@ -161,6 +199,8 @@ FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32
 
 Status FastChannel::Call(fast::Method method, const google::protobuf::Message& request,
                          google::protobuf::Message* response, bool idempotent, bool* sent) {
+  // One deadline for the whole call, connect and retry included.
+  const SteadyTime deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms_);
   *sent = false;
   const size_t body_size = request.ByteSizeLong();
   if (body_size > fast::kMaxFastBody) return Broken("request over the frame cap");
@@ -181,12 +221,13 @@ Status FastChannel::Call(fast::Method method, const google::protobuf::Message& r
     int fd = TakeIdle();
     const bool reused = fd >= 0;
     if (!reused) {
-      Result<int> c = Connect();
-      if (!c.ok()) return c.status();  // nothing sent: *sent stays false
+      Result<int> c = Connect(deadline);
+      if (!c.ok()) return c.status();  // nothing sent by this attempt; *sent keeps the last one's
       fd = *c;
     }
     response->Clear();
-    Stage stage = Attempt(fd, frame, id, static_cast<uint8_t>(method), response, &status);
+    Stage stage = Attempt(fd, frame, id, static_cast<uint8_t>(method), response, deadline,
+                          &status);
     if (stage == Stage::kDone) {
       GiveBack(fd);
       *sent = true;
@@ -195,7 +236,8 @@ Status FastChannel::Call(fast::Method method, const google::protobuf::Message& r
     ::close(fd);  // a reply may still be on its way: never reuse this connection
     if (stage == Stage::kSent) *sent = true;
     const bool retry = reused && (stage == Stage::kNotSent || idempotent) &&
-                       status.code() != ErrorCode::RPC_TIMEOUT;
+                       status.code() != ErrorCode::RPC_TIMEOUT &&
+                       status.code() != ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
     if (!retry) break;
   }
   return status;

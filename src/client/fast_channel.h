@@ -1,18 +1,22 @@
 // client/fast_channel.h - calls to the master's fast port (proto/fast_frame.h): one request frame,
 // one reply frame, on a pool of persistent TCP connections.
 //
-// Promise: every call ends within about timeout_ms (connect, send and receive each bounded);
-// a connection is reused only after a complete, matching reply, so a reply is never read by
+// Promise: every call ends within about timeout_ms: one deadline, taken when the call begins,
+// bounds resolving, connecting (each address in turn), sending, receiving and any retry.
+// A connection is reused only after a complete, matching reply, so a reply is never read by
 // the wrong call. A call is never sent twice unless the caller says it is idempotent; the one
 // exception is a send that the kernel refused outright (nothing left this process), which is
 // retried once on a new connection. `*sent` tells the caller whether the master may have seen
 // the request: when false, the caller may use another transport without risk of applying twice.
+// A master over its connection cap answers UNAVAILABLE_IN_CURRENT_STATUS with `*sent` false:
+// the channel itself is sound, only this call should take another transport.
 // Ownership: owns its sockets; closes them on destruction.
 // Thread safety: Call from any number of threads; each call holds one connection alone.
 #pragma once
 
 #include <google/protobuf/message.h>
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -21,7 +25,16 @@
 #include "granary/status.h"
 #include "proto/fast_frame.h"
 
+struct addrinfo;
+
 namespace granary::client {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// A connected non-blocking TCP socket (TCP_NODELAY) to the first of `addresses` (a getaddrinfo
+// list) that accepts by `deadline`, trying each in turn: `localhost` may list ::1 before the
+// 127.0.0.1 a master listens on. Exposed for tests; FastChannel resolves and calls it.
+Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const std::string& what);
 
 class FastChannel {
  public:
@@ -40,10 +53,10 @@ class FastChannel {
   enum class Stage { kNotSent, kSent, kDone };
   // One attempt on `fd`; kDone on success, otherwise how far it got (the status says why).
   Stage Attempt(int fd, const std::string& frame, uint32_t request_id, uint8_t method,
-                google::protobuf::Message* response, Status* status);
+                google::protobuf::Message* response, SteadyTime deadline, Status* status);
   int TakeIdle();   // a pooled connection that is still open, or -1
   void GiveBack(int fd);
-  Result<int> Connect();
+  Result<int> Connect(SteadyTime deadline);
 
   std::string host_;
   uint16_t port_;

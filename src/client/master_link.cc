@@ -7,6 +7,9 @@ namespace granary::client {
 namespace {
 // How long a client stays on gRPC after the fast port failed before asking for it again.
 constexpr auto kLookupBackoff = std::chrono::seconds(1);
+// How long a master's answer "no fast port" (--fast-path false) is believed: long enough that a
+// client of such a master does not ask every second, short enough to notice a reconfigured one.
+constexpr auto kNoFastPortRecheck = std::chrono::seconds(30);
 
 // "host:port" or "[v6]:port" -> host; "" for anything else (dns:///, unix:, etcd://).
 std::string HostOf(const std::string& address) {
@@ -25,17 +28,32 @@ MasterLink::MasterLink(proto::Master::Stub* stub, std::string master_address, in
 
 std::shared_ptr<FastChannel> MasterLink::Channel() {
   if (path_ == Path::kGrpc || host_.empty()) return nullptr;
-  std::lock_guard lock(mu_);
-  if (channel_ || std::chrono::steady_clock::now() < next_lookup_) return channel_;
-  // Asked under the lock: concurrent first calls wait for one answer instead of each asking.
-  next_lookup_ = std::chrono::steady_clock::now() + kLookupBackoff;
+  using Clock = std::chrono::steady_clock;
+  {
+    std::unique_lock lock(mu_);
+    if (looking_up_ && path_ == Path::kFast) {  // benchmarks: wait for the answer, bounded
+      looked_up_.wait_for(lock, std::chrono::milliseconds(timeout_ms_),
+                          [&] { return !looking_up_; });
+    }
+    if (channel_ || looking_up_ || Clock::now() < next_lookup_) return channel_;
+    looking_up_ = true;
+  }
+  // Asked without the lock: a slow or unreachable master must not stall the calls (or Forget)
+  // of other threads; they use gRPC until the answer is in.
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, timeout_ms_);
   proto::ListSegmentsResponse resp;
-  if (stub_->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp).ok() && resp.fast_port()) {
-    channel_ = std::make_shared<FastChannel>(host_, static_cast<uint16_t>(resp.fast_port()),
-                                             timeout_ms_);
+  const bool answered = stub_->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp).ok();
+  std::shared_ptr<FastChannel> found;
+  if (answered && resp.fast_port()) {
+    found = std::make_shared<FastChannel>(host_, static_cast<uint16_t>(resp.fast_port()),
+                                          timeout_ms_);
   }
+  std::lock_guard lock(mu_);
+  looking_up_ = false;
+  channel_ = found;  // only a lookup sets channel_, and one runs at a time
+  if (!found) next_lookup_ = Clock::now() + (answered ? kNoFastPortRecheck : kLookupBackoff);
+  looked_up_.notify_all();
   return channel_;
 }
 
@@ -51,9 +69,9 @@ uint16_t MasterLink::FastPort() {
   return c ? c->port() : 0;
 }
 
-template <typename Req, typename Resp, typename GrpcCall>
+template <typename Req, typename Resp>
 Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
-                        GrpcCall grpc_call, const char* what) {
+                        GrpcMethod<Req, Resp> grpc_method, const char* what) {
   if (auto channel = Channel()) {
     bool sent = false;
     Status s = channel->Call(method, req, resp, idempotent, &sent);
@@ -61,7 +79,9 @@ Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool id
       if (!s.ok() && s.code() != ErrorCode::RPC_TIMEOUT) Forget(channel);
       return s.ok() ? s : Status(s.code(), std::string(what) + ": " + s.message());
     }
-    Forget(channel);  // unreachable: nothing was sent, so gRPC may carry this call
+    // Nothing was sent, so gRPC may carry this call. A master over its connection cap is
+    // reachable: keep the channel for the next call instead of tearing it down.
+    if (s.code() != ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS) Forget(channel);
     resp->Clear();
   }
   if (path_ == Path::kFast) {
@@ -69,53 +89,44 @@ Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool id
   }
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, timeout_ms_);
-  return rpc::FromGrpc(grpc_call(&ctx), what);
+  return rpc::FromGrpc((stub_->*grpc_method)(&ctx, req, resp), what);
 }
 
 Status MasterLink::Ping(const proto::PingRequest& req, proto::PingResponse* resp) {
-  return Call(fast::Method::kPing, req, resp, true, [&](grpc::ClientContext* ctx) {
-    return stub_->Ping(ctx, req, resp);
-  }, "ping");
+  return Call(fast::Method::kPing, req, resp, true, &proto::Master::Stub::Ping, "ping");
 }
 
 Status MasterLink::PutStart(const proto::BatchPutStartRequest& req,
                             proto::BatchPutStartResponse* resp) {
-  return Call(fast::Method::kPutStart, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchPutStart(ctx, req, resp);
-  }, "put start");
+  return Call(fast::Method::kPutStart, req, resp, false, &proto::Master::Stub::BatchPutStart,
+              "put start");
 }
 
 Status MasterLink::PutEnd(const proto::BatchPutEndRequest& req, proto::BatchStatusResponse* resp) {
-  return Call(fast::Method::kPutEnd, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchPutEnd(ctx, req, resp);
-  }, "put end");
+  return Call(fast::Method::kPutEnd, req, resp, false, &proto::Master::Stub::BatchPutEnd,
+              "put end");
 }
 
 Status MasterLink::PutRevoke(const proto::BatchPutRevokeRequest& req,
                              proto::BatchStatusResponse* resp) {
-  return Call(fast::Method::kPutRevoke, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchPutRevoke(ctx, req, resp);
-  }, "put revoke");
+  return Call(fast::Method::kPutRevoke, req, resp, false, &proto::Master::Stub::BatchPutRevoke,
+              "put revoke");
 }
 
 Status MasterLink::GetReplicaList(const proto::BatchGetReplicaListRequest& req,
                                   proto::BatchGetReplicaListResponse* resp) {
-  return Call(fast::Method::kGetReplicaList, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchGetReplicaList(ctx, req, resp);
-  }, "get replica list");
+  return Call(fast::Method::kGetReplicaList, req, resp, false,
+              &proto::Master::Stub::BatchGetReplicaList, "get replica list");
 }
 
 Status MasterLink::FinishRead(const proto::BatchFinishReadRequest& req,
                               proto::BatchStatusResponse* resp) {
-  return Call(fast::Method::kFinishRead, req, resp, false, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchFinishRead(ctx, req, resp);
-  }, "finish read");
+  return Call(fast::Method::kFinishRead, req, resp, false, &proto::Master::Stub::BatchFinishRead,
+              "finish read");
 }
 
 Status MasterLink::Exist(const proto::BatchExistRequest& req, proto::BatchExistResponse* resp) {
-  return Call(fast::Method::kExist, req, resp, true, [&](grpc::ClientContext* ctx) {
-    return stub_->BatchExist(ctx, req, resp);
-  }, "exist");
+  return Call(fast::Method::kExist, req, resp, true, &proto::Master::Stub::BatchExist, "exist");
 }
 
 }  // namespace granary::client

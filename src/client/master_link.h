@@ -4,13 +4,18 @@
 // Promise: each call goes over exactly one transport, or over gRPC after the fast port could not
 // even be reached (nothing sent), so no call is applied twice by switching transports. A fast
 // port that cannot be reached is forgotten and asked for again (over gRPC) after a second, which
-// is how a client follows a restarted master to its new port. Errors come back as the gRPC path
-// reports them (RPC_FAIL, RPC_TIMEOUT), each call bounded by rpc_timeout_ms.
+// is how a client follows a restarted master to its new port; a master that answers it has no
+// fast port is asked again only after kNoFastPortRecheck. A master over its fast-connection cap
+// sends that call over gRPC and keeps the channel. The lookup never holds the link's lock: while
+// one thread asks, other calls go over gRPC (Path::kFast callers wait for the answer instead).
+// Errors come back as the gRPC path reports them (RPC_FAIL, RPC_TIMEOUT), each call bounded by
+// rpc_timeout_ms.
 // Ownership: borrows the gRPC stub (it must outlive the link); owns the fast channel.
 // Thread safety: every method from any thread.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,9 +47,12 @@ class MasterLink {
   proto::Master::Stub* stub() const { return stub_; }
 
  private:
-  template <typename Req, typename Resp, typename GrpcCall>
+  template <typename Req, typename Resp>
+  using GrpcMethod = grpc::Status (proto::Master::Stub::*)(grpc::ClientContext*, const Req&, Resp*);
+  // The one forwarder: the fast port when there is one, else (or when it was not reached) gRPC.
+  template <typename Req, typename Resp>
   Status Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
-              GrpcCall grpc_call, const char* what);
+              GrpcMethod<Req, Resp> grpc_method, const char* what);
   std::shared_ptr<FastChannel> Channel();  // null: use gRPC
   void Forget(const std::shared_ptr<FastChannel>& broken);
 
@@ -52,8 +60,10 @@ class MasterLink {
   std::string host_;  // empty: the address has no plain host (the fast path is off)
   int timeout_ms_;
   Path path_;
-  std::mutex mu_;
+  std::mutex mu_;  // guards the fields below; never held across a call to the master
+  std::condition_variable looked_up_;  // a lookup ended (Path::kFast callers wait for it)
   std::shared_ptr<FastChannel> channel_;
+  bool looking_up_ = false;  // one thread is asking the master for its fast port
   std::chrono::steady_clock::time_point next_lookup_{};
 };
 

@@ -54,8 +54,15 @@ class FastServer {
   };
   void AcceptLoop();
   void Serve(Connection* c);
+  // Memory one connection reuses from call to call, so a call's messages and reply frame cost
+  // no malloc per key: the first block of each call's protobuf arena, and the reply buffer.
+  struct Scratch {
+    std::unique_ptr<char[]> arena_block;
+    std::string out;
+  };
   // Answers one frame; false closes the connection (the reason is logged).
-  bool Handle(int fd, uint8_t method, uint32_t request_id, const std::string& body);
+  bool Handle(int fd, uint8_t method, uint32_t request_id, const std::string& body,
+              Scratch* scratch);
   void ReapFinished();  // joins connections that ended; holds mu_
 
   MasterService* service_;

@@ -2,8 +2,8 @@
 // that is one of master.proto's request or response messages (docs/control-path.md).
 //
 // Promise: EncodeHeader/DecodeHeader are exact inverses; DecodeHeader accepts only this magic
-// and version and a body no longer than kMaxFastBody, so a reader never allocates what a hostile
-// header asks for. Methods are numbered here once, for server and client alike.
+// and version and a body no longer than the bound its reader gives (kMaxFastBody for requests,
+// kMaxFastReply for replies). Methods are numbered here once, for server and client alike.
 // Thread safety: pure functions and constants.
 #pragma once
 
@@ -18,6 +18,10 @@ inline constexpr size_t kHeaderSize = 16;
 // Larger requests (thousands of 4 KiB keys) go over gRPC, whose limit is 256 MiB: a fast-port
 // reader never holds more than this per connection.
 inline constexpr uint32_t kMaxFastBody = 16u << 20;
+// A reply is read only after the master applied the call, so refusing it would report a failure
+// for a mutation that happened: the client accepts what gRPC's clients accept (256 MiB), and a
+// small request can have a large reply (replica lists). The master never sends more than this.
+inline constexpr uint32_t kMaxFastReply = 256u << 20;
 
 // The hot calls. Numbers are wire values: never reuse one. 0xF0-0xFF are kept for connection
 // control (a hello/auth frame before the first call, when the cluster gets a secret).
@@ -81,14 +85,15 @@ inline void EncodeHeader(const Header& h, unsigned char* out) {
 
 enum class HeaderError { kNone, kMagic, kVersion, kTooLarge };
 
-inline HeaderError DecodeHeader(const unsigned char* in, Header* h) {
+inline HeaderError DecodeHeader(const unsigned char* in, Header* h,
+                                uint32_t max_body = kMaxFastBody) {
   if (Get32(in) != kMagic) return HeaderError::kMagic;
   if (in[4] != kVersion) return HeaderError::kVersion;
   h->method = in[5];
   h->flags = static_cast<uint16_t>(in[6] | (in[7] << 8));
   h->request_id = Get32(in + 8);
   h->body_size = Get32(in + 12);
-  if (h->body_size > kMaxFastBody) return HeaderError::kTooLarge;
+  if (h->body_size > max_body) return HeaderError::kTooLarge;
   return HeaderError::kNone;
 }
 

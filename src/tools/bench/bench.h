@@ -29,6 +29,7 @@ struct MasterBenchOptions {
   uint64_t value_size = 4096;
   uint64_t segment_size = uint64_t{1} << 30;
   std::string path = "auto";  // auto (what the client uses), grpc or fast
+  std::vector<std::string> ops = {"tcp", "ping", "put", "get", "exist"};  // cases to run (profiling)
   std::string json_path;
 };
 int RunMasterBench(const MasterBenchOptions& options);

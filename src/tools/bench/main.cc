@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
                      "how the hot calls travel: auto (fast port if the master has one, as the "
                      "client does), grpc or fast")
       ->capture_default_str()->check(CLI::IsMember({"auto", "grpc", "fast"}));
+  master->add_option("--ops", mo.ops, "cases to run, e.g. get to profile one alone")
+      ->capture_default_str()->delimiter(',')
+      ->check(CLI::IsMember({"tcp", "ping", "put", "get", "exist"}));
   master->add_option("--json", mo.json_path, "also write the results as JSON to this file");
 
   StateBenchOptions so;

@@ -1,7 +1,8 @@
 // granary-bench master: control-plane throughput against a running master.
 //
 //   granary-bench master --master HOST:PORT [--segments 128] [--threads 1,2,4] [--seconds 3]
-//                        [--batch 128] [--value-size 4096] [--path auto|grpc|fast] [--json FILE]
+//                        [--batch 128] [--value-size 4096] [--path auto|grpc|fast]
+//                        [--ops tcp,ping,put,get,exist] [--json FILE]
 //
 // `master` measures the control plane alone: it mounts --segments fake segments (metadata only;
 // no bytes move), then for each thread count runs, for --seconds each: batch put (start + end),
@@ -69,12 +70,18 @@ struct CaseResult {
   double seconds = 0;
   double p50_us = 0;
   double p99_us = 0;
+  bool skipped = false;  // not in --ops
 };
 
 // Runs body(thread_index, conn, iteration) on `threads` threads for `seconds`; each call is one
 // batch and returns how many keys in it failed.
 template <typename Body>
 CaseResult RunCase(const MasterBenchOptions& o, const std::string& op, int threads, Body body) {
+  if (std::find(o.ops.begin(), o.ops.end(), op) == o.ops.end()) {
+    CaseResult skipped;
+    skipped.skipped = true;
+    return skipped;
+  }
   std::atomic<bool> stop{false};
   std::vector<std::vector<double>> latencies(threads);
   std::vector<uint64_t> errors(threads, 0);
@@ -262,6 +269,7 @@ int RunMasterBench(const MasterBenchOptions& o) {
               "p50(us)", "p99(us)", "errors");
   nlohmann::json json = nlohmann::json::array();
   for (const auto& r : results) {
+    if (r.skipped) continue;
     std::printf("%-6s %7d %12.0f %12.0f %10.0f %10.0f %8llu\n", r.op.c_str(), r.threads,
                 r.batches / r.seconds, r.keys / r.seconds, r.p50_us, r.p99_us,
                 static_cast<unsigned long long>(r.errors));
