@@ -100,8 +100,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     if (part.empty()) continue;
     transfer::RemoteRange range{replica.endpoint(), replica.token(), offset,
                                               part.size()};
-    if (Status s = tcp_->Write(range, part); !s.ok()) return s;
-    if (checksum) checksum->Update(part.data(), part.size());
+    if (Status s = tcp_->Write(range, part, checksum); !s.ok()) return s;
     offset += part.size();
   }
   tcp_written_.fetch_add(replica.length(), std::memory_order_relaxed);
@@ -138,8 +137,8 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
     if (part.empty()) continue;
     transfer::RemoteRange range{replica.endpoint(), replica.token(), offset,
                                               part.size()};
-    if (Status s = tcp_->Read(range, part); !s.ok()) return s;
-    checksum.Update(part.data(), part.size());
+    // Hashed piece by piece as it arrives, in cache: no second pass over the object.
+    if (Status s = tcp_->Read(range, part, &checksum); !s.ok()) return s;
     offset += part.size();
   }
   tcp_read_.fetch_add(replica.length(), std::memory_order_relaxed);

@@ -67,7 +67,7 @@ class ReplicaIo {
     std::byte* bytes = nullptr;
   };
   // With `checksum`, also hashes the caller's bytes: while copying them on the shared-memory
-  // path (they are in cache right then), after sending them over TCP.
+  // path (they are in cache right then), piece by piece right after sending them over TCP.
   Status Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
                ChecksumStream* checksum = nullptr);
   Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst);

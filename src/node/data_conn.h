@@ -38,7 +38,7 @@ struct DataConn {
     kPayload,  // receiving a WRITE's payload straight into the segment
     kDrain,    // discarding a refused WRITE's payload (into `body`, reused as scratch)
     kSend,     // sending `response` then `payload`
-    kDisk,     // handed to a disk thread; the timer leaves it alone
+    kDisk,     // queued for or held by a disk thread; the timer expires it only while queued
   };
 
   DataConn(int fd_in, uint64_t id_in) : fd(fd_in), id(id_in) {}

@@ -260,6 +260,10 @@ void DataServer::ExpireDeadlines() {
   for (auto& conn : due) {
     std::unique_lock lock(conn->mu, std::try_to_lock);
     if (!lock.owns_lock() || conn->closed || conn->deadline_ns.load() > now) continue;
+    if (conn->phase == Phase::kDisk) {  // queued (a disk thread serving it holds its lock)
+      ExpireQueuedDisk(*conn);
+      continue;
+    }
     timeouts_++;
     if (conn->MidRequest()) errors_++;  // the put stays uncommitted; the client reports it
     GLOG_DEBUG("data server dropped a connection at its deadline ({})",
@@ -505,7 +509,9 @@ DataServer::Next DataServer::FinishBody(DataConn& c) {
     return Next::kRead;
   }
   c.phase = Phase::kDisk;
-  c.deadline_ns.store(kNoDeadline, std::memory_order_relaxed);  // the disk thread keeps its own
+  // Queued, it keeps the request's deadline: past it, the timer or the disk thread that takes
+  // it answers RPC_TIMEOUT and closes (ExpireQueuedDisk), so a long queue holds nothing longer.
+  c.deadline_ns.store(c.request_start_ns + BudgetNs(0), std::memory_order_relaxed);
   ConnPtr self = Find(c.id);
   std::lock_guard lock(disk_mu_);
   disk_queue_.push_back(std::move(self));
@@ -526,6 +532,10 @@ void DataServer::DiskLoop() {
     if (conn == nullptr) continue;
     std::lock_guard lock(conn->mu);
     if (conn->closed) continue;
+    if (MonotonicNs() >= conn->deadline_ns.load(std::memory_order_relaxed)) {
+      ExpireQueuedDisk(*conn);  // waited past its deadline before the timer saw it
+      continue;
+    }
     const bool ok = conn->request.opcode == Opcode::kDiskRead ? ServeDiskRead(*conn)
                                                               : ServeDiskStage(*conn);
     if (!ok) {

@@ -21,7 +21,10 @@
 // Each connection is a small state machine (header, body or payload, reply) that resumes where
 // EAGAIN left it, so a slow peer never holds a thread. One acceptor thread accepts and runs the
 // deadline timer. DISK_READ and DISK_STAGE, which block on the disk, run on disk_threads
-// threads (queued when all are busy), which send their answers with a bounded poll.
+// threads (queued when all are busy), which send their answers with a bounded poll. A queued one
+// keeps its request deadline: one not started by then is answered RPC_TIMEOUT (best effort,
+// never blocking) and its connection closed; a started one's answers must all be sent by the
+// request's deadline, counted from its first header byte with only the bytes actually answered.
 // Deadlines: a peer silent for idle_timeout_ms (between requests or mid-frame) is dropped; a
 // request must also complete - header, body or payload, and its answer - within
 // request_timeout_ms plus its bytes at min_transfer_rate, so a peer trickling one byte a minute
@@ -147,6 +150,8 @@ class DataServer {
   // On a disk thread, with the whole body in c.body; false when the connection must close.
   bool ServeDiskRead(DataConn& c);
   bool ServeDiskStage(DataConn& c);
+  // A DISK_* still queued at its deadline: answers RPC_TIMEOUT without blocking, then closes.
+  void ExpireQueuedDisk(DataConn& c);
   // On an I/O thread: builds the answer in c.out (never blocks).
   void ServeStageRelease(DataConn& c);
   void ServeStageInfo(DataConn& c);

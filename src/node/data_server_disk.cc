@@ -59,6 +59,22 @@ bool DataServer::SendAnswerUntil(DataConn& c, int64_t deadline, uint64_t id, Err
   return SendUntil(c, iov, length > 0 ? 2 : 1, deadline);
 }
 
+void DataServer::ExpireQueuedDisk(DataConn& c) {
+  timeouts_++;
+  errors_++;
+  GLOG_DEBUG("data server: a {} waited past its deadline for a disk thread",
+             c.request.opcode == transfer::Opcode::kDiskRead ? "DISK_READ" : "DISK_STAGE");
+  // One non-blocking try (the header fits any socket buffer a live peer leaves): the client gets
+  // a clear refusal instead of a bare close; closing anyway frees the body and the descriptor.
+  ResponseHeader rh;
+  rh.status = static_cast<int32_t>(ErrorCode::RPC_TIMEOUT);
+  rh.request_id = c.request.request_id;
+  rh.length = 0;
+  ssize_t ignored = send(c.fd, &rh, sizeof(rh), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
+  Close(c);
+}
+
 Result<std::vector<DiskReadService::Entry>> DataServer::ParseDiskBatch(
     const RequestHeader& h, std::span<const uint8_t> body, const char* op, bool has_tier,
     const Status& missing) {
@@ -91,31 +107,24 @@ bool DataServer::StartDiskBatch(DataConn& c, int64_t deadline, const char* op,
   return true;
 }
 
-namespace {
-
-// The answer's deadline: the request's time, plus every byte it asks for at the minimum rate.
-uint64_t AskedBytes(const Result<std::vector<DiskReadService::Entry>>& entries) {
-  uint64_t total = 0;
-  if (entries.ok()) {
-    for (const auto& e : *entries) total += e.size;
-  }
-  return total;
-}
-
-}  // namespace
-
 bool DataServer::ServeDiskRead(DataConn& c) {
   DiskReadService* reads = disk_reads_.load(std::memory_order_acquire);
   Result<std::vector<DiskReadService::Entry>> entries =
       ParseDiskBatch(c.request, c.body, "DISK_READ", reads != nullptr, Status::Ok());
-  const int64_t deadline = MonotonicNs() + BudgetNs(AskedBytes(entries));
   bool serve = false;
-  if (!StartDiskBatch(c, deadline, "DISK_READ", entries, &serve)) return false;
+  if (!StartDiskBatch(c, c.request_start_ns + BudgetNs(0), "DISK_READ", entries, &serve)) {
+    return false;
+  }
   if (!serve) return true;
+  // The deadline runs from the request's first byte and grows only by the bytes really sent:
+  // sizes the asker claims (made-up entries get no bytes) must not keep a stalled peer for hours.
+  uint64_t answered = 0;
   return reads->Serve(*entries, [&](uint32_t index, ErrorCode code,
                                     std::span<const std::byte> bytes) {
     if (code != ErrorCode::OK) errors_++;
     disk_bytes_read_ += bytes.size();  // counted first: the client may look once it has them
+    answered += bytes.size();
+    const int64_t deadline = c.request_start_ns + BudgetNs(answered);
     if (!SendAnswerUntil(c, deadline, index, code, reinterpret_cast<const uint8_t*>(bytes.data()),
                          bytes.size())) {
       errors_++;
@@ -134,11 +143,14 @@ bool DataServer::ServeDiskStage(DataConn& c) {
       staging != nullptr ? Status::Ok()
                          : Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
                                   "this node has no staging region"));
-  // Only slot descriptions go out, but the disk reads take their time: budget for the bytes.
-  const int64_t deadline = MonotonicNs() + BudgetNs(AskedBytes(entries));
   bool serve = false;
-  if (!StartDiskBatch(c, deadline, "DISK_STAGE", entries, &serve)) return false;
+  if (!StartDiskBatch(c, c.request_start_ns + BudgetNs(0), "DISK_STAGE", entries, &serve)) {
+    return false;
+  }
   if (!serve) return true;
+  // Only slot descriptions go out, but the disk reads take their time: the deadline, from the
+  // request's first byte, grows by the bytes really staged (not by the sizes the asker claims).
+  uint64_t staged = 0;
   const uint64_t token = staging->token();
   return reads->ServeStaged(
       *entries, staging, c.id,
@@ -151,10 +163,12 @@ bool DataServer::ServeDiskStage(DataConn& c) {
           slot.slot = grant->slot;
           slot.generation = grant->generation;
           disk_bytes_staged_ += slot.length;
+          staged += slot.length;
         } else {
           errors_++;
         }
         const bool ok = code == ErrorCode::OK;
+        const int64_t deadline = c.request_start_ns + BudgetNs(staged);
         if (!SendAnswerUntil(c, deadline, index, code, reinterpret_cast<const uint8_t*>(&slot),
                              ok ? sizeof(slot) : 0)) {
           errors_++;

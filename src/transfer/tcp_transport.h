@@ -13,8 +13,9 @@
 // request resent once: READ and WRITE of a range are idempotent. Ranges longer than
 // stripe_threshold are cut into stripe_chunk requests kept in flight on up to
 // connections_per_endpoint connections at once, all driven by the calling thread with
-// non-blocking sockets and poll(). On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this
-// beat helper threads driving one connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at
+// non-blocking calls and poll(); a request on one connection moves its payload in blocking calls
+// of 256 KiB (MSG_WAITALL; SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms bound each call).
+// On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this beat helper threads driving one connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at
 // 1.9) and needs no thread hand-offs. There, striping speeds up writes (16 MiB: 3.0 vs 2.3 GB/s)
 // but slows reads a little (2.2 vs 2.4): one stream already keeps both cores busy; striping is
 // meant for nodes with more cores and NIC queues. Re-measure stripe_* on the target hardware.
@@ -40,6 +41,10 @@
 
 #include "granary/status.h"
 #include "transfer/protocol.h"
+
+namespace granary {
+class ChecksumStream;
+}
 
 namespace granary::transfer {
 
@@ -90,10 +95,15 @@ class TcpTransport {
   TcpTransport(const TcpTransport&) = delete;
   TcpTransport& operator=(const TcpTransport&) = delete;
 
-  // dst.size() must equal range.length (else INVALID_PARAMS, before any I/O).
-  Status Read(const RemoteRange& range, std::span<std::byte> dst);
-  // src.size() must equal range.length (else INVALID_PARAMS, before any I/O).
-  Status Write(const RemoteRange& range, std::span<const std::byte> src);
+  // dst.size() must equal range.length (else INVALID_PARAMS, before any I/O). With `checksum`,
+  // each piece of dst is hashed, in order, right after it arrives (while it is in cache); on OK
+  // the stream has hashed exactly dst, on an error its state means nothing.
+  Status Read(const RemoteRange& range, std::span<std::byte> dst,
+              ChecksumStream* checksum = nullptr);
+  // src.size() must equal range.length (else INVALID_PARAMS, before any I/O). `checksum` as
+  // Read's: src hashed in order, each piece right after it was sent.
+  Status Write(const RemoteRange& range, std::span<const std::byte> src,
+               ChecksumStream* checksum = nullptr);
   // Reads whole objects from the node's disk tier, as few DISK_READ requests as the protocol's
   // limits allow, one connection. A status per item: OK when its bytes are in dst (the caller
   // still checks the checksum); the node's refusal (OBJECT_NOT_FOUND: not there any more) or
@@ -123,7 +133,7 @@ class TcpTransport {
   struct Endpoint;
   struct Lane;
 
-  Status Transfer(Opcode op, const RemoteRange& range, uint8_t* buf);
+  Status Transfer(Opcode op, const RemoteRange& range, uint8_t* buf, ChecksumStream* sum);
   // One DISK_READ request for `items` (within the protocol's limits) on `conn`; false when the
   // connection is unusable afterwards. `answered`: the node sent response bytes, or the failure
   // was not a closed connection (a timeout): not worth resending.
@@ -137,9 +147,9 @@ class TcpTransport {
   Result<Conn> Connect(Endpoint& ep);
   void Return(Endpoint& ep, const Conn& conn);
   // Moves [offset, offset + length) in `chunk`-sized requests over up to `max_lanes`
-  // connections; PING when op is kPing (length 0).
+  // connections; PING when op is kPing (length 0). `sum` (may be null) hashes the range in order.
   Status Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset, uint64_t length,
-             uint8_t* buf, uint64_t chunk, size_t max_lanes);
+             uint8_t* buf, uint64_t chunk, size_t max_lanes, ChecksumStream* sum = nullptr);
 
   const Options options_;
   std::atomic<uint64_t> next_request_id_{1};

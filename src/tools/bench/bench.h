@@ -94,7 +94,8 @@ inline std::string MemcpyLimitName(int threads) {
 }
 // A listening socket on 127.0.0.1 at a free port (written to *addr); -1 if it cannot be made.
 int ListenLoopback(int backlog, sockaddr_in* addr);
-// `streams` loopback TCP connections sending 1 MiB writes; -1 if sockets fail.
+// `streams` loopback TCP connections sending 1 MiB writes, the best of three ways to receive
+// (limits_bench.cc), `seconds` each; -1 if sockets fail.
 double LoopbackTcpGBps(int streams, double seconds);
 
 // Object put/get throughput and latency through a running store, by path (shm, tcp) and size.

@@ -81,9 +81,7 @@ class DiskReadTest : public ::testing::Test {
       lost_[std::string(key)] = location;
     };
     reads_ = std::make_unique<DiskReadService>(store_.get(), std::move(options));
-    DataServer::Options so;
-    so.idle_timeout_ms = 5000;
-    server_ = std::make_unique<DataServer>(segment_.data(), segment_.size(), 42, so);
+    server_ = std::make_unique<DataServer>(segment_.data(), segment_.size(), 42, server_options_);
     server_->SetDiskReads(reads_.get());
     ASSERT_TRUE(server_->Start().ok());
     endpoint_ = "127.0.0.1:" + std::to_string(server_->port());
@@ -104,6 +102,24 @@ class DiskReadTest : public ::testing::Test {
     return items;
   }
 
+  // Adds one object of `size` bytes to objects_.
+  void WriteLarge(const std::string& key, size_t size) {
+    Stored s;
+    s.key = key;
+    s.value = ValueFor(key, 1, size);
+    std::vector<disk::ObjectWrite> writes = {{s.key, 1, s.value, Checksum(s.value)}};
+    auto written = store_->Write(writes);
+    ASSERT_EQ(written.size(), 1u);
+    ASSERT_TRUE(written[0].ok()) << written[0].status().ToString();
+    s.copy = *written[0];
+    objects_.push_back(std::move(s));
+  }
+
+  DataServer::Options server_options_ = [] {
+    DataServer::Options so;
+    so.idle_timeout_ms = 5000;
+    return so;
+  }();
   TempDir dir_;
   std::unique_ptr<disk::DiskStore> store_;
   std::vector<Stored> objects_;
@@ -448,6 +464,122 @@ TEST_F(DiskReadTest, MalformedBodiesAreRefusedAndTheConnectionStaysInSync) {
   h.length = transfer::kMaxDiskReadBody + 1;
   ASSERT_TRUE(big.Send(&h, sizeof(h)));
   EXPECT_TRUE(big.ClosedByPeer());
+}
+
+// ---- deadlines on the disk threads ----
+
+// A DISK_READ body for objects_[i] (in order), then `made_up` entries claiming 1 GiB each.
+std::vector<uint8_t> BodyFor(const std::vector<Stored>& objects, const std::vector<size_t>& which,
+                             int made_up = 0) {
+  std::vector<std::pair<DiskReadEntry, std::string>> entries;
+  for (size_t i : which) {
+    const Stored& s = objects[i];
+    entries.push_back({{s.copy.location, s.copy.checksum, s.value.size(),
+                        static_cast<uint32_t>(s.key.size()), 0},
+                       s.key});
+  }
+  for (int i = 0; i < made_up; ++i) {
+    const std::string key = "made-up/" + std::to_string(i);
+    entries.push_back({{uint64_t{1} << 60, 1, transfer::kMaxDiskReadObject,
+                        static_cast<uint32_t>(key.size()), 0},
+                       key});
+  }
+  return Body(static_cast<uint32_t>(entries.size()), entries);
+}
+
+// A peer that asks for a large object and never reads: its receive buffer is tiny so the
+// server's send blocks at once.
+std::unique_ptr<RawConn> StalledReader(uint16_t port, const std::vector<uint8_t>& body) {
+  auto conn = std::make_unique<RawConn>(port);
+  int small = 4096;
+  setsockopt(conn->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  RequestHeader h;
+  h.opcode = Opcode::kDiskRead;
+  h.request_id = 7;
+  h.length = body.size();
+  if (!conn->Send(&h, sizeof(h)) || !conn->Send(body.data(), body.size())) return nullptr;
+  return conn;
+}
+
+// Claimed sizes are the asker's word: eight made-up 1 GiB entries after a real 16 MiB one must
+// not stretch the deadline of a reply the peer never reads (it was 0.3 s + 8 GiB at the minimum
+// rate, with a 60 s poll per step); the disk thread is free at 0.3 s + 16 MiB at that rate.
+TEST_F(DiskReadTest, AReplyThePeerNeverReadsIsCutAtTheRequestDeadline) {
+  OpenStore();
+  WriteLarge("large", 16 << 20);
+  WriteLarge("small", 4096);
+  server_options_.disk_threads = 1;
+  server_options_.idle_timeout_ms = 60000;
+  server_options_.request_timeout_ms = 300;
+  server_options_.min_transfer_rate = 16 << 20;  // 16 MiB: +1 s
+  StartServer();
+  const auto start = std::chrono::steady_clock::now();
+  auto stalled = StalledReader(server_->port(), BodyFor(objects_, {0}, 8));
+  ASSERT_NE(stalled, nullptr);
+  // Bounded wait for the server to give up on it (closed: no connection left open).
+  bool dropped = false;
+  for (int i = 0; i < 100 && !dropped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    dropped = server_->stats().open_connections == 0;
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(dropped) << "the stalled reply still holds its connection after " << waited << " s";
+  EXPECT_GE(waited, 1.0) << "cut before its deadline";
+  EXPECT_LT(waited, 3.0) << "cut late: the claimed sizes stretched the deadline?";
+  EXPECT_GE(server_->stats().timeouts, 1u);
+  // The only disk thread is free again: a client is served byte-exact.
+  auto items = ItemsFor({1});
+  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+  ASSERT_TRUE(got[0].ok()) << got[0].ToString();
+  EXPECT_EQ(bufs_[0], objects_[1].value);
+}
+
+// With the one disk thread held by a stalled reply, requests queued behind it pass their 0.4 s
+// deadline before they start: each is answered RPC_TIMEOUT (and closed) near that deadline, never
+// served late, and the node serves again once the thread is free.
+TEST_F(DiskReadTest, DiskRequestsQueuedPastTheirDeadlineAreAnsweredRpcTimeout) {
+  OpenStore();
+  WriteLarge("large", 16 << 20);
+  WriteLarge("small", 4096);
+  server_options_.disk_threads = 1;
+  server_options_.request_timeout_ms = 400;
+  server_options_.min_transfer_rate = 8 << 20;  // the stalled reply holds the thread ~2.4 s
+  StartServer();
+  auto stalled = StalledReader(server_->port(), BodyFor(objects_, {0}));
+  ASSERT_NE(stalled, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it holds the disk thread
+  constexpr int kQueued = 8;
+  std::vector<std::unique_ptr<RawConn>> queued;
+  const auto start = std::chrono::steady_clock::now();
+  const auto body = BodyFor(objects_, {1});
+  for (int i = 0; i < kQueued; ++i) {
+    queued.push_back(std::make_unique<RawConn>(server_->port()));
+    RequestHeader h;
+    h.opcode = Opcode::kDiskRead;
+    h.request_id = 100 + i;
+    h.length = body.size();
+    ASSERT_TRUE(queued.back()->Send(&h, sizeof(h)));
+    ASSERT_TRUE(queued.back()->Send(body.data(), body.size()));
+  }
+  for (int i = 0; i < kQueued; ++i) {
+    auto rh = queued[i]->RecvResponse();  // RawConn gives up after 5 s
+    ASSERT_TRUE(rh.has_value()) << "queued request " << i << " got no answer";
+    EXPECT_EQ(rh->status, static_cast<int32_t>(ErrorCode::RPC_TIMEOUT)) << "request " << i;
+    EXPECT_EQ(rh->request_id, 100u + i);
+    EXPECT_EQ(rh->length, 0u);
+    EXPECT_TRUE(queued[i]->ClosedByPeer());
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 0.35);
+  EXPECT_LT(waited, 1.5) << "answered long after the 0.4 s deadline";
+  EXPECT_GE(server_->stats().timeouts, uint64_t{kQueued});
+  stalled.reset();  // frees the disk thread
+  auto items = ItemsFor({1});
+  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+  ASSERT_TRUE(got[0].ok()) << got[0].ToString();
+  EXPECT_EQ(bufs_[0], objects_[1].value);
 }
 
 TEST_F(DiskReadTest, RandomBodiesAreAnsweredOrRefusedNeverCrashTheNode) {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/checksum.h"
 #include "node/data_server.h"
 
 namespace granary {
@@ -165,6 +166,62 @@ TEST_F(TcpTransportTest, StripedWithUnevenLastChunk) {
   RoundTrip(t, 7, kMiB + 123, 42);  // 17 chunks, the last one short, over 3 lanes
   RoundTrip(t, kSegSize - 100 * kKiB, 100 * kKiB, 43);  // 2 chunks, ends at the segment's end
   EXPECT_LE(t.IdleConnections(endpoint_), 3u);
+}
+
+// Read and Write hash the range as it moves: the digest must be exactly that of the bytes, in
+// order, whether the range goes on one connection or striped over several (chunks arrive out
+// of order then), with an uneven last chunk.
+TEST_F(TcpTransportTest, ChecksumWhileMovingHashesExactlyTheRangeInOrder) {
+  TcpTransport::Options striped_small;
+  striped_small.stripe_threshold = 64 * kKiB;
+  striped_small.stripe_chunk = 64 * kKiB;
+  striped_small.connections_per_endpoint = 3;
+  TcpTransport plain;
+  TcpTransport striped(striped_small);
+  uint64_t seed = 500;
+  for (TcpTransport* t : {&plain, &striped}) {
+    for (uint64_t size : {uint64_t{1}, 300 * kKiB + 5, kMiB + 123, 4 * kMiB, 16 * kMiB + 1}) {
+      SCOPED_TRACE("size " + std::to_string(size) + (t == &striped ? " striped" : ""));
+      std::vector<std::byte> src(size);
+      FillRandom(src, seed++);
+      const uint64_t want = Checksum(std::span<const std::byte>(src));
+      ChecksumStream put_sum;
+      ASSERT_TRUE(t->Write(Range(999, size), src, &put_sum).ok());
+      EXPECT_EQ(put_sum.Digest(), want);
+      std::vector<std::byte> dst(size, std::byte{0xEE});
+      ChecksumStream get_sum;
+      Status r = t->Read(Range(999, size), dst, &get_sum);
+      ASSERT_TRUE(r.ok()) << r.ToString();
+      EXPECT_EQ(get_sum.Digest(), want);
+      EXPECT_TRUE(dst == src);
+    }
+  }
+}
+
+// A node that promises a payload, sends part of it and stalls: the blocking receive of a
+// one-connection read gives up after io_timeout_ms, it never waits forever.
+TEST_F(TcpTransportTest, PayloadStalledMidwayTimesOut) {
+  FakeServer staller([](int fd) {
+    transfer::RequestHeader req;
+    if (recv(fd, &req, sizeof(req), MSG_WAITALL) != sizeof(req)) return;
+    transfer::ResponseHeader rh;
+    rh.request_id = req.request_id;
+    rh.length = req.length;
+    send(fd, &rh, sizeof(rh), MSG_NOSIGNAL);
+    std::vector<char> half(req.length / 2, 'x');
+    send(fd, half.data(), half.size(), MSG_NOSIGNAL);  // then silence, connection open
+  });
+  TcpTransport::Options options;
+  options.io_timeout_ms = 300;
+  TcpTransport t(options);
+  std::vector<std::byte> buf(kMiB);
+  const auto start = Clock::now();
+  Status s = t.Read(RemoteRange{staller.endpoint(), kToken, 0, buf.size()}, buf);
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL) << s.ToString();
+  EXPECT_NE(s.message().find("no progress for 300 ms"), std::string::npos) << s.ToString();
+  EXPECT_GE(SecondsSince(start), 0.25);
+  EXPECT_LT(SecondsSince(start), 2.0);
+  EXPECT_EQ(t.IdleConnections(staller.endpoint()), 0u);
 }
 
 TEST_F(TcpTransportTest, ConcurrentReadersAndWritersFromEightThreads) {
