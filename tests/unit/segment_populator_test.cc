@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "node/shm_segment.h"
+#include "../tools/smaps.h"
 
 namespace granary {
 namespace {
@@ -21,28 +22,6 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 std::string UniqueName(const std::string& tag) {
   return "granary-test-" + std::to_string(getpid()) + "-populate-" + tag;
-}
-
-// Resident bytes of this process's mapping that contains `addr` (/proc/self/smaps).
-uint64_t MappedResidentBytes(const void* addr) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(' ') < 30) {
-      inside = a >= lo && a < hi;
-      continue;
-    }
-    if (inside && line.rfind("Rss:", 0) == 0) {
-      std::istringstream in(line.substr(4));
-      uint64_t kb = 0;
-      in >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
 }
 
 bool WaitDone(const node::SegmentPopulator& p) {
@@ -57,13 +36,13 @@ TEST(SegmentPopulatorTest, MapsEveryPageOfAPrefaultedSegmentAndChangesNoByte) {
   uint8_t* data = (*seg)->data();
   const uint64_t marks[] = {0, 70 * kMiB + 3, size - 1};
   for (uint64_t at : marks) data[at] = static_cast<uint8_t>(0xA5 ^ at);
-  EXPECT_LT(MappedResidentBytes(data), 16 * kMiB) << "the segment was mapped before populating";
+  EXPECT_LT(testdata::MappedResidentBytes(data), 16 * kMiB) << "the segment was mapped before populating";
 
   node::SegmentPopulator populator;
   populator.Start(data, size);
   ASSERT_TRUE(WaitDone(populator));
   EXPECT_EQ(populator.bytes_populated(), size);
-  EXPECT_GE(MappedResidentBytes(data), size - 4096);
+  EXPECT_GE(testdata::MappedResidentBytes(data), size - 4096);
   for (uint64_t at : marks) EXPECT_EQ(data[at], static_cast<uint8_t>(0xA5 ^ at)) << at;
   for (uint64_t at = 1; at < size - 1; at += 4093) {
     if (at != marks[1]) ASSERT_EQ(data[at], 0) << "byte " << at << " changed";

@@ -16,6 +16,7 @@
 
 #include "common/copy.h"
 #include "node/shm_segment.h"
+#include "../../tools/smaps.h"
 
 namespace granary {
 namespace {
@@ -29,30 +30,6 @@ std::string UniqueName(const std::string& tag) {
   static std::atomic<int> counter{0};
   return "granary-test-warm-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
          tag;
-}
-
-// The resident bytes of this process's mapping that contains `addr` (/proc/self/smaps "Rss").
-uint64_t MappedBytes(const void* addr) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto target = reinterpret_cast<uintptr_t>(addr);
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    unsigned long start = 0, end = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> start >> dash >> end && dash == '-' && line.find(':') > line.find(' ')) {
-      inside = start <= target && target < end;
-      continue;
-    }
-    if (inside && line.rfind("Rss:", 0) == 0) {
-      std::istringstream fields(line.substr(4));
-      uint64_t kb = 0;
-      fields >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
 }
 
 // Waits (at most 20 s) until the warmer has nothing pending.
@@ -73,14 +50,14 @@ TEST(MappingWarmerTest, WarmedMappingHasEveryPageMappedAndItsBytesUnchanged) {
   auto attached = ShmMapping::Attach(name, size);
   ASSERT_TRUE(attached.ok()) << attached.status().ToString();
   std::shared_ptr<ShmMapping> mapping = std::move(*attached);
-  ASSERT_LT(MappedBytes(mapping->data()), size / 2) << "a new mapping starts mostly unmapped";
+  ASSERT_LT(testdata::MappedResidentBytes(mapping->data()), size / 2) << "a new mapping starts mostly unmapped";
 
   MappingWarmer warmer;
   warmer.Warm(mapping);
   ASSERT_TRUE(WaitIdle(warmer));
   EXPECT_EQ(warmer.stats().bytes_warmed, size);
   EXPECT_GT(warmer.stats().warm_ns, 0u);
-  EXPECT_GE(MappedBytes(mapping->data()), size) << "the warm-up left pages unmapped";
+  EXPECT_GE(testdata::MappedResidentBytes(mapping->data()), size) << "the warm-up left pages unmapped";
   for (uint64_t off = 0; off < size; off += 4096) {
     ASSERT_EQ(static_cast<uint8_t>(mapping->data()[off]), uint8_t(off >> 12)) << "at " << off;
   }
