@@ -102,6 +102,14 @@ class DiskReadTest : public ::testing::Test {
     return items;
   }
 
+  // A DISK_READ of objects_[i] alone succeeds and brings its exact bytes.
+  void ExpectReadsByteExact(size_t i) {
+    auto items = ItemsFor({i});
+    std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
+    ASSERT_TRUE(got[0].ok()) << got[0].ToString();
+    EXPECT_EQ(bufs_[0], objects_[i].value);
+  }
+
   // Adds one object of `size` bytes to objects_.
   void WriteLarge(const std::string& key, size_t size) {
     Stored s;
@@ -348,10 +356,7 @@ TEST_F(DiskReadTest, AnObjectLargerThanTheWholeBudgetIsServedWhenTheNodeIsIdle) 
   o.staging_budget = 4096;  // smaller than the object
   o.budget_wait_ms = 100;
   StartServer(o);
-  auto items = ItemsFor({0});
-  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
-  ASSERT_TRUE(got[0].ok()) << got[0].ToString();
-  EXPECT_EQ(bufs_[0], objects_[0].value);
+  ExpectReadsByteExact(0);
 }
 
 // ---- hostile bodies, by hand ----
@@ -529,10 +534,7 @@ TEST_F(DiskReadTest, AReplyThePeerNeverReadsIsCutAtTheRequestDeadline) {
   EXPECT_LT(waited, 3.0) << "cut late: the claimed sizes stretched the deadline?";
   EXPECT_GE(server_->stats().timeouts, 1u);
   // The only disk thread is free again: a client is served byte-exact.
-  auto items = ItemsFor({1});
-  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
-  ASSERT_TRUE(got[0].ok()) << got[0].ToString();
-  EXPECT_EQ(bufs_[0], objects_[1].value);
+  ExpectReadsByteExact(1);
 }
 
 // With the one disk thread held by a stalled reply, requests queued behind it pass their 0.4 s
@@ -576,10 +578,7 @@ TEST_F(DiskReadTest, DiskRequestsQueuedPastTheirDeadlineAreAnsweredRpcTimeout) {
   EXPECT_LT(waited, 1.5) << "answered long after the 0.4 s deadline";
   EXPECT_GE(server_->stats().timeouts, uint64_t{kQueued});
   stalled.reset();  // frees the disk thread
-  auto items = ItemsFor({1});
-  std::vector<Status> got = tcp_.ReadDisk(endpoint_, items);
-  ASSERT_TRUE(got[0].ok()) << got[0].ToString();
-  EXPECT_EQ(bufs_[0], objects_[1].value);
+  ExpectReadsByteExact(1);
 }
 
 TEST_F(DiskReadTest, RandomBodiesAreAnsweredOrRefusedNeverCrashTheNode) {
