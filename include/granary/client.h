@@ -65,6 +65,9 @@ struct ClientOptions {
   bool warm_shared_memory = true;
   bool use_fast_path = true;       // false: every master call over gRPC, never the fast port
   size_t io_threads = 4;           // transfers of one batch run in parallel on these
+  // Space reserved ahead of puts (one replica, no preferred segments), so that such a put is one
+  // copy and one master call instead of two calls. Refilled in the background; 0: off.
+  uint64_t reserve_bytes = 64ull << 20;
   // The embedded node's SSD tier (docs/disk.md), as granary-node's --disk-* flags: non-empty
   // disk_dir (an existing, writable directory) needs segment_size > 0. Empty strings and a 0
   // interval take granary-node's defaults; a bad value fails Connect with INVALID_PARAMS.
@@ -126,6 +129,8 @@ struct ClientStats {
   uint64_t shm_bytes_warmed = 0;
   uint64_t shm_bytes_warm_pending = 0;
   uint64_t shm_warm_ns = 0;
+  // Objects put in one master call, into space reserved ahead (ClientOptions::reserve_bytes).
+  uint64_t reserved_puts = 0;
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:

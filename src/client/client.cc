@@ -2,15 +2,18 @@
 // ReplicaIo (bytes).
 #include "granary/client.h"
 
+#include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "client/master_link.h"
 #include "client/read_releaser.h"
 #include "client/replica_io.h"
+#include "client/reservation_pool.h"
 #include "client/segment_directory.h"
 #include "common/checksum.h"
 #include "common/host.h"
@@ -56,6 +59,7 @@ class ClientImpl final : public Client {
         io_(&directory_, &mappings_, &tcp_, options.use_shared_memory,
             options.warm_shared_memory),
         releaser_(&link_, client_id_),
+        reservations_(&link_, client_id_, options.reserve_bytes),
         pool_(options.io_threads) {}
 
   ~ClientImpl() override { Close(); }
@@ -364,9 +368,14 @@ class ClientImpl final : public Client {
   }
   const std::string& client_id() const override { return client_id_; }
   const std::string& segment_name() const override { return segment_name_; }
-  ClientStats Stats() const override { return io_.Stats(); }
+  ClientStats Stats() const override {
+    ClientStats stats = io_.Stats();
+    stats.reserved_puts = reserved_puts_.load(std::memory_order_relaxed);
+    return stats;
+  }
   void Close() override {
     releaser_.Flush();
+    reservations_.Close();
     std::lock_guard lock(close_mu_);
     if (node_) node_->Stop();
     node_.reset();
@@ -428,6 +437,16 @@ class ClientImpl final : public Client {
   std::vector<Status> PutCore(const std::vector<std::string>& keys,
                               const std::vector<std::vector<ByteSpan>>& parts,
                               const ReplicateConfig& config, bool upsert);
+  // Puts into space reserved ahead: one copy and one commit call. The keys it did not settle
+  // (no reservation ready, or the reservation turned out unusable) are left in `rest`.
+  std::vector<Status> PutReserved(const std::vector<std::string>& keys,
+                                  const std::vector<std::vector<ByteSpan>>& parts,
+                                  const ReplicateConfig& config, bool upsert,
+                                  std::vector<size_t>& rest);
+  // The two-call put: PutStart (allocation), the copies, PutEnd.
+  std::vector<Status> PutStartEnd(const std::vector<std::string>& keys,
+                                  const std::vector<std::vector<ByteSpan>>& parts,
+                                  const ReplicateConfig& config, bool upsert);
   std::vector<Result<uint64_t>> GetCore(
       const std::vector<std::string>& keys,
       const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination);
@@ -448,6 +467,8 @@ class ClientImpl final : public Client {
   transfer::TcpTransport tcp_;
   ReplicaIo io_;
   client::ReadReleaser releaser_;
+  client::ReservationPool reservations_;
+  std::atomic<uint64_t> reserved_puts_{0};
   ThreadPool pool_;
   std::mutex close_mu_;
   std::unique_ptr<node::StorageNode> node_;
@@ -462,6 +483,111 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
   if (static_cast<uint8_t>(config.persistence) > static_cast<uint8_t>(Persistence::kNone)) {
     return Fill(n, Status(ErrorCode::INVALID_PARAMS, "persistence is none of the enum's values"));
   }
+  if (config.replica_num > 1 || !config.preferred_segments.empty()) {
+    return PutStartEnd(keys, parts, config, upsert);
+  }
+  std::vector<size_t> rest;
+  std::vector<Status> results = PutReserved(keys, parts, config, upsert, rest);
+  if (rest.size() == n) return PutStartEnd(keys, parts, config, upsert);
+  if (rest.empty()) return results;
+  std::vector<std::string> rest_keys;
+  std::vector<std::vector<ByteSpan>> rest_parts;
+  for (size_t i : rest) {
+    rest_keys.push_back(keys[i]);
+    rest_parts.push_back(parts[i]);
+  }
+  std::vector<Status> settled = PutStartEnd(rest_keys, rest_parts, config, upsert);
+  for (size_t k = 0; k < rest.size(); ++k) results[rest[k]] = std::move(settled[k]);
+  return results;
+}
+
+std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys,
+                                            const std::vector<std::vector<ByteSpan>>& parts,
+                                            const ReplicateConfig& config, bool upsert,
+                                            std::vector<size_t>& rest) {
+  using Held = client::ReservationPool::Held;
+  const size_t n = keys.size();
+  std::vector<Status> results(n);
+  std::vector<std::optional<Held>> held(n);
+  std::vector<size_t> taken;
+  for (size_t i = 0; i < n; ++i) {
+    held[i] = reservations_.Take(TotalSize(parts[i]));
+    if (held[i]) {
+      taken.push_back(i);
+    } else {
+      rest.push_back(i);
+    }
+  }
+  if (taken.empty()) return results;
+  std::vector<ChecksumStream> hashes(taken.size());
+  std::vector<Status> wrote(taken.size());
+  auto write = [&](size_t k) {
+    wrote[k] = io_.Write(held[taken[k]]->replica, parts[taken[k]], &hashes[k]);
+  };
+  if (taken.size() == 1) {
+    write(0);  // no hand-off to a worker for the common single put
+  } else {
+    pool_.ParallelFor(taken.size(), write);
+  }
+  proto::BatchPutCommitRequest commit;
+  commit.set_client_id(client_id_);
+  commit.set_upsert(upsert);
+  *commit.mutable_config() = ToProto(config);
+  std::vector<size_t> committing;
+  for (size_t k = 0; k < taken.size(); ++k) {
+    const size_t i = taken[k];
+    // A failed write may still have bytes on their way: the reservation is left to expire (the
+    // master quarantines it then) and the key goes the two-call way.
+    if (!wrote[k].ok()) {
+      rest.push_back(i);
+      continue;
+    }
+    commit.add_keys(keys[i]);
+    commit.add_reservations(held[i]->name);
+    commit.add_sizes(held[i]->replica.length());
+    commit.add_checksums(hashes[k].Digest());
+    commit.add_segment_ids(held[i]->replica.segment_id());
+    commit.add_offsets(held[i]->replica.offset());
+    committing.push_back(i);
+  }
+  if (!committing.empty()) {
+    proto::BatchStatusResponse resp;
+    Status s = link_.PutCommit(commit, &resp);
+    // Unknown outcome: each key may be committed in its reservation, which must then never be
+    // written again; so the reservations are dropped and the keys report the call's error.
+    std::vector<Status> statuses = Statuses(s, resp, committing.size());
+    for (size_t j = 0; j < committing.size(); ++j) {
+      const size_t i = committing[j];
+      const Status& st = statuses[j];
+      if (st.ok()) {
+        reserved_puts_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (!s.ok() || resp.results_size() != static_cast<int>(committing.size())) {
+        results[i] = st;
+        continue;
+      }
+      switch (st.code()) {
+        case ErrorCode::INVALID_WRITE:   // not held (any more): expired, or its segment went
+        case ErrorCode::ILLEGAL_CLIENT:
+        case ErrorCode::LEASE_EXPIRED:
+        case ErrorCode::INVALID_PARAMS:
+          rest.push_back(i);
+          break;
+        default:  // refused for the key's own reason: the reservation is still ours, unused
+          reservations_.Return(std::move(*held[i]));
+          results[i] = st.code() == ErrorCode::OBJECT_ALREADY_EXISTS && !upsert ? Status::Ok() : st;
+      }
+    }
+  }
+  std::sort(rest.begin(), rest.end());
+  return results;
+}
+
+std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys,
+                                            const std::vector<std::vector<ByteSpan>>& parts,
+                                            const ReplicateConfig& config, bool upsert) {
+  const size_t n = keys.size();
   proto::BatchPutStartRequest start;
   start.set_client_id(client_id_);
   start.set_upsert(upsert);

@@ -107,6 +107,22 @@ Status MasterLink::PutEnd(const proto::BatchPutEndRequest& req, proto::BatchStat
               "put end");
 }
 
+Status MasterLink::Reserve(const proto::ReserveRequest& req, proto::ReserveResponse* resp) {
+  return Call(fast::Method::kReserve, req, resp, false, &proto::Master::Stub::Reserve, "reserve");
+}
+
+Status MasterLink::PutCommit(const proto::BatchPutCommitRequest& req,
+                             proto::BatchStatusResponse* resp) {
+  return Call(fast::Method::kPutCommit, req, resp, false, &proto::Master::Stub::BatchPutCommit,
+              "put commit");
+}
+
+Status MasterLink::ReleaseReservations(const proto::ReleaseReservationsRequest& req,
+                                       proto::BatchStatusResponse* resp) {
+  return Call(fast::Method::kReleaseReservations, req, resp, false,
+              &proto::Master::Stub::ReleaseReservations, "release reservations");
+}
+
 Status MasterLink::PutRevoke(const proto::BatchPutRevokeRequest& req,
                              proto::BatchStatusResponse* resp) {
   return Call(fast::Method::kPutRevoke, req, resp, false, &proto::Master::Stub::BatchPutRevoke,

@@ -37,6 +37,10 @@ class MasterLink {
   Status PutStart(const proto::BatchPutStartRequest& req, proto::BatchPutStartResponse* resp);
   Status PutEnd(const proto::BatchPutEndRequest& req, proto::BatchStatusResponse* resp);
   Status PutRevoke(const proto::BatchPutRevokeRequest& req, proto::BatchStatusResponse* resp);
+  Status Reserve(const proto::ReserveRequest& req, proto::ReserveResponse* resp);
+  Status PutCommit(const proto::BatchPutCommitRequest& req, proto::BatchStatusResponse* resp);
+  Status ReleaseReservations(const proto::ReleaseReservationsRequest& req,
+                             proto::BatchStatusResponse* resp);
   Status GetReplicaList(const proto::BatchGetReplicaListRequest& req,
                         proto::BatchGetReplicaListResponse* resp);
   Status FinishRead(const proto::BatchFinishReadRequest& req, proto::BatchStatusResponse* resp);

@@ -125,7 +125,7 @@ FastServer::FastServer(MasterService* service, MetricsRegistry* metrics, Options
   bad_frames_ = metrics->AddCounter("granary_master_fast_bad_frames_total",
                                     "fast-port connections closed for a malformed frame");
   open_ = metrics->AddGauge("granary_master_fast_connections", "open fast-port connections");
-  for (uint8_t m = 1; m < 8; ++m) {
+  for (uint8_t m = 1; m < fast::kMethodCount; ++m) {
     calls_[m] = metrics->AddCounter("granary_master_fast_calls_total",
                                     "calls served on the fast port (also in granary_master_rpc_*)",
                                     {{"method", fast::MethodName(static_cast<fast::Method>(m))}});
@@ -289,7 +289,7 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, const std::
                 fast::MethodName(static_cast<fast::Method>(method)));
       return false;
     }
-    calls_[method]->Inc();  // method < 8: only known methods reach here
+    calls_[method]->Inc();  // method < kMethodCount: only known methods reach here
     (void)(service_->*handler)(nullptr, req, resp);
     const size_t size = resp->ByteSizeLong();
     if (size > fast::kMaxFastReply) {  // the client would refuse it, as gRPC's would
@@ -325,6 +325,12 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, const std::
       return call(&S::BatchFinishRead);
     case fast::Method::kExist:
       return call(&S::BatchExist);
+    case fast::Method::kReserve:
+      return call(&S::Reserve);
+    case fast::Method::kPutCommit:
+      return call(&S::BatchPutCommit);
+    case fast::Method::kReleaseReservations:
+      return call(&S::ReleaseReservations);
     case fast::Method::kHello:
       break;
   }

@@ -24,6 +24,7 @@
 #include "common/metrics.h"
 #include "granary/status.h"
 #include "master/master_service.h"
+#include "proto/fast_frame.h"
 
 namespace granary::master {
 
@@ -77,7 +78,7 @@ class FastServer {
   Counter* refused_ = nullptr;
   Counter* bad_frames_ = nullptr;
   Gauge* open_ = nullptr;
-  Counter* calls_[8] = {};  // by method number; the handlers' own metrics count both transports
+  Counter* calls_[fast::kMethodCount] = {};  // by method number; the handlers' own metrics count both transports
 };
 
 }  // namespace granary::master

@@ -31,6 +31,10 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                        "after this, an unfinished put may be started again by anyone");
   schema.AddDurationMs("put_release_timeout", &p.put_release_timeout_ms,
                        "after this, the space of an unfinished put is freed");
+  schema.AddDurationMs("reservation_ttl", &p.reservation_ttl_ms,
+                       "lease of space a client reserves for one-round-trip puts");
+  schema.AddSize("reservation_max_bytes", &p.reservation_max_bytes,
+                 "most bytes one client may hold reserved (0: no reservations)");
   schema.AddDouble("eviction_high_watermark", &p.eviction_high_watermark,
                    "usage fraction above which background eviction runs", 0.0, 1.0);
   schema.AddDouble("eviction_ratio", &p.eviction_ratio,
@@ -65,7 +69,8 @@ Status ValidateMasterConfig(const MasterConfig& c) {
   for (auto [v, name] : {std::pair{p.lease_ttl_ms, "lease_ttl"}, {p.client_ttl_ms, "client_ttl"},
                          {p.put_discard_timeout_ms, "put_discard_timeout"},
                          {p.put_release_timeout_ms, "put_release_timeout"},
-                         {p.soft_pin_ttl_ms, "soft_pin_ttl"}}) {
+                         {p.soft_pin_ttl_ms, "soft_pin_ttl"},
+                         {p.reservation_ttl_ms, "reservation_ttl"}}) {
     if (Status s = positive(v, name); !s.ok()) return s;
   }
   if (c.eviction_policy != "lru" && c.eviction_policy != "s3fifo") {

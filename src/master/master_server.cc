@@ -171,6 +171,10 @@ void MasterServer::RegisterMetrics() {
                             [s, single] { return single(static_cast<double>(s->object_count())); });
   metrics_.AddGaugeCallback("granary_master_pending_puts", "puts between start and end",
                             [s, single] { return single(static_cast<double>(s->pending_count())); });
+  metrics_.AddGaugeCallback("granary_master_reservations", "extents reserved for puts",
+                            [s, single] { return single(static_cast<double>(s->reservation_count())); });
+  metrics_.AddGaugeCallback("granary_master_reserved_bytes", "bytes reserved for puts",
+                            [s, single] { return single(static_cast<double>(s->reserved_bytes())); });
   metrics_.AddGaugeCallback("granary_master_clients", "live clients and nodes",
                             [s, single] { return single(static_cast<double>(s->client_count())); });
   metrics_.AddGaugeCallback(

@@ -15,7 +15,8 @@ const char* const kMethods[] = {
     "BatchPutStart", "BatchPutEnd",         "BatchPutRevoke",  "BatchGetReplicaList",
     "BatchFinishRead", "BatchExist",        "BatchGetSize",    "BatchPrefixMatch",
     "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll",
-    "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd"};
+    "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd",
+    "Reserve",       "BatchPutCommit",      "ReleaseReservations"};
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
   return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token(), s.fresh()};
@@ -282,6 +283,52 @@ grpc::Status MasterService::BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequ
       {req->client_id(), Keys(req->keys()),
        std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end()),
        req->after_transfer_error()});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::Reserve(Ctx*, const proto::ReserveRequest* req,
+                                    proto::ReserveResponse* resp) {
+  CallScope scope(Metrics("Reserve"), req->count());
+  ReserveResult r = state_->Reserve(
+      {req->client_id(), req->size(), req->count(),
+       std::vector<std::string>(req->preferred_segments().begin(), req->preferred_segments().end())});
+  resp->set_code(Code(r.status));
+  if (!r.status.ok()) resp->set_message(r.status.message());
+  resp->set_ttl_ms(static_cast<uint64_t>(state_->policy().reservation_ttl_ms));
+  resp->mutable_granted()->Reserve(static_cast<int>(r.granted.size()));
+  for (const Reservation& g : r.granted) {
+    proto::ReservedExtent* out = resp->add_granted();
+    out->set_reservation(g.gen);
+    google::protobuf::RepeatedPtrField<proto::Replica> one;
+    FillReplicas({g.extent}, &one);
+    if (!one.empty()) out->mutable_replica()->Swap(&one[0]);
+  }
+  scope.KeyErrors(req->count() - r.granted.size());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPutCommit(Ctx*, const proto::BatchPutCommitRequest* req,
+                                           proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchPutCommit"), req->keys_size());
+  auto statuses = state_->PutCommit(
+      {req->client_id(), Keys(req->keys()),
+       std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
+       std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
+       std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
+       ToPlacement(req->config()), req->upsert(),
+       std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
+       std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::ReleaseReservations(Ctx*, const proto::ReleaseReservationsRequest* req,
+                                                proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("ReleaseReservations"), req->reservations_size());
+  auto statuses = state_->ReleaseReservations(
+      {req->client_id(),
+       std::vector<uint64_t>(req->reservations().begin(), req->reservations().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return grpc::Status::OK;
 }

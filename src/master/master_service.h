@@ -44,6 +44,11 @@ class MasterService final : public proto::Master::Service {
                              proto::BatchPutStartResponse*) override;
   grpc::Status BatchPutEnd(Ctx*, const proto::BatchPutEndRequest*,
                            proto::BatchStatusResponse*) override;
+  grpc::Status Reserve(Ctx*, const proto::ReserveRequest*, proto::ReserveResponse*) override;
+  grpc::Status BatchPutCommit(Ctx*, const proto::BatchPutCommitRequest*,
+                              proto::BatchStatusResponse*) override;
+  grpc::Status ReleaseReservations(Ctx*, const proto::ReleaseReservationsRequest*,
+                                   proto::BatchStatusResponse*) override;
   grpc::Status BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest*,
                               proto::BatchStatusResponse*) override;
   grpc::Status BatchGetReplicaList(Ctx*, const proto::BatchGetReplicaListRequest*,

@@ -101,6 +101,9 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const DiskGarbageAckOp& o) -> OpResult { return ApplyDiskGarbageAck(o); },
           [&](const PromoteStartOp& o) -> OpResult { return ApplyPromoteStart(o, now); },
           [&](const PromoteEndOp& o) -> OpResult { return ApplyPromoteEnd(o); },
+          [&](const ReserveOp& o) -> OpResult { return ApplyReserve(o, now); },
+          [&](const PutCommitOp& o) -> OpResult { return ApplyPutCommit(o, now); },
+          [&](const ReleaseReservationsOp& o) -> OpResult { return ApplyReleaseReservations(o); },
       },
       op.body);
   for (const auto& observer : observers_) observer(op, result);
@@ -188,6 +191,7 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
       EraseIfEmpty(shard, current);
     }
   }
+  DropReservationsOn(segment_id);
   std::lock_guard lock(deferred_mu_);
   std::erase_if(deferred_, [&](const DeferredFree& d) { return on_segment(d.extent); });
   return dropped;
@@ -326,23 +330,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
             {}};
   }
   auto it = shard.objects.find(key);
-  if (it != shard.objects.end()) {
-    ObjectMeta& meta = it->second;
-    if (meta.pending) {
-      if (!meta.pending->writer_expired &&
-          now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
-        return {Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being written"), {}};
-      }
-      // A zombie put: its writer may still scribble into the old extents until the release
-      // timeout, so they are not reused before then.
-      FreeLater(meta.pending->version.replicas,
-                meta.pending->start_ms + policy_.put_release_timeout_ms, now);
-      ClearPending(shard, it);
-    }
-    if (meta.committed && !op.upsert) {
-      return {Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists"), {}};
-    }
-  }
+  if (Status s = MayWrite(shard, it, op.upsert, now); !s.ok()) return {s, {}};
 
   // Preferred segments keep their order; the rest rotate per key so a batch spreads out.
   const std::vector<uint64_t>& ids = order.ids;
@@ -417,38 +405,61 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
                                 " is not the pending one: another put of this key took over");
         continue;
       }
-      if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
-        disk_replica_count_ -= meta.committed->disk.size();
-        AddGarbage(op.keys[i], meta.committed->disk);  // stale copies: their nodes delete them
-        if (meta.demotion) {  // ...nor the demotion copying them to disk
-          auto& held = meta.demotion->held;
-          held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
-          meta.demotion->hold_until_ms =
-              std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
-        } else {
-          FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
-        }
-        UncountCommitted(*meta.committed);
-        meta.committed.reset();
-      } else {  // a new object enters its queue (an upsert keeps its place)
-        meta.in_main = policy_.eviction_policy == EvictionPolicy::kS3Fifo &&
-                       GhostTake(op.keys[i]);
-        meta.reads = 0;
-        meta.queue_stamp = QueueStamp(now, i);
-      }
-      PendingWrite pending = std::move(*meta.pending);
-      ClearPending(shard, it);
-      meta.committed = std::move(pending.version);
-      meta.committed->checksum = op.checksums[i];
-      meta.committed->gen = pending.gen;
-      CountCommitted(*meta.committed);
-      meta.hard_pinned = pending.pin.hard;
-      meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
-      meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
-      meta.last_access_ms = now;
+      CommitVersion(shard, it, std::move(*meta.pending), op.checksums[i], i, now);
     }
   }
   return results;
+}
+
+Status MasterState::MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now) {
+  if (it == shard.objects.end()) return Status::Ok();
+  ObjectMeta& meta = it->second;
+  if (meta.pending) {
+    if (!meta.pending->writer_expired &&
+        now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
+      return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being written");
+    }
+    // A zombie put: its writer may still scribble into the old extents until the release
+    // timeout, so they are not reused before then.
+    FreeLater(meta.pending->version.replicas,
+              meta.pending->start_ms + policy_.put_release_timeout_ms, now);
+    ClearPending(shard, it);
+  }
+  if (meta.committed && !upsert) return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists");
+  return Status::Ok();
+}
+
+void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pending,
+                                uint64_t checksum, size_t index, int64_t now) {
+  ObjectMeta& meta = it->second;
+  const std::string& key = it->first;
+  if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
+    disk_replica_count_ -= meta.committed->disk.size();
+    AddGarbage(key, meta.committed->disk);  // stale copies: their nodes delete them
+    if (meta.demotion) {  // ...nor the demotion copying them to disk
+      auto& held = meta.demotion->held;
+      held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
+      meta.demotion->hold_until_ms =
+          std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+    } else {
+      FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
+    }
+    UncountCommitted(*meta.committed);
+    meta.committed.reset();
+  } else {  // a new object enters its queue (an upsert keeps its place)
+    meta.in_main = policy_.eviction_policy == EvictionPolicy::kS3Fifo && GhostTake(key);
+    meta.reads = 0;
+    meta.queue_stamp = QueueStamp(now, index);
+  }
+  ClearPending(shard, it);
+  meta.committed = std::move(pending.version);
+  meta.committed->checksum = checksum;
+  meta.committed->gen = pending.gen;
+  CountCommitted(*meta.committed);
+  meta.hard_pinned = pending.pin.hard;
+  meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
+  meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
+  meta.last_access_ms = now;
 }
 
 std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t now) {
@@ -781,6 +792,7 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
       result.aborted_demotions++;
     }
   }
+  result.expired_reservations = ExpireReservations(now);
   std::vector<Extent> due;
   {
     std::lock_guard lock(deferred_mu_);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,10 @@ struct MasterPolicy {
   int64_t client_ttl_ms = 10'000;
   int64_t put_discard_timeout_ms = 30'000;
   int64_t put_release_timeout_ms = 600'000;
+  // Reserved space (ReserveOp): each reservation's lease, and the most one client may hold.
+  // An expired reservation waits write_quarantine_ms more before reuse (its writer may be paused).
+  int64_t reservation_ttl_ms = 60'000;
+  uint64_t reservation_max_bytes = 256ull << 20;
   double eviction_high_watermark = 0.90;
   double eviction_ratio = 0.05;
   bool allow_evict_soft_pinned = true;
@@ -201,6 +206,13 @@ class MasterState {
   std::vector<Status> DiskGarbageAck(DiskGarbageAckOp op) {
     return Do<DiskGarbageAckOp, std::vector<Status>>(std::move(op));
   }
+  ReserveResult Reserve(ReserveOp op) { return Do<ReserveOp, ReserveResult>(std::move(op)); }
+  std::vector<Status> PutCommit(PutCommitOp op) {
+    return Do<PutCommitOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> ReleaseReservations(ReleaseReservationsOp op) {
+    return Do<ReleaseReservationsOp, std::vector<Status>>(std::move(op));
+  }
   std::vector<PromoteStartKeyResult> PromoteStart(PromoteStartOp op) {
     return Do<PromoteStartOp, std::vector<PromoteStartKeyResult>>(std::move(op));
   }
@@ -242,6 +254,9 @@ class MasterState {
     return explicit_persistence_count_.load(std::memory_order_relaxed);
   }
   uint64_t pending_count() const { return pending_count_.load(std::memory_order_relaxed); }
+  // Reservations held, and their bytes (ReserveOp).
+  uint64_t reservation_count() const { return reservation_count_.load(std::memory_order_relaxed); }
+  uint64_t reserved_bytes() const { return reserved_bytes_.load(std::memory_order_relaxed); }
   size_t client_count() const;
   size_t deferred_free_count() const;
   size_t ghost_count() const;  // s3fifo: evicted keys remembered
@@ -303,6 +318,21 @@ class MasterState {
   std::vector<Status> ApplyDiskGarbageAck(const DiskGarbageAckOp& op);
   std::vector<PromoteStartKeyResult> ApplyPromoteStart(const PromoteStartOp& op, int64_t now);
   std::vector<Status> ApplyPromoteEnd(const PromoteEndOp& op);
+  ReserveResult ApplyReserve(const ReserveOp& op, int64_t now);
+  std::vector<Status> ApplyPutCommit(const PutCommitOp& op, int64_t now);
+  std::vector<Status> ApplyReleaseReservations(const ReleaseReservationsOp& op);
+  // Frees or quarantines reservations: on a segment gone with its memory (no free), or whose
+  // lease ended by `now` (quarantined). Returns how many went. Caller holds apply_mu_.
+  size_t DropReservationsOn(uint64_t segment_id);
+  size_t ExpireReservations(int64_t now);
+  void ForgetReservation(std::map<uint64_t, HeldReservation>::iterator it);
+  // A key's checks before a new version may be written (StartOne, PutCommit): OK, or why not.
+  // Clears a zombie pending write (its space waits for the release timeout).
+  Status MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now);
+  // Makes `pending` the committed version of the key at `it` (PutEnd, PutCommit); index orders
+  // new objects of one batch in their queue.
+  void CommitVersion(Shard& shard, ObjectIter it, PendingWrite pending, uint64_t checksum,
+                     size_t index, int64_t now);
   // Ends a promotion. free_extent: its allocation goes back (the caller knows the node no longer
   // writes it); false when it was attached, or its segment is gone with the memory.
   void ClearPromotion(Shard& shard, ObjectIter it, bool free_extent);
@@ -381,6 +411,14 @@ class MasterState {
   int64_t last_now_ms_ = 0;
   uint64_t next_put_gen_ = 1;
   std::vector<Observer> observers_;
+  // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
+  // client are derived (the cap's check), the atomics are for metrics.
+  std::map<uint64_t, HeldReservation> reservations_;
+  std::unordered_map<std::string, uint64_t> reserved_by_client_;
+  std::unordered_map<uint64_t, uint64_t> reserved_by_segment_;
+  static constexpr uint64_t kMaxReservedShare = 4;  // at most 1/4 of a segment is reserved
+  std::atomic<uint64_t> reservation_count_{0};
+  std::atomic<uint64_t> reserved_bytes_{0};
 };
 
 // Validates a key; OK or INVALID_KEY with the reason.

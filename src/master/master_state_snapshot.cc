@@ -27,6 +27,7 @@ void Fields(IO& io, MasterPolicy& p) {
   p.eviction_policy = static_cast<EvictionPolicy>(policy);
   io(p.eviction_small_ratio); io(p.eviction_ghost_ratio); io(p.shard_count);
   io(p.disk_garbage_max_entries); io(p.disk_garbage_max_key_bytes);
+  io(p.reservation_ttl_ms); io(p.reservation_max_bytes);
 }
 
 namespace {
@@ -105,6 +106,13 @@ void MasterState::EncodeLocked(Encoder& out) const {
     uint64_t n = known_disks_.size();
     out(n);
     for (uint64_t disk : known_disks_) out(disk);
+  }
+  uint64_t reservations = reservations_.size();
+  out(reservations);
+  for (const auto& [gen, held] : reservations_) {
+    uint64_t g = gen;
+    out(g);
+    out(const_cast<HeldReservation&>(held));  // the Encoder only reads
   }
 }
 
@@ -242,6 +250,25 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
     in(disk);
     known_disks.insert(disk);
   }
+  std::map<uint64_t, HeldReservation> reservations;
+  std::unordered_map<std::string, uint64_t> reserved_by_client;
+  std::unordered_map<uint64_t, uint64_t> reserved_by_segment;
+  uint64_t reserved_bytes = 0;
+  in(n);
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    uint64_t name = 0;
+    HeldReservation held;
+    in(name);
+    in(held);
+    // Names come from the put generation counter, so each is below the snapshot's next one.
+    if (!in.ok() || held.client_id.empty() || name >= gen ||
+        !reservations.emplace(name, held).second) {
+      return bad("malformed reservation");
+    }
+    reserved_by_client[held.client_id] += held.extent.length;
+    reserved_by_segment[held.extent.segment_id] += held.extent.length;
+    reserved_bytes += held.extent.length;
+  }
   if (!in.ok() || !in.done()) return bad("malformed or trailing bytes");
 
   std::lock_guard lock(apply_mu_);
@@ -275,6 +302,11 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
     garbage_ = std::move(garbage);
     known_disks_ = std::move(known_disks);
   }
+  reservation_count_ = reservations.size();
+  reserved_bytes_ = reserved_bytes;
+  reservations_ = std::move(reservations);
+  reserved_by_client_ = std::move(reserved_by_client);
+  reserved_by_segment_ = std::move(reserved_by_segment);
   last_seq_ = seq;
   last_now_ms_ = last_now;
   next_put_gen_ = gen;

@@ -92,6 +92,14 @@ struct Promotion {
   int64_t start_ms = 0;
 };
 
+// Space a client holds for its next puts (ReserveOp): one extent of exactly extent.length bytes,
+// its own until it commits a key into it, releases it, or expires_ms passes.
+struct HeldReservation {
+  std::string client_id;
+  Extent extent;
+  int64_t expires_ms = 0;
+};
+
 struct PinConfig {
   bool hard = false;
   bool soft = false;

@@ -71,6 +71,40 @@ struct PutRevokeOp {
   // Bytes may still be in flight to the nodes: quarantine the space instead of freeing it.
   bool after_transfer_error = false;
 };
+// One-round-trip puts (docs/master.md, "Reserved space"). Reserve hands `client_id` up to `count`
+// extents of exactly `size` bytes, each its own until it commits a key into it, releases it, or
+// its lease (expires_ms) ends. Reserved space counts as used and is never listed or evicted; it is
+// granted only where its segment stays at or below the eviction high watermark (a reservation
+// never makes eviction run) and within the client's cap (MasterPolicy::reservation_max_bytes).
+struct ReserveOp {
+  std::string client_id;
+  uint64_t size = 0;
+  uint32_t count = 0;
+  std::vector<std::string> preferred_segments;  // tried first, in order; then the rest
+};
+// Commits each keys[i], whose `sizes[i]` bytes the client already wrote into its reservation
+// `reservations[i]` with checksum `checksums[i]`: the object is committed (readable) at once, in
+// the reservation's extent, one replica. The reservation must be the client's, unexpired, and of
+// exactly that size; a refused key leaves its reservation as it was (the client may reuse it).
+// config.replica_num must be 0 or 1 and preferred_segments empty (the extent is placed already).
+struct PutCommitOp {
+  std::string client_id;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> reservations;
+  std::vector<uint64_t> sizes;
+  std::vector<uint64_t> checksums;
+  PlacementConfig config;
+  bool upsert = false;
+  // Where the bytes were written: the reservation's extent must be there, else it is not held.
+  // (Segment ids are never reused, even by a restarted master; reservation names are.)
+  std::vector<uint64_t> segment_ids;
+  std::vector<uint64_t> offsets;
+};
+// The client will not write these reservations again: their space is free at once.
+struct ReleaseReservationsOp {
+  std::string client_id;
+  std::vector<uint64_t> reservations;
+};
 struct GetReplicaListOp {
   std::string client_id;
   std::vector<std::string> keys;
@@ -194,7 +228,8 @@ struct Operation {
   std::variant<MountSegmentOp, UnmountSegmentOp, PingOp, ExpireClientOp, PutStartOp, PutEndOp,
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
                EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp, DiskRegisterOp,
-               DiskDropOp, DiskGarbageAckOp, PromoteStartOp, PromoteEndOp>
+               DiskDropOp, DiskGarbageAckOp, PromoteStartOp, PromoteEndOp, ReserveOp,
+               PutCommitOp, ReleaseReservationsOp>
       body;
 };
 
@@ -244,6 +279,17 @@ struct PromoteStartKeyResult {
   uint64_t location = 0;
   Extent extent;
 };
+// One reservation granted: its name (quoted by PutCommit and ReleaseReservations), its extent
+// and the end of its lease.
+struct Reservation {
+  uint64_t gen = 0;
+  Extent extent;
+  int64_t expires_ms = 0;
+};
+struct ReserveResult {
+  Status status;  // NO_AVAILABLE_HANDLE when nothing could be granted; fewer than asked is OK
+  std::vector<Reservation> granted;
+};
 struct RemoveCountResult {
   Status status;
   uint64_t removed = 0;
@@ -257,6 +303,7 @@ struct SweepResult {
   uint64_t discarded_puts = 0;    // pending writes dropped at the release timeout
   uint64_t freed_extents = 0;     // deferred frees that came due
   uint64_t aborted_demotions = 0; // demotions older than the release timeout
+  uint64_t expired_reservations = 0;  // reservations whose lease ended (quarantined, then freed)
 };
 
 // The put generations of a PutStart's results, in key order (0 for keys that failed).
@@ -271,6 +318,6 @@ using OpResult = std::variant<MountResult, UnmountResult, PingResult, ExpireClie
                               std::vector<PutStartKeyResult>, std::vector<Status>,
                               std::vector<ReadKeyResult>, RemoveCountResult, EvictResult,
                               SweepResult, std::vector<DemoteStartKeyResult>,
-                              std::vector<PromoteStartKeyResult>>;
+                              std::vector<PromoteStartKeyResult>, ReserveResult>;
 
 }  // namespace granary::master

@@ -15,7 +15,8 @@ namespace granary::master {
 // 2: disk ids of disk replicas and demotions, the disk garbage, the known disks.
 // 3: each version's and each PutStart's persistence (ReplicateConfig.persistence).
 // 4: promotions (disk -> memory) under way.
-inline constexpr uint64_t kSnapshotFormat = 4;
+// 5: reservations (one-round-trip puts) and their policy.
+inline constexpr uint64_t kSnapshotFormat = 5;
 
 // One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
 template <typename IO> void Fields(IO& io, PutPersistence& p) {
@@ -43,6 +44,9 @@ template <typename IO> void Fields(IO& io, Demotion& d) {
 }
 template <typename IO> void Fields(IO& io, Promotion& p) {
   io(p.node_id); io(p.version_gen); io(p.extent); io(p.location); io(p.round); io(p.start_ms);
+}
+template <typename IO> void Fields(IO& io, HeldReservation& r) {
+  io(r.client_id); io(r.extent); io(r.expires_ms);
 }
 template <typename IO> void Fields(IO& io, PinConfig& p) {
   io(p.hard); io(p.soft); io(p.soft_ttl_ms);
@@ -79,6 +83,16 @@ template <typename IO> void Fields(IO& io, PutEndOp& o) {
 }
 template <typename IO> void Fields(IO& io, PutRevokeOp& o) {
   io(o.client_id); io(o.keys); io(o.put_gens); io(o.after_transfer_error);
+}
+template <typename IO> void Fields(IO& io, ReserveOp& o) {
+  io(o.client_id); io(o.size); io(o.count); io(o.preferred_segments);
+}
+template <typename IO> void Fields(IO& io, PutCommitOp& o) {
+  io(o.client_id); io(o.keys); io(o.reservations); io(o.sizes); io(o.checksums); io(o.config);
+  io(o.upsert); io(o.segment_ids); io(o.offsets);
+}
+template <typename IO> void Fields(IO& io, ReleaseReservationsOp& o) {
+  io(o.client_id); io(o.reservations);
 }
 template <typename IO> void Fields(IO& io, GetReplicaListOp& o) { io(o.client_id); io(o.keys); }
 template <typename IO> void Fields(IO& io, FinishReadOp& o) { io(o.client_id); io(o.keys); }

@@ -33,8 +33,12 @@ enum class Method : uint8_t {
   kGetReplicaList = 5,
   kFinishRead = 6,
   kExist = 7,
+  kReserve = 8,
+  kPutCommit = 9,
+  kReleaseReservations = 10,
   kHello = 0xF0,  // reserved, not served yet
 };
+inline constexpr uint8_t kMethodCount = 11;  // one past the highest call number
 
 inline const char* MethodName(Method m) {
   switch (m) {
@@ -45,6 +49,9 @@ inline const char* MethodName(Method m) {
     case Method::kGetReplicaList: return "BatchGetReplicaList";
     case Method::kFinishRead: return "BatchFinishRead";
     case Method::kExist: return "BatchExist";
+    case Method::kReserve: return "Reserve";
+    case Method::kPutCommit: return "BatchPutCommit";
+    case Method::kReleaseReservations: return "ReleaseReservations";
     case Method::kHello: return "Hello";
   }
   return nullptr;

@@ -996,7 +996,9 @@ TEST_F(StoreTest, OneClientManyThreads) {
 // the discard timeout, and the space comes back after the release timeout.
 TEST_F(StoreTest, WriterKilledMidPutNeverReadableAndKeyReusable) {
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
-  auto client = cluster_.MakeClient(true);
+  ClientOptions options;
+  options.reserve_bytes = 0;  // the test counts used bytes: no space reserved in the background
+  auto client = cluster_.MakeClient(true, options);
   ASSERT_NE(client, nullptr);
   auto used = [&]() -> uint64_t {
     auto segments = client->ListSegments();
@@ -1058,7 +1060,9 @@ TEST_F(StoreTest, WriterKilledMidPutNeverReadableAndKeyReusable) {
 TEST_F(StoreTest, ReaderKilledHoldingLockBlocksRemoveUntilLeaseTtl) {
   // A lease of 3 s (not 1 s) so the "before the TTL" checks cannot be late on a loaded machine.
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB, {{"--lease-ttl", "3s"}}));
-  auto client = cluster_.MakeClient(false);
+  ClientOptions options;
+  options.reserve_bytes = 0;  // the test counts used bytes: no space reserved in the background
+  auto client = cluster_.MakeClient(false, options);
   ASSERT_NE(client, nullptr);
   auto used = [&]() -> uint64_t {
     auto segments = client->ListSegments();

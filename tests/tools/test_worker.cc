@@ -87,6 +87,27 @@ int PutStartAndHang(const std::string& master, const std::string& key, uint64_t 
   return HangUntilKilled(max_hang_s);
 }
 
+// Reserves `count` extents of `size` bytes for one-round-trip puts, then hangs holding them.
+int ReserveAndHang(const std::string& master, uint64_t size, uint32_t count, int max_hang_s) {
+  auto stub = Stub(master);
+  pb::ReserveRequest req;
+  req.set_client_id(ClientId("reserve"));
+  req.set_size(size);
+  req.set_count(count);
+  pb::ReserveResponse resp;
+  grpc::ClientContext ctx;
+  Deadline(ctx, 10'000);
+  grpc::Status s = stub->Reserve(&ctx, req, &resp);
+  if (!s.ok() || resp.code() != 0) {
+    std::fprintf(stderr, "Reserve failed: %s\n",
+                 s.ok() ? resp.message().c_str() : s.error_message().c_str());
+    return kExitRpc;
+  }
+  std::printf("reserved %d\n", resp.granted_size());
+  std::fflush(stdout);
+  return HangUntilKilled(max_hang_s);
+}
+
 int GetAndHang(const std::string& master, const std::vector<std::string>& keys, int max_hang_s) {
   auto stub = Stub(master);
   pb::BatchGetReplicaListRequest req;
@@ -214,6 +235,13 @@ int main(int argc, char** argv) {
   put->add_option("--replicas", replicas);
   put->add_option("--max-hang", max_hang_s, "seconds to hang before giving up");
 
+  uint32_t reserve_count = 1;
+  auto* reserve = app.add_subcommand("reserve-and-hang", "reserve extents, then hang");
+  reserve->add_option("--master", master)->required();
+  reserve->add_option("--size", size)->required();
+  reserve->add_option("--count", reserve_count)->check(CLI::Range(1u, 65536u));
+  reserve->add_option("--max-hang", max_hang_s, "seconds to hang before giving up");
+
   auto* get = app.add_subcommand("get-and-hang", "take a read lock on one key, then hang");
   get->add_option("--master", master)->required();
   get->add_option("--key", get_keys, "a key to lock (repeat for more)")->required();
@@ -255,6 +283,7 @@ int main(int argc, char** argv) {
   alarm(static_cast<unsigned>(max_hang_s + 60));
   if (put->parsed()) return PutStartAndHang(master, key, size, replicas, max_hang_s);
   if (get->parsed()) return GetAndHang(master, get_keys, max_hang_s);
+  if (reserve->parsed()) return ReserveAndHang(master, size, reserve_count, max_hang_s);
   if (chaos->parsed()) {
     chaos_options.use_shm = !chaos_no_shm;
     if (chaos_options.min_size > chaos_options.max_size) {

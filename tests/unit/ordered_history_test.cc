@@ -32,6 +32,8 @@ MasterPolicy Policy(EvictionPolicy eviction) {
   p.put_discard_timeout_ms = 30;
   p.put_release_timeout_ms = 60;
   p.eviction_high_watermark = 0.8;
+  p.reservation_ttl_ms = 50;
+  p.reservation_max_bytes = 512 * 1024;
   p.shard_count = 4;  // many keys per shard: iteration order within a shard matters
   return p;
 }
@@ -82,7 +84,34 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
         std::vector<std::string> keys;
         const int n = 1 + static_cast<int>(rng() % 6);
         for (int k = 0; k < n; ++k) keys.push_back("key/" + std::to_string(rng() % 300));
-        if (pick < 40) {
+        if (pick < 12) {
+          // One-round-trip puts: reserve, then commit some (a few by the wrong client or with
+          // the wrong size), release some, and leave the rest to expire.
+          const uint64_t size = (1 + rng() % 64) * kKiB;
+          ReserveResult reserved = state.Reserve({client, size, static_cast<uint32_t>(n), {}});
+          std::vector<std::string> commit_keys;
+          std::vector<uint64_t> names, sizes, sums, spare, segments, offsets;
+          for (size_t k = 0; k < reserved.granted.size(); ++k) {
+            const int fate = static_cast<int>(rng() % 6);
+            if (fate < 4) {
+              commit_keys.push_back(keys[k]);
+              names.push_back(reserved.granted[k].gen);
+              sizes.push_back(rng() % 10 == 0 ? size + 1 : size);
+              sums.push_back(rng());
+              segments.push_back(reserved.granted[k].extent.segment_id);
+              offsets.push_back(reserved.granted[k].extent.offset + (rng() % 20 == 0 ? 64 : 0));
+            } else if (fate == 4) {
+              spare.push_back(reserved.granted[k].gen);
+            }
+          }
+          if (!commit_keys.empty()) {
+            PlacementConfig config;
+            config.with_soft_pin = rng() % 10 == 0;
+            state.PutCommit({rng() % 8 == 0 ? std::string("client-x") : client, commit_keys, names,
+                             sizes, sums, config, rng() % 4 == 0, segments, offsets});
+          }
+          if (!spare.empty()) state.ReleaseReservations({client, spare});
+        } else if (pick < 40) {
           std::vector<uint64_t> sizes;
           for (int k = 0; k < n; ++k) sizes.push_back((1 + rng() % 64) * kKiB + rng() % 100);
           PlacementConfig config;

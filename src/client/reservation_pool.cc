@@ -1,0 +1,164 @@
+#include "client/reservation_pool.h"
+
+#include <algorithm>
+
+namespace granary::client {
+
+ReservationPool::ReservationPool(MasterLink* link, std::string client_id, uint64_t max_bytes)
+    : link_(link), client_id_(std::move(client_id)), max_bytes_(max_bytes) {
+  if (max_bytes_ > 0) thread_ = std::thread([this] { Run(); });
+}
+
+ReservationPool::~ReservationPool() { Close(); }
+
+std::optional<ReservationPool::Held> ReservationPool::Take(uint64_t size) {
+  if (max_bytes_ == 0 || size == 0) return std::nullopt;
+  std::lock_guard lock(mu_);
+  if (closing_) return std::nullopt;
+  const Clock::time_point now = Clock::now();
+  SizeClass& cls = sizes_[size];
+  cls.last_use = now;
+  // One past half its lease is left for the refill pass to release, never handed out.
+  if (!cls.ready.empty() && cls.ready.front().good_until > now) {
+    Held held = std::move(cls.ready.front());
+    cls.ready.pop_front();
+    held_count_--;
+    held_bytes_ -= size;
+    taken_++;
+    if (cls.ready.size() <= cls.target / 2) {
+      kicked_ = true;
+      wake_.notify_one();
+    }
+    return held;
+  }
+  missed_++;
+  const uint64_t fit = max_bytes_ / size;
+  cls.target = static_cast<uint32_t>(
+      std::min<uint64_t>({std::max<uint64_t>(2, uint64_t{cls.target} * 2), kMaxPerSize, fit}));
+  kicked_ = true;
+  wake_.notify_one();
+  return std::nullopt;
+}
+
+void ReservationPool::Return(Held held) {
+  const uint64_t size = held.replica.length();
+  std::unique_lock lock(mu_);
+  if (closing_) {
+    lock.unlock();
+    Release({held.name});
+    return;
+  }
+  SizeClass& cls = sizes_[size];
+  cls.ready.push_front(std::move(held));  // the oldest lease goes first
+  held_count_++;
+  held_bytes_ += size;
+}
+
+void ReservationPool::Close() {
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) return;
+    closing_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::vector<uint64_t> names;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [size, cls] : sizes_) {
+      for (const Held& h : cls.ready) names.push_back(h.name);
+    }
+    sizes_.clear();
+    held_count_ = 0;
+    held_bytes_ = 0;
+  }
+  Release(std::move(names));
+}
+
+ReservationPool::Stats ReservationPool::stats() const {
+  std::lock_guard lock(mu_);
+  return {taken_, missed_, held_count_, held_bytes_};
+}
+
+void ReservationPool::Run() {
+  std::unique_lock lock(mu_);
+  while (!closing_) {
+    wake_.wait_for(lock, std::chrono::seconds(1), [this] { return kicked_ || closing_; });
+    if (closing_) break;
+    kicked_ = false;
+    lock.unlock();
+    RefillOnce();
+    lock.lock();
+  }
+}
+
+void ReservationPool::RefillOnce() {
+  std::vector<uint64_t> stale;
+  std::vector<std::pair<uint64_t, uint32_t>> wanted;  // (size, count)
+  {
+    std::lock_guard lock(mu_);
+    const Clock::time_point now = Clock::now();
+    for (auto it = sizes_.begin(); it != sizes_.end();) {
+      const uint64_t size = it->first;
+      SizeClass& cls = it->second;
+      const bool idle = now - cls.last_use > kIdle;
+      while (!cls.ready.empty() && (idle || cls.ready.front().good_until <= now)) {
+        stale.push_back(cls.ready.front().name);
+        cls.ready.pop_front();
+        held_count_--;
+        held_bytes_ -= size;
+      }
+      if (idle) {
+        it = sizes_.erase(it);
+        continue;
+      }
+      ++it;
+    }
+    uint64_t room = max_bytes_ - std::min(max_bytes_, held_bytes_);
+    for (const auto& [size, cls] : sizes_) {
+      if (cls.ready.size() >= cls.target) continue;
+      const uint64_t count = std::min<uint64_t>(cls.target - cls.ready.size(), room / size);
+      if (count == 0) continue;
+      wanted.emplace_back(size, static_cast<uint32_t>(count));
+      room -= count * size;
+    }
+  }
+  Release(std::move(stale));
+  for (const auto& [size, count] : wanted) {
+    proto::ReserveRequest req;
+    req.set_client_id(client_id_);
+    req.set_size(size);
+    req.set_count(count);
+    proto::ReserveResponse resp;
+    const Clock::time_point sent = Clock::now();  // the lease runs from the master's grant, later
+    if (!link_->Reserve(req, &resp).ok() || resp.granted_size() == 0) continue;
+    const Clock::time_point good_until =
+        sent + std::chrono::milliseconds(static_cast<int64_t>(resp.ttl_ms() / 2));
+    std::vector<uint64_t> refused;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& g : *resp.mutable_granted()) {
+        // A reservation without its replica (segment gone since) or of another size is useless.
+        if (closing_ || !g.has_replica() || g.replica().length() != size) {
+          refused.push_back(g.reservation());
+          continue;
+        }
+        sizes_[size].ready.push_back({g.reservation(), std::move(*g.mutable_replica()), good_until});
+        held_count_++;
+        held_bytes_ += size;
+      }
+    }
+    Release(std::move(refused));
+  }
+}
+
+void ReservationPool::Release(std::vector<uint64_t> names) {
+  if (names.empty()) return;
+  proto::ReleaseReservationsRequest req;
+  req.set_client_id(client_id_);
+  for (uint64_t name : names) req.add_reservations(name);
+  proto::BatchStatusResponse ignored;  // on failure the leases end and the master takes them back
+  (void)link_->ReleaseReservations(req, &ignored);
+}
+
+}  // namespace granary::client

@@ -1,0 +1,87 @@
+// client/reservation_pool.h - space this client holds ahead of its puts, so that a put is one
+// copy and one commit call (the master's ReserveOp / PutCommitOp; docs/master.md, "Reserved
+// space").
+//
+// Promise: Take(size) hands out a reservation of exactly `size` bytes with at least half of its
+// lease left (counted from before the Reserve call was sent), or nothing; each reservation is
+// handed out once. A caller gives it back with Return only if the master still holds it for
+// this client unused (a commit refused for a reason of the key's own); a reservation whose
+// write failed or whose commit had an unknown outcome is never returned, and is left to expire:
+// the master quarantines it then, so bytes still on their way cannot land in anyone else's space.
+// Refill: sizes that were missed are reserved in the background, in batches, up to max_bytes in
+// all; reservations past half their lease, and sizes unused for kIdle, are released (this
+// client promises not to write them). Close() releases what is held and stops the thread.
+// Ownership: the pool owns its thread; the MasterLink must outlive it.
+// Thread safety: Take, Return, Close and Stats from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "client/master_link.h"
+#include "granary/proto/master.pb.h"
+
+namespace granary::client {
+
+class ReservationPool {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Held {
+    uint64_t name = 0;  // the master's name for it
+    proto::Replica replica;
+    Clock::time_point good_until;  // half the lease: not handed out after this
+  };
+  struct Stats {
+    uint64_t taken = 0;
+    uint64_t missed = 0;
+    uint64_t held = 0;
+    uint64_t held_bytes = 0;
+  };
+  static constexpr std::chrono::seconds kIdle{10};
+  static constexpr uint32_t kMaxPerSize = 64;
+
+  // max_bytes 0: the pool never reserves (every Take misses).
+  ReservationPool(MasterLink* link, std::string client_id, uint64_t max_bytes);
+  ~ReservationPool();
+  ReservationPool(const ReservationPool&) = delete;
+  ReservationPool& operator=(const ReservationPool&) = delete;
+
+  std::optional<Held> Take(uint64_t size);
+  void Return(Held held);
+  void Close();
+  Stats stats() const;
+
+ private:
+  struct SizeClass {
+    std::deque<Held> ready;
+    uint32_t target = 0;
+    Clock::time_point last_use{};
+  };
+  void Run();
+  // One pass: release what is stale, then reserve what is wanted. Takes mu_ briefly, calls the
+  // master without it.
+  void RefillOnce();
+  void Release(std::vector<uint64_t> names);
+
+  MasterLink* link_;
+  const std::string client_id_;
+  const uint64_t max_bytes_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool kicked_ = false;
+  bool closing_ = false;
+  std::map<uint64_t, SizeClass> sizes_;
+  uint64_t held_bytes_ = 0;
+  uint64_t held_count_ = 0;
+  uint64_t taken_ = 0, missed_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace granary::client

@@ -1,0 +1,145 @@
+// One-round-trip puts into reserved space, end to end: real master, node and clients. The bytes
+// of every object are checked by another client; a client killed while holding reservations
+// gets no space back before its lease and the write quarantine are over.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include "../tools/test_pattern.h"
+#include "store_fixture.h"
+
+namespace granary::it {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+using SteadyClock = std::chrono::steady_clock;
+
+ByteSpan Span(const Bytes& b) { return ByteSpan(b.data(), b.size()); }
+
+class ReservedPutTest : public StoreTest {};
+
+// Puts until at least `want` went through reserved space (the first ones of a size miss and
+// go the two-call way while the pool fills in the background).
+void PutUntilReserved(Client& writer, const std::string& prefix, uint64_t size, uint64_t want,
+                      std::vector<std::pair<std::string, Bytes>>& written) {
+  for (int i = 0; i < 400 && writer.Stats().reserved_puts < want; ++i) {
+    std::string key = prefix + std::to_string(i);
+    Bytes value = testdata::Pattern(key, size);
+    Status s = writer.Put(key, Span(value));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    written.emplace_back(std::move(key), std::move(value));
+    if (writer.Stats().reserved_puts == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(writer.Stats().reserved_puts, want) << "the reserved path was never taken";
+}
+
+TEST_F(ReservedPutTest, ObjectsPutInOneCallAreReadByteExactByAnotherClient) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory" : "tcp");
+    auto writer = cluster_.MakeClient(shm);
+    auto reader = cluster_.MakeClient(!shm);
+    ASSERT_NE(writer, nullptr);
+    ASSERT_NE(reader, nullptr);
+    std::vector<std::pair<std::string, Bytes>> written;
+    PutUntilReserved(*writer, shm ? "r/shm/" : "r/tcp/", 64 * KiB + 3, 20, written);
+    for (const auto& [key, value] : written) {
+      auto got = reader->Get(key);
+      ASSERT_TRUE(got.ok()) << key << ": " << got.status().ToString();
+      EXPECT_LT(testdata::FirstDifference(*got, value), 0) << "wrong bytes for " << key;
+    }
+    // Write-once: a second put of a key keeps the first bytes, reserved path or not.
+    const Bytes other = testdata::Pattern("other", 64 * KiB + 3);
+    EXPECT_TRUE(writer->Put(written[0].first, Span(other)).ok());
+    auto got = reader->Get(written[0].first);
+    ASSERT_TRUE(got.ok());
+    EXPECT_LT(testdata::FirstDifference(*got, written[0].second), 0);
+    // Upsert replaces them.
+    EXPECT_TRUE(writer->Upsert(written[1].first, Span(other)).ok());
+    got = reader->Get(written[1].first);
+    ASSERT_TRUE(got.ok());
+    EXPECT_LT(testdata::FirstDifference(*got, other), 0);
+  }
+}
+
+TEST_F(ReservedPutTest, ClosingAClientGivesItsReservationsBack) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
+  auto observer = cluster_.MakeClient(false);
+  ASSERT_NE(observer, nullptr);
+  auto used = [&]() -> uint64_t {
+    auto segments = observer->ListSegments();
+    return segments.ok() && segments->size() == 1 ? (*segments)[0].used_bytes : UINT64_MAX;
+  };
+  uint64_t used_after_puts = 0;
+  {
+    auto writer = cluster_.MakeClient(true);
+    ASSERT_NE(writer, nullptr);
+    std::vector<std::pair<std::string, Bytes>> written;
+    PutUntilReserved(*writer, "close/", 256 * KiB, 4, written);
+    used_after_puts = used();
+    writer->Close();
+  }
+  // What the objects hold stays; the reserved rest goes at once.
+  EXPECT_TRUE(WaitUntil([&] { return used() < used_after_puts; }, Millis(3000), Millis(50)))
+      << "used " << used() << " of " << used_after_puts << " before close";
+}
+
+// A client killed while it holds reserved space may have been paused mid-copy: the space must
+// not go to anyone before the lease (2 s) and the write quarantine (2 s) are over, then it must.
+TEST_F(ReservedPutTest, AKilledClientsReservationsComeBackOnlyAfterLeaseAndQuarantine) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB,
+                             {{"--reservation-ttl", "2s"}, {"--write-quarantine", "2s"},
+                              {"--eviction-high-watermark", "1.0"}}));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  auto used = [&]() -> uint64_t {
+    auto segments = client->ListSegments();
+    return segments.ok() && segments->size() == 1 ? (*segments)[0].used_bytes : UINT64_MAX;
+  };
+  // 48 MiB of pinned objects (eviction cannot make room), then 16 MiB reserved (a quarter).
+  ClientOptions no_reserve;
+  no_reserve.reserve_bytes = 0;  // the two-call path: plain allocations
+  auto writer = cluster_.MakeClient(false, no_reserve);
+  ASSERT_NE(writer, nullptr);
+  ReplicateConfig pinned;
+  pinned.with_hard_pin = true;
+  for (int i = 0; i < 12; ++i) {
+    const std::string key = "fill/" + std::to_string(i);
+    ASSERT_TRUE(writer->Put(key, Span(testdata::Pattern(key, 4 * MiB)), pinned).ok());
+  }
+  const uint64_t used_full = used();
+
+  ChildProcess worker;
+  std::string error;
+  TempDir dir("granary-it-reserve");
+  ASSERT_TRUE(worker.Start(BinaryPath("granary-test-worker"),
+                           {"reserve-and-hang", "--master", cluster_.master_address(), "--size",
+                            std::to_string(4 * MiB), "--count", "4"},
+                           dir.File("worker.log"), &error))
+      << error;
+  ASSERT_TRUE(WaitForLog(worker, "reserved 4", Millis(10'000))) << worker.LogContents();
+  const auto reserved_at = SteadyClock::now();
+  worker.KillAndReap();
+  EXPECT_EQ(used(), used_full + 16 * MiB);
+
+  // The segment is full: until lease + quarantine (4 s) a put finds no room.
+  const Bytes value = testdata::Pattern("after", 4 * MiB);
+  while (SteadyClock::now() - reserved_at < Millis(3500)) {
+    Status s = writer->Put("after", Span(value));
+    ASSERT_FALSE(s.ok()) << "space of a killed client's reservation was handed out "
+                         << std::chrono::duration_cast<Millis>(SteadyClock::now() - reserved_at).count()
+                         << " ms after it was granted";
+    std::this_thread::sleep_for(Millis(100));
+  }
+  EXPECT_TRUE(WaitUntil([&] { return writer->Put("after", Span(value)).ok(); }, Millis(6000),
+                        Millis(100)))
+      << "the space never came back; used " << used();
+  auto got = client->Get("after");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_LT(testdata::FirstDifference(*got, value), 0);
+}
+
+}  // namespace
+}  // namespace granary::it

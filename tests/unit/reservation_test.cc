@@ -1,0 +1,223 @@
+// Reserved space (ReserveOp, PutCommitOp, ReleaseReservationsOp): a put in one master call, and
+// the promise that space a client may still write is never handed to anyone else.
+#include <gtest/gtest.h>
+
+#include "master/master_state.h"
+
+namespace granary::master {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class ReservationTest : public ::testing::Test {
+ protected:
+  ReservationTest() : state_(Policy(), &clock_) {}
+
+  static MasterPolicy Policy() {
+    MasterPolicy p;
+    p.reservation_ttl_ms = 1'000;
+    p.write_quarantine_ms = 5'000;
+    p.eviction_high_watermark = 0.9;
+    p.reservation_max_bytes = 64 * kMiB;
+    return p;
+  }
+  uint64_t MountSeg(const std::string& name, uint64_t size, uint64_t token = 1) {
+    MountResult r = state_.Mount({"node", {name, size, "127.0.0.1:1", "", "", token, true}});
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    return r.segment_id;
+  }
+  static PutCommitOp CommitOp(const std::string& client, const std::string& key,
+                              const Reservation& r, uint64_t size, PlacementConfig config = {},
+                              bool upsert = false) {
+    return {client, {key},   {r.gen}, {size}, {0xC0FFEE}, config, upsert,
+            {r.extent.segment_id}, {r.extent.offset}};
+  }
+  Status Commit(const std::string& client, const std::string& key, const Reservation& r,
+                uint64_t size, PlacementConfig config = {}, bool upsert = false) {
+    return state_.PutCommit(CommitOp(client, key, r, size, config, upsert))[0];
+  }
+  uint64_t Used() const {
+    uint64_t used = 0;
+    for (const auto& u : state_.segments().Usage()) used += u.stats.used_bytes;
+    return used;
+  }
+
+  ManualClock clock_;
+  MasterState state_;
+};
+
+TEST_F(ReservationTest, AReservedPutIsReadableAfterOneCommitInTheReservedExtent) {
+  MountSeg("seg", 64 * kMiB);
+  ReserveResult r = state_.Reserve({"c", kMiB, 2, {}});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  ASSERT_EQ(r.granted.size(), 2u);
+  EXPECT_NE(r.granted[0].gen, r.granted[1].gen);
+  EXPECT_EQ(r.granted[0].expires_ms, clock_.NowMs() + 1'000);
+  EXPECT_EQ(state_.reservation_count(), 2u);
+  EXPECT_GE(Used(), 2 * kMiB) << "reserved space counts as used";
+  EXPECT_EQ(state_.BatchExist({"k"})[0], 0);
+
+  ASSERT_TRUE(Commit("c", "k", r.granted[0], kMiB).ok());
+  EXPECT_EQ(state_.BatchExist({"k"})[0], 1) << "readable as soon as the commit returns";
+  auto got = state_.GetReplicaList({"reader", {"k"}})[0];
+  ASSERT_TRUE(got.status.ok());
+  EXPECT_EQ(got.size, kMiB);
+  EXPECT_EQ(got.checksum, 0xC0FFEEu);
+  ASSERT_EQ(got.replicas.size(), 1u);
+  EXPECT_EQ(got.replicas[0].offset, r.granted[0].extent.offset);
+  EXPECT_EQ(got.replicas[0].segment_id, r.granted[0].extent.segment_id);
+  EXPECT_EQ(state_.reservation_count(), 1u);
+  EXPECT_EQ(Commit("c", "k2", r.granted[0], kMiB).code(), ErrorCode::INVALID_WRITE)
+      << "a reservation holds one object";
+}
+
+TEST_F(ReservationTest, RefusedCommitsChangeNothingAndTheReservationStaysUsable) {
+  MountSeg("seg", 64 * kMiB);
+  ReserveResult r = state_.Reserve({"c", kMiB, 1, {}});
+  ASSERT_EQ(r.granted.size(), 1u);
+  const Reservation held = r.granted[0];
+  Reservation unknown = held;
+  unknown.gen += 1000;
+  Reservation elsewhere = held;
+  elsewhere.extent.offset += 4096;  // a name of an earlier master, say: not this place
+  EXPECT_EQ(Commit("other", "k", held, kMiB).code(), ErrorCode::ILLEGAL_CLIENT);
+  EXPECT_EQ(Commit("c", "k", held, kMiB - 1).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(Commit("c", "k", unknown, kMiB).code(), ErrorCode::INVALID_WRITE);
+  EXPECT_EQ(Commit("c", "k", elsewhere, kMiB).code(), ErrorCode::INVALID_WRITE);
+  EXPECT_EQ(Commit("c", "", held, kMiB).code(), ErrorCode::INVALID_KEY);
+  PlacementConfig two;
+  two.replica_num = 2;
+  EXPECT_EQ(Commit("c", "k", held, kMiB, two).code(), ErrorCode::INVALID_PARAMS);
+  PlacementConfig placed;
+  placed.preferred_segments = {"seg"};
+  EXPECT_EQ(Commit("c", "k", held, kMiB, placed).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(state_.BatchExist({"k"})[0], 0);
+
+  // An existing key: refused unless upsert, and the reservation is still the client's.
+  auto start = state_.PutStart({"w", {"taken"}, {4096}, {}, false})[0];
+  ASSERT_TRUE(start.status.ok());
+  ASSERT_TRUE(state_.PutEnd({"w", {"taken"}, {1}, {start.put_gen}})[0].ok());
+  EXPECT_EQ(Commit("c", "taken", held, kMiB).code(), ErrorCode::OBJECT_ALREADY_EXISTS);
+  EXPECT_EQ(state_.GetReplicaList({"r", {"taken"}})[0].size, 4096u);
+  EXPECT_EQ(state_.reservation_count(), 1u);
+  ASSERT_TRUE(Commit("c", "taken", held, kMiB, {}, /*upsert=*/true).ok());
+  EXPECT_EQ(state_.GetReplicaList({"r", {"taken"}})[0].size, kMiB);
+}
+
+TEST_F(ReservationTest, ReservationsStayBelowTheWatermarkAndWithinTheClientsCap) {
+  const uint64_t id = MountSeg("seg", 10 * kMiB);
+  // 7 MiB of objects: the watermark (9 MiB) leaves room for 2 more, the quarter share for 2.
+  for (int i = 0; i < 7; ++i) {
+    const std::string key = "o" + std::to_string(i);
+    auto s = state_.PutStart({"w", {key}, {kMiB}, {}, false})[0];
+    ASSERT_TRUE(s.status.ok());
+    ASSERT_TRUE(state_.PutEnd({"w", {key}, {1}, {s.put_gen}})[0].ok());
+  }
+  ReserveResult r = state_.Reserve({"c", kMiB, 20, {}});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_GT(r.granted.size(), 0u);
+  EXPECT_LE(r.granted.size() * kMiB, 10 * kMiB / 4) << "at most a quarter of a segment is reserved";
+  for (const auto& u : state_.segments().Usage()) {
+    if (u.identity->id == id) EXPECT_LE(u.stats.used_bytes, 9 * kMiB) << "a reservation never makes eviction run";
+  }
+  EXPECT_EQ(state_.Reserve({"c", kMiB, 1, {}}).status.code(), ErrorCode::NO_AVAILABLE_HANDLE);
+
+  MasterPolicy capped = Policy();
+  capped.reservation_max_bytes = 3 * kMiB;
+  MasterState small(capped, &clock_);
+  ASSERT_TRUE(small.Mount({"node", {"s", 64 * kMiB, "127.0.0.1:1", "", "", 1, true}}).status.ok());
+  EXPECT_EQ(small.Reserve({"c", kMiB, 5, {}}).granted.size(), 3u);
+  EXPECT_EQ(small.Reserve({"c", kMiB, 1, {}}).status.code(), ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(small.Reserve({"d", kMiB, 1, {}}).granted.size(), 1u) << "the cap is per client";
+  // Bad requests.
+  EXPECT_EQ(small.Reserve({"", kMiB, 1, {}}).status.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(small.Reserve({"c", 0, 1, {}}).status.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(small.Reserve({"c", kMiB, 0, {}}).status.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(small.Reserve({"c", uint64_t{1} << 62, 1, {}}).status.code(),
+            ErrorCode::INVALID_PARAMS);
+}
+
+// The promise: space a writer may still touch is never handed to anyone else. An expired
+// reservation waits write_quarantine_ms more before any allocation may take it.
+TEST_F(ReservationTest, AnExpiredReservationIsQuarantinedBeforeAnyoneElseGetsItsSpace) {
+  MasterPolicy p = Policy();
+  p.eviction_high_watermark = 1.0;
+  MasterState state(p, &clock_);
+  ASSERT_TRUE(state.Mount({"node", {"s", 16 * kMiB, "127.0.0.1:1", "", "", 1, true}}).status.ok());
+  auto fill = state.PutStart({"w", {"fill"}, {12 * kMiB}, {}, false})[0];
+  ASSERT_TRUE(fill.status.ok());
+  ASSERT_TRUE(state.PutEnd({"w", {"fill"}, {1}, {fill.put_gen}})[0].ok());
+  ReserveResult r = state.Reserve({"c", 4 * kMiB, 1, {}});
+  ASSERT_EQ(r.granted.size(), 1u);
+  clock_.Advance(Millis(1'000));
+  EXPECT_EQ(state.PutCommit(CommitOp("c", "k", r.granted[0], 4 * kMiB))[0].code(),
+            ErrorCode::LEASE_EXPIRED);
+  EXPECT_EQ(state.Sweep().expired_reservations, 1u);
+  EXPECT_EQ(state.reservation_count(), 0u);
+  EXPECT_EQ(state.PutStart({"w", {"x"}, {4 * kMiB}, {}, false})[0].status.code(),
+            ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(state.Reserve({"d", 4 * kMiB, 1, {}}).granted.size(), 0u);
+  clock_.Advance(Millis(4'999));
+  state.Sweep();
+  EXPECT_EQ(state.PutStart({"w", {"x"}, {4 * kMiB}, {}, false})[0].status.code(),
+            ErrorCode::NO_AVAILABLE_HANDLE);
+  clock_.Advance(Millis(1));
+  state.Sweep();
+  EXPECT_TRUE(state.PutStart({"w", {"x"}, {4 * kMiB}, {}, false})[0].status.ok());
+}
+
+TEST_F(ReservationTest, ReleaseFreesAtOnceButOnlyTheOwnersWord) {
+  MountSeg("seg", 64 * kMiB);
+  const uint64_t before = Used();
+  ReserveResult r = state_.Reserve({"c", kMiB, 2, {}});
+  ASSERT_EQ(r.granted.size(), 2u);
+  auto released = state_.ReleaseReservations({"other", {r.granted[0].gen}});
+  EXPECT_EQ(released[0].code(), ErrorCode::ILLEGAL_CLIENT);
+  released = state_.ReleaseReservations({"c", {r.granted[0].gen, r.granted[1].gen, 12345}});
+  EXPECT_TRUE(released[0].ok());
+  EXPECT_TRUE(released[1].ok());
+  EXPECT_EQ(released[2].code(), ErrorCode::INVALID_WRITE);
+  EXPECT_EQ(Used(), before);
+  EXPECT_EQ(state_.reserved_bytes(), 0u);
+  EXPECT_EQ(Commit("c", "k", r.granted[0], kMiB).code(), ErrorCode::INVALID_WRITE);
+}
+
+TEST_F(ReservationTest, UnmountDropsTheReservationsOnItsSegment) {
+  MountSeg("seg", 64 * kMiB);
+  ReserveResult r = state_.Reserve({"c", kMiB, 3, {}});
+  ASSERT_EQ(r.granted.size(), 3u);
+  ASSERT_TRUE(state_.Unmount({"node", "seg"}).status.ok());
+  EXPECT_EQ(state_.reservation_count(), 0u);
+  EXPECT_EQ(state_.reserved_bytes(), 0u);
+  MountSeg("seg", 64 * kMiB, /*token=*/2);
+  EXPECT_EQ(Commit("c", "k", r.granted[0], kMiB).code(), ErrorCode::INVALID_WRITE)
+      << "a reservation of the old mount never commits into the new one";
+  EXPECT_EQ(state_.BatchExist({"k"})[0], 0);
+}
+
+TEST_F(ReservationTest, ReservationsAreInTheSnapshotAndItsDigest) {
+  MountSeg("seg", 64 * kMiB);
+  ReserveResult r = state_.Reserve({"c", kMiB, 2, {}});
+  ASSERT_EQ(r.granted.size(), 2u);
+  const std::string snapshot = state_.EncodeSnapshot();
+  MasterState copy(Policy(), &clock_);
+  ASSERT_TRUE(copy.LoadSnapshot(snapshot).ok());
+  EXPECT_EQ(copy.Digest(), state_.Digest());
+  EXPECT_EQ(copy.reservation_count(), 2u);
+  EXPECT_EQ(copy.reserved_bytes(), 2 * kMiB);
+  ASSERT_TRUE(copy.PutCommit(CommitOp("c", "k", r.granted[1], kMiB))[0].ok());
+  ASSERT_TRUE(Commit("c", "k", r.granted[1], kMiB).ok());
+  EXPECT_EQ(copy.Digest(), state_.Digest()) << "the same commit on both gives the same state";
+  // Still within the per-client cap after loading: the derived bytes were rebuilt.
+  MasterPolicy capped = Policy();
+  capped.reservation_max_bytes = 2 * kMiB;
+  MasterState small(capped, &clock_);
+  ASSERT_TRUE(small.Mount({"node", {"s", 64 * kMiB, "127.0.0.1:1", "", "", 1, true}}).status.ok());
+  ASSERT_EQ(small.Reserve({"c", kMiB, 2, {}}).granted.size(), 2u);
+  MasterState loaded(capped, &clock_);
+  ASSERT_TRUE(loaded.LoadSnapshot(small.EncodeSnapshot()).ok());
+  EXPECT_EQ(loaded.Reserve({"c", kMiB, 1, {}}).status.code(), ErrorCode::NO_AVAILABLE_HANDLE);
+}
+
+}  // namespace
+}  // namespace granary::master
