@@ -111,18 +111,24 @@ size_t MasterState::ShardOf(std::string_view key) const {
   return XXH3_64bits(key.data(), key.size()) % shards_.size();
 }
 
-std::vector<std::pair<size_t, std::vector<size_t>>> MasterState::GroupByShard(
-    const std::vector<std::string>& keys) const {
-  std::vector<std::pair<size_t, size_t>> tagged;
+MasterState::ShardGroups::ShardGroups(std::vector<uint64_t> tagged) : tagged_(std::move(tagged)) {
+  std::sort(tagged_.begin(), tagged_.end());  // by shard, then by index: the batch's order
+  indices_.reserve(tagged_.size());
+  for (uint64_t t : tagged_) indices_.push_back(static_cast<uint32_t>(t));
+}
+
+MasterState::ShardGroups MasterState::GroupByShard(const std::vector<std::string>& keys) const {
+  std::vector<uint64_t> tagged;
   tagged.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) tagged.emplace_back(ShardOf(keys[i]), i);
-  std::sort(tagged.begin(), tagged.end());
-  std::vector<std::pair<size_t, std::vector<size_t>>> groups;
-  for (const auto& [shard, index] : tagged) {
-    if (groups.empty() || groups.back().first != shard) groups.push_back({shard, {}});
-    groups.back().second.push_back(index);
-  }
-  return groups;
+  for (size_t i = 0; i < keys.size(); ++i) tagged.push_back(uint64_t{ShardOf(keys[i])} << 32 | i);
+  return ShardGroups(std::move(tagged));
+}
+
+MasterState::ShardGroups MasterState::GroupByShard(std::span<const std::string_view> keys) const {
+  std::vector<uint64_t> tagged;
+  tagged.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) tagged.push_back(uint64_t{ShardOf(keys[i])} << 32 | i);
+  return ShardGroups(std::move(tagged));
 }
 
 // ---------------------------------------------------------------------------------------------
