@@ -117,18 +117,32 @@ MasterState::ShardGroups::ShardGroups(std::vector<uint64_t> tagged) : tagged_(st
   for (uint64_t t : tagged_) indices_.push_back(static_cast<uint32_t>(t));
 }
 
-MasterState::ShardGroups MasterState::GroupByShard(const std::vector<std::string>& keys) const {
+namespace {
+// Between two calls a shard's lock and map header have usually left the cache (a batch of 128
+// touches ~120 of 1024 shards): asking for them while grouping overlaps those misses.
+template <typename Keys, typename ShardOfFn, typename ShardPtrs>
+std::vector<uint64_t> TagAndPrefetch(const Keys& keys, ShardOfFn shard_of, const ShardPtrs& shards) {
   std::vector<uint64_t> tagged;
   tagged.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) tagged.push_back(uint64_t{ShardOf(keys[i])} << 32 | i);
-  return ShardGroups(std::move(tagged));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const size_t shard = shard_of(keys[i]);
+    const char* p = reinterpret_cast<const char*>(shards[shard].get());
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+    tagged.push_back(uint64_t{shard} << 32 | i);
+  }
+  return tagged;
+}
+}  // namespace
+
+MasterState::ShardGroups MasterState::GroupByShard(const std::vector<std::string>& keys) const {
+  return ShardGroups(
+      TagAndPrefetch(keys, [this](std::string_view k) { return ShardOf(k); }, shards_));
 }
 
 MasterState::ShardGroups MasterState::GroupByShard(std::span<const std::string_view> keys) const {
-  std::vector<uint64_t> tagged;
-  tagged.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) tagged.push_back(uint64_t{ShardOf(keys[i])} << 32 | i);
-  return ShardGroups(std::move(tagged));
+  return ShardGroups(
+      TagAndPrefetch(keys, [this](std::string_view k) { return ShardOf(k); }, shards_));
 }
 
 // ---------------------------------------------------------------------------------------------
