@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include <chrono>
+#include <stdexcept>
 
 namespace granary::master {
 
@@ -54,7 +55,9 @@ MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegist
 }
 
 MasterService::RpcMetrics& MasterService::Metrics(const char* method) {
-  return rpc_metrics_.find(std::string_view(method))->second;  // every name is in kMethods
+  auto it = rpc_metrics_.find(std::string_view(method));
+  if (it == rpc_metrics_.end()) throw std::out_of_range(method);  // a method missing from kMethods
+  return it->second;
 }
 
 MasterService::CallScope::CallScope(RpcMetrics& m, size_t keys)
