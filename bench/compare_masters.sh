@@ -4,10 +4,15 @@
 # segments) through the same granary-bench.
 #   bench/compare_masters.sh OLD_MASTER NEW_MASTER [ROUNDS] [SECONDS]
 # Prints each case's median keys/s per binary and the ratio new/old.
+# Environment: OLD_BENCH / NEW_BENCH (default $BIN/granary-bench) compare client changes too;
+# THREADS (default 1,4) and OPS (default all) pick the cases; STATE=1 also runs each side's
+# in-process state machine (`granary-bench state`, 1 thread) every round, the ratio's base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=$1; NEW=$2; ROUNDS=${3:-3}; SECONDS_PER_CASE=${4:-3}
 BIN=${BIN:-build/bin}
+OLD_BENCH=${OLD_BENCH:-$BIN/granary-bench}; NEW_BENCH=${NEW_BENCH:-$BIN/granary-bench}
+THREADS=${THREADS:-1,4}; OPS=${OPS:-tcp,ping,put,get,exist}
 source bench/lib.sh
 WORK=$(mktemp -d /tmp/granary-compare-XXXXXX)
 PID=""
@@ -17,16 +22,21 @@ trap cleanup EXIT
 echo "== $(machine_summary); load average $(cut -d' ' -f1-3 /proc/loadavg) =="
 for round in $(seq 1 "$ROUNDS"); do
   for which in old new; do
-    master=$OLD; [ "$which" = new ] && master=$NEW
+    master=$OLD; bench=$OLD_BENCH
+    [ "$which" = new ] && master=$NEW && bench=$NEW_BENCH
     port=$(free_port); http=$(free_port)
     "$master" --host 127.0.0.1 --port "$port" --http-port "$http" --log-level warn \
       > "$WORK/$which-$round.log" 2>&1 &
     PID=$!
     wait_for_health "$http"
-    timeout 300 "$BIN/granary-bench" master --master "127.0.0.1:$port" --segments 128 --batch 128 \
-      --value-size 4096 --threads 1,4 --seconds "$SECONDS_PER_CASE" \
+    timeout 300 "$bench" master --master "127.0.0.1:$port" --segments 128 --batch 128 \
+      --value-size 4096 --threads "$THREADS" --ops "$OPS" --seconds "$SECONDS_PER_CASE" \
       --json "$WORK/$which-$round.json" > /dev/null
     kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+    if [ "${STATE:-0}" = 1 ]; then
+      "$bench" state --segments 128 --batch 128 --threads 1 --seconds "$SECONDS_PER_CASE" \
+        --json "$WORK/$which-state-$round.json" > /dev/null
+    fi
   done
 done
 python3 - "$WORK" "$ROUNDS" <<'PY'
@@ -43,10 +53,24 @@ print(f"{'case':<10} {'threads':>7} {'old keys/s':>12} {'new keys/s':>12} {'new/
 for key in sorted(old):
     def med(cs, f): return statistics.median(c[f] for c in cs)
     o, n = old[key], new[key]
-    rate = "keys_per_s" if key[0] != "ping" else "batches_per_s"
+    rate = "keys_per_s" if key[0] not in ("ping", "tcp") else "batches_per_s"
     ro, rn = med(o, rate), med(n, rate)
     errors = sum(c["errors"] for c in o + n)
     print(f"{key[0]:<10} {key[1]:>7} {ro:>12.0f} {rn:>12.0f} {rn / ro:>8.2f} {med(o, 'p50_us'):>10.0f} {med(n, 'p50_us'):>10.0f}"
           + (f"  ({errors} errors)" if errors else ""))
-print("(ping: calls/s)")
+print("(ping, tcp: round trips/s)")
+import os
+if os.environ.get("STATE") == "1":
+    def state(which):
+        cases = {}
+        for r in range(1, rounds + 1):
+            for c in json.load(open(f"{work}/{which}-state-{r}.json")):
+                cases.setdefault(c["op"], []).append(c["keys_per_s"])
+        return {op: statistics.median(v) for op, v in cases.items()}
+    so, sn = state("old"), state("new")
+    print("state machine, 1 thread (keys/s); master 1 thread as a share of its own side's:")
+    for op in so:
+        mo = statistics.median(c["keys_per_s"] for c in old.get((op, 1), [{"keys_per_s": 0}]))
+        mn = statistics.median(c["keys_per_s"] for c in new.get((op, 1), [{"keys_per_s": 0}]))
+        print(f"{op:<10} old {so[op]:>10.0f} ({mo / so[op]:.0%})   new {sn[op]:>10.0f} ({mn / sn[op]:.0%})")
 PY

@@ -55,12 +55,13 @@ class FrameReader {
   FrameReader(int fd, int read_deadline_ms, int idle_timeout_ms, const std::atomic<bool>* stop)
       : fd_(fd), read_deadline_ms_(read_deadline_ms), idle_ms_(idle_timeout_ms), stop_(stop) {}
 
-  Result Next(fast::Header* h, std::string* body, fast::HeaderError* why) {
+  // *body views this reader's buffer: valid until the next call.
+  Result Next(fast::Header* h, std::string_view* body, fast::HeaderError* why) {
     if (Result r = Fill(fast::kHeaderSize); r != Result::kFrame) return r;
     *why = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(buf_.data() + pos_), h);
     if (*why != fast::HeaderError::kNone) return Result::kBadHeader;
     if (Result r = Fill(fast::kHeaderSize + h->body_size); r != Result::kFrame) return r;
-    body->assign(buf_, pos_ + fast::kHeaderSize, h->body_size);
+    *body = std::string_view(buf_.data() + pos_ + fast::kHeaderSize, h->body_size);
     pos_ += fast::kHeaderSize + h->body_size;
     return Result::kFrame;
   }
@@ -69,16 +70,20 @@ class FrameReader {
   // Until `need` bytes past pos_ are buffered. Waiting for the first byte of a frame is idle time;
   // once a frame has begun, the rest must come within the read deadline.
   Result Fill(size_t need) {
-    if (buf_.size() - pos_ >= need) return Result::kFrame;
+    if (len_ - pos_ >= need) return Result::kFrame;
     if (pos_ > 0) {
-      buf_.erase(0, pos_);
+      std::memmove(buf_.data(), buf_.data() + pos_, len_ - pos_);
+      len_ -= pos_;
       pos_ = 0;
     }
-    if (buf_.capacity() > kKeep && buf_.size() <= kKeep) buf_.shrink_to_fit();  // after a big frame
-    bool idle = buf_.empty();
+    if (buf_.size() > kKeep && len_ <= kKeep) {  // after a big frame
+      buf_.resize(std::max(len_, kChunk));
+      buf_.shrink_to_fit();
+    }
+    bool idle = len_ == 0;
     auto deadline =
         SteadyClock::now() + std::chrono::milliseconds(idle ? idle_ms_ : read_deadline_ms_);
-    while (buf_.size() < need) {  // bounded by the deadline: every pass waits or reads
+    while (len_ < need) {  // bounded by the deadline: every pass waits or reads
       if (stop_->load()) return Result::kStopped;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                             deadline - SteadyClock::now()).count();
@@ -90,12 +95,13 @@ class FrameReader {
       if (ready == 0) continue;
       // Room for what may come next, never for what a header merely announces: a peer that
       // sends headers only costs kChunk per connection, and memory doubles only as bytes arrive.
-      const size_t old = buf_.size();
-      buf_.resize(old + std::max(kChunk, std::min(need - old, old)));
-      ssize_t n = ::recv(fd_, buf_.data() + old, buf_.size() - old, 0);
-      buf_.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+      // The buffer keeps its size between frames, so only growth is zero-filled.
+      const size_t room = std::max(kChunk, std::min(need - len_, len_));
+      if (buf_.size() < len_ + room) buf_.resize(len_ + room);
+      ssize_t n = ::recv(fd_, buf_.data() + len_, buf_.size() - len_, 0);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) return Result::kClosed;
+      len_ += static_cast<size_t>(n);
       if (idle) {  // a frame has begun: the rest is due within the read deadline
         idle = false;
         deadline = SteadyClock::now() + std::chrono::milliseconds(read_deadline_ms_);
@@ -110,8 +116,9 @@ class FrameReader {
   int read_deadline_ms_;
   int idle_ms_;
   const std::atomic<bool>* stop_;
-  std::string buf_;
+  std::string buf_;  // bytes [pos_, len_) are received and not yet handed out
   size_t pos_ = 0;
+  size_t len_ = 0;
 };
 
 }  // namespace
@@ -239,7 +246,7 @@ void FastServer::Serve(Connection* c) {
   open_->Add(1);
   FrameReader reader(c->fd, options_.read_deadline_ms, options_.idle_timeout_ms, &stopping_);
   fast::Header h;
-  std::string body;
+  std::string_view body;
   Scratch scratch;
   scratch.arena_block = std::make_unique<char[]>(kArenaBlock);
   for (;;) {  // one frame per pass; ends at close, idle timeout, a bad frame or Stop()
@@ -267,7 +274,7 @@ void FastServer::Serve(Connection* c) {
   c->done = true;
 }
 
-bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, const std::string& body,
+bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
                         Scratch* scratch) {
   // One handler per method, the gRPC one: the fast port is a second transport, not a second
   // implementation. The handlers ignore their ServerContext.
@@ -283,7 +290,7 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, const std::
     google::protobuf::Arena arena(arena_options);
     Req* req = google::protobuf::Arena::CreateMessage<Req>(&arena);
     Resp* resp = google::protobuf::Arena::CreateMessage<Resp>(&arena);
-    if (!req->ParseFromString(body)) {
+    if (!req->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
       bad_frames_->Inc();
       GLOG_WARN("fast port: closing a connection: {} body does not parse",
                 fast::MethodName(static_cast<fast::Method>(method)));

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/metrics.h"
@@ -62,7 +63,7 @@ class FastServer {
     std::string out;
   };
   // Answers one frame; false closes the connection (the reason is logged).
-  bool Handle(int fd, uint8_t method, uint32_t request_id, const std::string& body,
+  bool Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
               Scratch* scratch);
   void ReapFinished();  // joins connections that ended; holds mu_
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include <chrono>
+#include <stdexcept>
 
 namespace granary::master {
 
@@ -55,7 +56,9 @@ MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegist
 }
 
 MasterService::RpcMetrics& MasterService::Metrics(const char* method) {
-  return rpc_metrics_.at(method);
+  auto it = rpc_metrics_.find(std::string_view(method));
+  if (it == rpc_metrics_.end()) throw std::out_of_range(method);  // a method missing from kMethods
+  return it->second;
 }
 
 MasterService::CallScope::CallScope(RpcMetrics& m, size_t keys)
@@ -387,7 +390,9 @@ grpc::Status MasterService::BatchFinishRead(Ctx*, const proto::BatchFinishReadRe
 grpc::Status MasterService::BatchExist(Ctx*, const proto::BatchExistRequest* req,
                                        proto::BatchExistResponse* resp) {
   CallScope scope(Metrics("BatchExist"), req->keys_size());
-  auto results = state_->BatchExist(Keys(req->keys()));
+  // Views into the request: a query keeps no key, so none is copied.
+  std::vector<std::string_view> keys(req->keys().begin(), req->keys().end());
+  auto results = state_->BatchExist(std::span<const std::string_view>(keys));
   resp->mutable_results()->Add(results.begin(), results.end());
   return grpc::Status::OK;
 }

@@ -125,7 +125,9 @@ class MasterService final : public proto::Master::Service {
   mutable std::mutex disks_mu_;
   std::unordered_map<std::string, proto::DiskStats> disks_;
   std::atomic<uint16_t> fast_port_{0};
-  std::map<std::string, RpcMetrics> rpc_metrics_;  // filled in the constructor, read-only after
+  // Filled in the constructor, read-only after; std::less<> finds a method name without
+  // building a std::string on every call.
+  std::map<std::string, RpcMetrics, std::less<>> rpc_metrics_;
 };
 
 }  // namespace granary::master

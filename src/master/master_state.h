@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -223,6 +224,8 @@ class MasterState {
   // ---- queries ----
   // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
   std::vector<int32_t> BatchExist(const std::vector<std::string>& keys) const;
+  // The same on views (the fast port's keys, read in place from the request).
+  std::vector<int32_t> BatchExist(std::span<const std::string_view> keys) const;
   std::vector<int64_t> BatchGetSize(const std::vector<std::string>& keys) const;
   // How many leading keys are complete.
   Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) const;
@@ -264,9 +267,17 @@ class MasterState {
   uint64_t disk_garbage_dropped() const;  // forgotten at the bound
 
  private:
+  // The objects maps' hash. Our own functor, not std::hash: libstdc++ scans a table of up to 20
+  // entries linearly, comparing every key (most shards hold fewer), and this one is transparent,
+  // so a lookup by string_view copies no key. Not noexcept: that keeps each node's hash cached.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+  };
+  using ObjectMap = std::unordered_map<std::string, ObjectMeta, KeyHash, std::equal_to<>>;
   struct Shard {
     mutable std::mutex mu;
-    std::unordered_map<std::string, ObjectMeta> objects;
+    ObjectMap objects;
     // Keys with a pending write, and keys being demoted; views into `objects`' keys, so erase
     // from here first.
     std::unordered_set<std::string_view> pending_keys;
@@ -283,7 +294,7 @@ class MasterState {
     std::unordered_map<uint64_t, uint64_t> live;     // key hash -> its newest entry number
     uint64_t next = 0;
   };
-  using ObjectIter = std::unordered_map<std::string, ObjectMeta>::iterator;
+  using ObjectIter = ObjectMap::iterator;
   struct DeferredFree {
     Extent extent;
     int64_t release_at_ms = 0;
@@ -291,9 +302,50 @@ class MasterState {
 
   OpResult ApplyLocked(const Operation& op);  // caller holds apply_mu_
   size_t ShardOf(std::string_view key) const;
-  // Key indices grouped by shard, so a batch takes each shard lock once.
-  std::vector<std::pair<size_t, std::vector<size_t>>> GroupByShard(
-      const std::vector<std::string>& keys) const;
+  // Key indices grouped by shard, so a batch takes each shard lock once: iterating gives
+  // {shard, indices}, shards ascending, each shard's indices in the batch's order. Two flat
+  // arrays, not a vector per shard: a batch of 128 keys spans ~120 of 1024 shards.
+  class ShardGroups {
+   public:
+    struct Group {
+      size_t shard;
+      std::span<const uint32_t> indices;
+    };
+    class Iterator {
+     public:
+      Iterator(const ShardGroups* g, size_t begin) : g_(g), begin_(begin), end_(RunEnd(begin)) {}
+      Group operator*() const {
+        return {static_cast<size_t>(g_->tagged_[begin_] >> 32),
+                std::span<const uint32_t>(g_->indices_.data() + begin_, end_ - begin_)};
+      }
+      Iterator& operator++() {
+        begin_ = end_;
+        end_ = RunEnd(begin_);
+        return *this;
+      }
+      bool operator==(const Iterator& o) const { return begin_ == o.begin_; }
+
+     private:
+      size_t RunEnd(size_t from) const {
+        size_t e = from;
+        while (e < g_->tagged_.size() && (g_->tagged_[e] >> 32) == (g_->tagged_[from] >> 32)) ++e;
+        return e;
+      }
+      const ShardGroups* g_;
+      size_t begin_;
+      size_t end_;
+    };
+    // tagged: shard << 32 | index, one per key.
+    explicit ShardGroups(std::vector<uint64_t> tagged);
+    Iterator begin() const { return Iterator(this, 0); }
+    Iterator end() const { return Iterator(this, tagged_.size()); }
+
+   private:
+    std::vector<uint64_t> tagged_;   // sorted
+    std::vector<uint32_t> indices_;  // tagged_'s low halves
+  };
+  ShardGroups GroupByShard(const std::vector<std::string>& keys) const;
+  ShardGroups GroupByShard(std::span<const std::string_view> keys) const;
 
   MountResult ApplyMount(const MountSegmentOp& op, int64_t now);
   UnmountResult ApplyUnmount(const UnmountSegmentOp& op, int64_t now);

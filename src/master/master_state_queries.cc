@@ -15,6 +15,11 @@ using namespace internal;
 // Queries
 
 std::vector<int32_t> MasterState::BatchExist(const std::vector<std::string>& keys) const {
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  return BatchExist(std::span<const std::string_view>(views));
+}
+
+std::vector<int32_t> MasterState::BatchExist(std::span<const std::string_view> keys) const {
   std::vector<int32_t> results(keys.size(), 0);
   if (Status limit = BatchLimit(keys.size()); !limit.ok()) {
     std::fill(results.begin(), results.end(), static_cast<int32_t>(limit.code()));

@@ -5,6 +5,7 @@
 #include "master/fast_server.h"
 
 #include <arpa/inet.h>
+#include <sys/time.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -140,6 +141,213 @@ TEST_F(FastServerTest, AHeaderAloneDoesNotAllocateItsBody) {
   EXPECT_LT(grown, size_t{32} << 20) << "headers and a byte made the master hold " << (grown >> 20)
                                      << " MiB (" << kPeers << " peers)";
   for (int fd : fds) ::close(fd);
+  server.Stop();
+}
+
+// A raw connection to the fast port, for frames the client library would never send.
+int RawConnect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{5, 0};  // a missing reply fails the test instead of hanging it
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+std::string RequestFrame(fast::Method method, uint32_t id, const google::protobuf::Message& m) {
+  std::string frame(fast::kHeaderSize, '\0');
+  fast::EncodeHeader({static_cast<uint8_t>(method), 0, id, static_cast<uint32_t>(m.ByteSizeLong())},
+                     reinterpret_cast<unsigned char*>(frame.data()));
+  m.AppendToString(&frame);
+  return frame;
+}
+
+// Reads one reply frame; false when the connection ends first.
+bool ReadReply(int fd, fast::Header* h, std::string* body) {
+  auto read_exact = [fd](char* p, size_t n) {
+    while (n > 0) {  // bounded by SO_RCVTIMEO: each pass reads or fails
+      ssize_t got = ::recv(fd, p, n, 0);
+      if (got <= 0) return false;
+      p += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  };
+  unsigned char header[fast::kHeaderSize];
+  if (!read_exact(reinterpret_cast<char*>(header), sizeof(header))) return false;
+  if (fast::DecodeHeader(header, h, fast::kMaxFastReply) != fast::HeaderError::kNone) return false;
+  body->resize(h->body_size);
+  return read_exact(body->data(), body->size());
+}
+
+// Exist answers per key in the batch's order, whatever its keys: duplicates, an empty key, one
+// at the length limit and one past it, present and absent ones (the fast port reads the keys in
+// place from the request, without copying them).
+TEST_F(FastServerTest, ExistAnswersEveryKeyOfAMixedBatchInOrder) {
+  Status mounted = state_.Mount({"node", {"seg", 1ull << 30, "127.0.0.1:1", "", "", 0, true}}).status;
+  ASSERT_TRUE(mounted.ok()) << mounted.ToString();
+  const std::string longest(kMaxKeyBytes, 'k'), too_long(kMaxKeyBytes + 1, 'k');
+  std::vector<std::string> stored = {"a", "b", longest};
+  auto started = state_.PutStart({"w", stored, std::vector<uint64_t>(3, 4096), {}, false});
+  auto ended = state_.PutEnd({"w", stored, std::vector<uint64_t>(3, 1), Gens(started)});
+  for (const auto& e : ended) ASSERT_TRUE(e.ok()) << e.ToString();
+
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  client::FastChannel ch("127.0.0.1", server.port(), 5000);
+  const std::vector<std::string> keys = {"a", "missing", "a", "", longest, too_long, "b", "b", "c"};
+  const int invalid = static_cast<int>(ErrorCode::INVALID_KEY);
+  const std::vector<int32_t> want = {1, 0, 1, invalid, 1, invalid, 1, 1, 0};
+  proto::BatchExistRequest req;
+  for (const auto& k : keys) req.add_keys(k);
+  proto::BatchExistResponse resp;
+  bool sent = false;
+  ASSERT_TRUE(ch.Call(fast::Method::kExist, req, &resp, true, &sent).ok());
+  ASSERT_EQ(resp.results_size(), static_cast<int>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(resp.results(static_cast<int>(i)), want[i]) << "key #" << i;
+  }
+  EXPECT_EQ(state_.BatchExist(keys), want) << "the in-process query agrees";
+  server.Stop();
+}
+
+// A key read twice in one batch holds two read locks: one finish-read releases one, the second
+// the other, a third finds none; the replies come back in the batch's order.
+TEST_F(FastServerTest, DuplicateKeysInAGetBatchTakeAndReleaseALockEach) {
+  Status mounted = state_.Mount({"node", {"seg", 1ull << 30, "127.0.0.1:1", "", "", 0, true}}).status;
+  ASSERT_TRUE(mounted.ok()) << mounted.ToString();
+  std::vector<std::string> stored = {"x", "y"};
+  auto started = state_.PutStart({"w", stored, {4096, 8192}, {}, false});
+  (void)state_.PutEnd({"w", stored, {1, 2}, Gens(started)});
+
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  client::FastChannel ch("127.0.0.1", server.port(), 5000);
+  proto::BatchGetReplicaListRequest get;
+  get.set_client_id("r");
+  for (const char* k : {"y", "x", "y", "nope"}) get.add_keys(k);
+  proto::BatchGetReplicaListResponse got;
+  bool sent = false;
+  ASSERT_TRUE(ch.Call(fast::Method::kGetReplicaList, get, &got, false, &sent).ok());
+  ASSERT_EQ(got.results_size(), 4);
+  EXPECT_EQ(got.results(0).size(), 8192u);
+  EXPECT_EQ(got.results(1).size(), 4096u);
+  EXPECT_EQ(got.results(2).size(), 8192u);
+  EXPECT_EQ(got.results(0).replicas_size(), 1);
+  EXPECT_EQ(got.results(3).code(), static_cast<int>(ErrorCode::OBJECT_NOT_FOUND));
+  auto stat = state_.Stat("y");
+  ASSERT_TRUE(stat.ok());
+  EXPECT_EQ(stat->read_locks, 2u);
+
+  proto::BatchFinishReadRequest fin;
+  fin.set_client_id("r");
+  for (const char* k : {"y", "y", "y"}) fin.add_keys(k);
+  proto::BatchStatusResponse done;
+  ASSERT_TRUE(ch.Call(fast::Method::kFinishRead, fin, &done, false, &sent).ok());
+  ASSERT_EQ(done.results_size(), 3);
+  EXPECT_EQ(done.results(0).code(), 0);
+  EXPECT_EQ(done.results(1).code(), 0);
+  EXPECT_EQ(done.results(2).code(), static_cast<int>(ErrorCode::LEASE_EXPIRED));
+  EXPECT_EQ(state_.Stat("y")->read_locks, 0u);
+  server.Stop();
+}
+
+// Frames that arrive together (pipelined) or a byte at a time are each answered once, in order,
+// with their own ids: the master's reader keeps what came ahead of a frame for the next one.
+TEST_F(FastServerTest, PipelinedAndTrickledFramesAreEachAnsweredInOrder) {
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  int fd = RawConnect(server.port());
+  ASSERT_GE(fd, 0);
+  proto::BatchExistRequest small, large;
+  small.add_keys("s");
+  for (int i = 0; i < 2000; ++i) large.add_keys("key/" + std::to_string(i) + std::string(60, 'p'));
+  ASSERT_GT(large.ByteSizeLong(), size_t{128} << 10) << "larger than the reader's first chunk";
+  // Three frames in one send: small, large, small.
+  std::string burst = RequestFrame(fast::Method::kExist, 7, small) +
+                      RequestFrame(fast::Method::kExist, 8, large) +
+                      RequestFrame(fast::Method::kExist, 9, small);
+  ASSERT_EQ(::send(fd, burst.data(), burst.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(burst.size()));
+  for (uint32_t id : {7u, 8u, 9u}) {
+    fast::Header h;
+    std::string body;
+    ASSERT_TRUE(ReadReply(fd, &h, &body)) << "reply " << id;
+    EXPECT_EQ(h.request_id, id);
+    EXPECT_EQ(h.flags, fast::kReply);
+    proto::BatchExistResponse resp;
+    ASSERT_TRUE(resp.ParseFromString(body));
+    EXPECT_EQ(resp.results_size(), id == 8 ? 2000 : 1);
+  }
+  // One frame, a byte per send.
+  const std::string frame = RequestFrame(fast::Method::kExist, 10, small);
+  for (char c : frame) ASSERT_EQ(::send(fd, &c, 1, MSG_NOSIGNAL), 1);
+  fast::Header h;
+  std::string body;
+  ASSERT_TRUE(ReadReply(fd, &h, &body));
+  EXPECT_EQ(h.request_id, 10u);
+  ::close(fd);
+  server.Stop();
+}
+
+// A body that does not parse closes that connection only; the next frame on another
+// connection, and a good frame before it on the same one, are answered.
+TEST_F(FastServerTest, ABodyThatDoesNotParseClosesOnlyItsConnection) {
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  int bad = RawConnect(server.port());
+  ASSERT_GE(bad, 0);
+  proto::BatchExistRequest small;
+  small.add_keys("s");
+  std::string junk(fast::kHeaderSize, '\0');
+  const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01";  // a bad varint
+  fast::EncodeHeader({static_cast<uint8_t>(fast::Method::kExist), 0, 2,
+                      static_cast<uint32_t>(garbage.size())},
+                     reinterpret_cast<unsigned char*>(junk.data()));
+  const std::string both = RequestFrame(fast::Method::kExist, 1, small) + junk + garbage;
+  ASSERT_EQ(::send(bad, both.data(), both.size(), MSG_NOSIGNAL), static_cast<ssize_t>(both.size()));
+  fast::Header h;
+  std::string body;
+  ASSERT_TRUE(ReadReply(bad, &h, &body)) << "the good frame ahead of the bad one is answered";
+  EXPECT_EQ(h.request_id, 1u);
+  EXPECT_FALSE(ReadReply(bad, &h, &body)) << "then the connection is closed";
+  ::close(bad);
+
+  client::FastChannel ch("127.0.0.1", server.port(), 5000);
+  proto::BatchExistResponse resp;
+  bool sent = false;
+  EXPECT_TRUE(ch.Call(fast::Method::kExist, small, &resp, true, &sent).ok());
+  server.Stop();
+}
+
+// A calling thread reuses its frame buffers: a large reply, then a small one, then a large one
+// again are each parsed whole and alone (no bytes of an earlier reply leak into a later one).
+TEST_F(FastServerTest, ReplyBuffersReusedAcrossCallsOfDifferentSizes) {
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  client::FastChannel ch("127.0.0.1", server.port(), 5000);
+  proto::BatchExistRequest small, large;
+  small.add_keys("");  // INVALID_KEY: a non-zero answer
+  for (int i = 0; i < 20000; ++i) large.add_keys("absent/" + std::to_string(i));
+  for (int round = 0; round < 3; ++round) {
+    for (const auto* req : {&large, &small}) {
+      proto::BatchExistResponse resp;
+      bool sent = false;
+      ASSERT_TRUE(ch.Call(fast::Method::kExist, *req, &resp, true, &sent).ok());
+      ASSERT_EQ(resp.results_size(), req->keys_size());
+      if (req == &small) {
+        EXPECT_EQ(resp.results(0), static_cast<int>(ErrorCode::INVALID_KEY));
+      } else {
+        EXPECT_EQ(resp.results(19999), 0);
+      }
+    }
+  }
   server.Stop();
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <span>
+#include <string_view>
 
 namespace granary::master {
 namespace {
@@ -95,6 +97,58 @@ TEST_F(MasterStateTest, DuplicateKeysInOneBatch) {
   auto results = state_.PutStart({"w", {"k", "k"}, {kMiB, kMiB}, {}, false});
   EXPECT_TRUE(results[0].status.ok());
   EXPECT_EQ(results[1].status.code(), ErrorCode::OBJECT_ALREADY_EXISTS);
+}
+
+// Few shards, many keys: every shard holds dozens of a batch's keys. Each key's answer still
+// lands at its own position, a repeated key is answered in the batch's order (the first one
+// starts the put, a later one finds it in flight), and the query on views agrees with the one
+// on strings.
+TEST(MasterStateBatchTest, ManyKeysPerShardAnswerAtTheirPositions) {
+  ManualClock clock;
+  MasterPolicy policy;
+  policy.shard_count = 4;
+  MasterState state(policy, &clock);
+  ASSERT_TRUE(state.Mount({"node", {"seg", 256 * kMiB, "127.0.0.1:1", "", "", 0, true}}).status.ok());
+  constexpr int kKeys = 500;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> sizes;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back("key/" + std::to_string(i));
+    sizes.push_back(4096 + i);
+  }
+  keys.push_back("key/7");  // again, last
+  sizes.push_back(1);
+  auto started = state.PutStart({"w", keys, sizes, {}, false});
+  ASSERT_EQ(started.size(), keys.size());
+  for (int i = 0; i < kKeys; ++i) ASSERT_TRUE(started[i].status.ok()) << keys[i];
+  EXPECT_EQ(started[kKeys].status.code(), ErrorCode::OBJECT_ALREADY_EXISTS);
+  keys.pop_back();
+  sizes.pop_back();
+  started.pop_back();
+  std::vector<uint64_t> checksums(sizes.begin(), sizes.end());
+  for (const auto& s : state.PutEnd({"w", keys, checksums, Gens(started)})) ASSERT_TRUE(s.ok());
+
+  // Read back in reverse with a missing key in the middle.
+  std::vector<std::string> reads(keys.rbegin(), keys.rend());
+  reads.insert(reads.begin() + kKeys / 2, "key/missing");
+  auto got = state.GetReplicaList({"r", reads});
+  ASSERT_EQ(got.size(), reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (reads[i] == "key/missing") {
+      EXPECT_EQ(got[i].status.code(), ErrorCode::OBJECT_NOT_FOUND);
+      continue;
+    }
+    ASSERT_TRUE(got[i].status.ok()) << reads[i];
+    const uint64_t want = 4096 + std::stoul(reads[i].substr(4));
+    EXPECT_EQ(got[i].size, want) << reads[i];
+    EXPECT_EQ(got[i].checksum, want) << reads[i];
+  }
+  std::vector<int32_t> on_strings = state.BatchExist(reads);
+  std::vector<std::string_view> views(reads.begin(), reads.end());
+  EXPECT_EQ(state.BatchExist(std::span<const std::string_view>(views)), on_strings);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    EXPECT_EQ(on_strings[i], reads[i] == "key/missing" ? 0 : 1) << reads[i];
+  }
 }
 
 TEST_F(MasterStateTest, OnlyTheWriterMayEndOrRevoke) {
