@@ -44,6 +44,7 @@
 
 namespace granary {
 class ChecksumStream;
+class ThreadPool;
 }
 
 namespace granary::transfer {
@@ -150,11 +151,18 @@ class TcpTransport {
   // connections; PING when op is kPing (length 0). `sum` (may be null) hashes the range in order.
   Status Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset, uint64_t length,
              uint8_t* buf, uint64_t chunk, size_t max_lanes, ChecksumStream* sum = nullptr);
+  // A striped READ with each chunk received by a blocking one-connection Run on a lane thread
+  // (the caller and the stripe pool's threads); the caller hashes the in-order prefix.
+  Status ReadThreaded(Endpoint& ep, uint64_t token, uint64_t offset, uint64_t length,
+                      uint8_t* buf, uint64_t chunk, ChecksumStream* sum);
+  ThreadPool& StripePool();
 
   const Options options_;
   std::atomic<uint64_t> next_request_id_{1};
   std::mutex mu_;  // guards endpoints_
   std::unordered_map<std::string, std::shared_ptr<Endpoint>> endpoints_;
+  std::once_flag pool_once_;
+  std::unique_ptr<ThreadPool> stripe_pool_;  // connections_per_endpoint - 1 threads, on first use
 };
 
 }  // namespace granary::transfer
