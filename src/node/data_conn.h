@@ -54,7 +54,6 @@ struct DataConn {
   std::vector<uint8_t> body;
   uint64_t done = 0;  // bytes of the body, payload or drain so far
   int32_t drain_status = 0;  // the refusal a drained WRITE gets once its payload is gone
-  uint64_t rcvlowat = 1;     // the socket's SO_RCVLOWAT (raised while a payload arrives)
 
   transfer::ResponseHeader response;
   std::vector<uint8_t> out;          // a response payload the server built (STAGE_*)

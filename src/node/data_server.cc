@@ -37,10 +37,6 @@ constexpr size_t kDrainChunk = 64 * 1024;  // scratch for a refused WRITE's payl
 // peer with a 256 MiB READ must not keep an I/O thread from the others).
 constexpr int kStepsPerTurn = 64;
 constexpr int kEventsPerWait = 64;
-// While a WRITE's payload arrives, epoll reports the socket readable only once this much of it
-// (or all that is left) is queued (SO_RCVLOWAT): one wake and one recv per 256 KiB instead of
-// one per segment the sender's kernel delivered. The deadline timer still drops a trickler.
-constexpr uint64_t kPayloadLowat = 256 << 10;
 constexpr int kAcceptsPerWake = 256;
 constexpr uint64_t kStopEventKey = 0;  // connection ids start at 1
 
@@ -303,13 +299,6 @@ void DataServer::IoLoop() {
 
 void DataServer::Rearm(DataConn& c, Next next) {
   UpdateDeadline(c);
-  // Every wait for input goes through here, so the low mark is always the current phase's: a
-  // header (or body) must wake on its first byte, never wait for a payload's 256 KiB.
-  if (next == Next::kRead) {
-    SetLowat(c, c.phase == Phase::kPayload
-                    ? std::min<uint64_t>(c.request.length - c.done, kPayloadLowat)
-                    : 1);
-  }
   epoll_event ev{};
   ev.events = (next == Next::kWrite ? EPOLLOUT : EPOLLIN) | EPOLLONESHOT;
   ev.data.u64 = c.id;
@@ -448,13 +437,6 @@ DataServer::Next DataServer::Drive(DataConn& c) {
     return Next::kClose;
   }
   return c.phase == Phase::kSend ? Next::kWrite : Next::kRead;  // resumes at once if ready
-}
-
-void DataServer::SetLowat(DataConn& c, uint64_t bytes) {
-  if (c.rcvlowat == bytes) return;
-  const int v = static_cast<int>(bytes);
-  // Best effort: without it, epoll wakes on every segment, as before.
-  if (setsockopt(c.fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0) c.rcvlowat = bytes;
 }
 
 // A whole header arrived: checked before any memory is touched.

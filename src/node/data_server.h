@@ -19,9 +19,7 @@
 // Threads: no thread per connection. Every socket is non-blocking in one epoll set shared by
 // io_threads I/O threads (EPOLLONESHOT: a ready connection is driven by one thread at a time).
 // Each connection is a small state machine (header, body or payload, reply) that resumes where
-// EAGAIN left it, so a slow peer never holds a thread. While a WRITE's payload arrives the
-// socket's SO_RCVLOWAT is min(256 KiB, what is left), so epoll (and the sender's kernel, which
-// otherwise wakes the node per segment) wake it once per 256 KiB; it is 1 for every other wait. One acceptor thread accepts and runs the
+// EAGAIN left it, so a slow peer never holds a thread. One acceptor thread accepts and runs the
 // deadline timer. DISK_READ and DISK_STAGE, which block on the disk, run on disk_threads
 // threads (queued when all are busy), which send their answers with a bounded poll. A queued one
 // keeps its request deadline: one not started by then is answered RPC_TIMEOUT (best effort,
@@ -133,8 +131,6 @@ class DataServer {
   ConnPtr Find(uint64_t id);
   // The connection's mutex is held by the caller in all of these.
   Next Drive(DataConn& c);
-  // SO_RCVLOWAT of c's socket, skipped when unchanged.
-  void SetLowat(DataConn& c, uint64_t bytes);
   Next StartRequest(DataConn& c);
   Next FinishBody(DataConn& c);
   void Respond(DataConn& c, ErrorCode status, const uint8_t* payload, uint64_t length);
