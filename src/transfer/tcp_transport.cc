@@ -15,11 +15,9 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "common/checksum.h"
-#include "common/thread_pool.h"
 #include "transfer/iovec.h"
 
 namespace granary::transfer {
@@ -171,7 +169,6 @@ struct TcpTransport::Lane {
 TcpTransport::TcpTransport(Options options) : options_(std::move(options)) {}
 
 TcpTransport::~TcpTransport() {
-  stripe_pool_.reset();  // joins its threads: none is mid-request (no call may run now)
   std::lock_guard lock(mu_);
   for (auto& [name, ep] : endpoints_) {
     std::lock_guard ep_lock(ep->mu);
@@ -582,56 +579,6 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   return error;
 }
 
-ThreadPool& TcpTransport::StripePool() {
-  std::call_once(pool_once_, [this] {
-    stripe_pool_ = std::make_unique<ThreadPool>(options_.connections_per_endpoint - 1);
-  });
-  return *stripe_pool_;
-}
-
-Status TcpTransport::ReadThreaded(Endpoint& ep, uint64_t token, uint64_t offset, uint64_t length,
-                                  uint8_t* buf, uint64_t chunk, ChecksumStream* sum) {
-  const uint64_t chunks = (length + chunk - 1) / chunk;
-  std::vector<std::atomic<bool>> arrived(chunks);  // release-stored once a chunk's bytes are in
-  std::atomic<bool> failed{false};
-  std::mutex error_mu;
-  Status error;  // the first failure; later chunks are not started
-  uint64_t hashed = 0;  // chunks hashed so far, in order (the caller's thread only)
-  const auto caller = std::this_thread::get_id();
-  auto hash_arrived = [&] {
-    while (sum != nullptr && hashed < chunks && arrived[hashed].load(std::memory_order_acquire)) {
-      const uint64_t off = hashed * chunk;
-      sum->Update(buf + off, std::min(chunk, length - off));
-      ++hashed;
-    }
-  };
-  // Every chunk is claimed by exactly one lane; ParallelFor returns only once all have returned,
-  // so no lane touches buf after this function.
-  StripePool().ParallelFor(chunks, [&](size_t i) {
-    if (!failed.load(std::memory_order_acquire)) {
-      const uint64_t off = i * chunk;
-      Status s = Run(ep, Opcode::kRead, token, offset + off, std::min(chunk, length - off),
-                     buf + off, kMaxRequestBytes, 1);
-      if (s.ok()) {
-        arrived[i].store(true, std::memory_order_release);
-      } else {
-        std::lock_guard lock(error_mu);
-        if (error.ok()) error = std::move(s);
-        failed.store(true, std::memory_order_release);
-      }
-    }
-    if (std::this_thread::get_id() == caller) hash_arrived();  // while the others still receive
-  });
-  if (!error.ok()) return error;
-  hash_arrived();
-  if (sum != nullptr && hashed != chunks) {
-    return Status(ErrorCode::INTERNAL_ERROR, "READ at " + ep.name + " hashed " +
-                                                 std::to_string(hashed) + " of " +
-                                                 std::to_string(chunks) + " chunks");
-  }
-  return Status::Ok();
-}
-
 Status TcpTransport::Transfer(Opcode op, const RemoteRange& range, uint8_t* buf,
                               ChecksumStream* sum) {
   if (range.length > UINT64_MAX - range.offset) {
@@ -645,9 +592,6 @@ Status TcpTransport::Transfer(Opcode op, const RemoteRange& range, uint8_t* buf,
   const uint64_t chunk = stripe
                              ? std::clamp<uint64_t>(options_.stripe_chunk, 4096, kMaxRequestBytes)
                              : kMaxRequestBytes;
-  if (stripe && op == Opcode::kRead) {
-    return ReadThreaded(**ep, range.segment_token, range.offset, range.length, buf, chunk, sum);
-  }
   return Run(**ep, op, range.segment_token, range.offset, range.length, buf, chunk,
              stripe ? options_.connections_per_endpoint : 1, sum);
 }

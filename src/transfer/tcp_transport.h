@@ -15,10 +15,16 @@
 // connections_per_endpoint connections at once, all driven by the calling thread with
 // non-blocking calls and poll(); a request on one connection moves its payload in blocking calls
 // of 256 KiB (MSG_WAITALL; SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms bound each call).
-// On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this beat helper threads driving one connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at
-// 1.9) and needs no thread hand-offs. There, striping speeds up writes (16 MiB: 3.0 vs 2.3 GB/s)
-// but slows reads a little (2.2 vs 2.4): one stream already keeps both cores busy; striping is
-// meant for nodes with more cores and NIC queues. Re-measure stripe_* on the target hardware.
+// On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this beat helper threads driving one
+// connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at 1.9) and needs no thread
+// hand-offs. There, striping speeds up writes (16 MiB: 3.0 vs 2.3 GB/s) but slows reads a little
+// (2.2 vs 2.4): one stream already keeps both cores busy; striping is meant for nodes with more
+// cores and NIC queues. Re-measure stripe_* on the target hardware. Reads were measured again
+// against threads (2026-11-24, commit 99353ab: each chunk received by a blocking lane on the
+// caller or one of 3 persistent pool threads straight into dst, the caller hashing the in-order
+// prefix): 16 MiB gets 1.31 GB/s against 1.93 for this loop, 0.61x against 0.77x memcached in
+// the same runs (medians of 3 interleaved rounds on a loaded box,
+// bench/results/tcp-ab-2026-11-25.txt): four receiving threads on two cores only add switches.
 // After an error no further chunk is sent; requests already in flight are finished so their
 // connections stay reusable, and the first error is returned.
 //
@@ -44,7 +50,6 @@
 
 namespace granary {
 class ChecksumStream;
-class ThreadPool;
 }
 
 namespace granary::transfer {
@@ -151,18 +156,11 @@ class TcpTransport {
   // connections; PING when op is kPing (length 0). `sum` (may be null) hashes the range in order.
   Status Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset, uint64_t length,
              uint8_t* buf, uint64_t chunk, size_t max_lanes, ChecksumStream* sum = nullptr);
-  // A striped READ with each chunk received by a blocking one-connection Run on a lane thread
-  // (the caller and the stripe pool's threads); the caller hashes the in-order prefix.
-  Status ReadThreaded(Endpoint& ep, uint64_t token, uint64_t offset, uint64_t length,
-                      uint8_t* buf, uint64_t chunk, ChecksumStream* sum);
-  ThreadPool& StripePool();
 
   const Options options_;
   std::atomic<uint64_t> next_request_id_{1};
   std::mutex mu_;  // guards endpoints_
   std::unordered_map<std::string, std::shared_ptr<Endpoint>> endpoints_;
-  std::once_flag pool_once_;
-  std::unique_ptr<ThreadPool> stripe_pool_;  // connections_per_endpoint - 1 threads, on first use
 };
 
 }  // namespace granary::transfer
