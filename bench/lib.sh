@@ -41,3 +41,18 @@ wait_for_port() {
   echo "nothing listening on 127.0.0.1:$1 after 10 s" >&2
   return 1
 }
+
+# Waits (at most 60 s) until process $1 has $2 bytes of shared memory resident: a --prefault
+# node populates its segment on a background thread after mounting, and a case timed meanwhile
+# shares the 2 cores with that zeroing (41% of the node's samples in a 4 MiB TCP run).
+wait_for_populated() {
+  local want_kib=$(( $2 / 1024 * 99 / 100 ))
+  for _ in $(seq 1 600); do
+    local have_kib
+    have_kib=$(awk '/^RssShmem:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0)
+    [ "${have_kib:-0}" -ge "$want_kib" ] && return 0
+    sleep 0.1
+  done
+  echo "process $1 populated only ${have_kib:-0} KiB of $(( $2 / 1024 )) KiB after 60 s" >&2
+  return 0
+}

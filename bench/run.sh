@@ -159,6 +159,7 @@ MEMCACHED_PID=$!; PIDS+=("$MEMCACHED_PID")
 wait_for_segment "$STORE_PORT"
 wait_for_port "$REDIS_PORT"
 wait_for_port "$MEMCACHED_PORT"
+wait_for_populated "$NODE_PID" $(( ${SEGMENT%GiB} << 30 ))
 run_bounded 900 "$BIN/granary-bench" kv --master "127.0.0.1:$STORE_PORT" \
   --redis "127.0.0.1:$REDIS_PORT" --memcached "127.0.0.1:$MEMCACHED_PORT" \
   --sizes 64KiB,1MiB,4MiB,16MiB --clients 1,4 --seconds "$KV_SECONDS" --budget "$KV_BUDGET" \

@@ -15,10 +15,16 @@
 // connections_per_endpoint connections at once, all driven by the calling thread with
 // non-blocking calls and poll(); a request on one connection moves its payload in blocking calls
 // of 256 KiB (MSG_WAITALL; SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms bound each call).
-// On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this beat helper threads driving one connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at
-// 1.9) and needs no thread hand-offs. There, striping speeds up writes (16 MiB: 3.0 vs 2.3 GB/s)
-// but slows reads a little (2.2 vs 2.4): one stream already keeps both cores busy; striping is
-// meant for nodes with more cores and NIC queues. Re-measure stripe_* on the target hardware.
+// On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this beat helper threads driving one
+// connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at 1.9) and needs no thread
+// hand-offs. There, striping speeds up writes (16 MiB: 3.0 vs 2.3 GB/s) but slows reads a little
+// (2.2 vs 2.4): one stream already keeps both cores busy; striping is meant for nodes with more
+// cores and NIC queues. Re-measure stripe_* on the target hardware. Reads were measured again
+// against threads (2026-11-24, commit 99353ab: each chunk received by a blocking lane on the
+// caller or one of 3 persistent pool threads straight into dst, the caller hashing the in-order
+// prefix): 16 MiB gets 1.31 GB/s against 1.93 for this loop, 0.61x against 0.77x memcached in
+// the same runs (medians of 3 interleaved rounds on a loaded box,
+// bench/results/tcp-ab-2026-11-25.txt): four receiving threads on two cores only add switches.
 // After an error no further chunk is sent; requests already in flight are finished so their
 // connections stay reusable, and the first error is returned.
 //

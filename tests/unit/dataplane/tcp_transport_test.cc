@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,80 @@ class FakeServer {
   uint16_t port_;
   std::thread thread_;
   std::vector<int> accepted_;
+};
+
+// A node answering READs on any number of connections at once, one thread each: every request
+// gets a well-formed answer of `length` bytes (byte i of the range = its offset's low byte),
+// except the one at `bad_offset`, which gets its header and half its payload, then the connection
+// is closed (`hang_up`) or left silent. The destructor shuts every socket and joins.
+class StripeFakeNode {
+ public:
+  StripeFakeNode(uint64_t bad_offset, bool hang_up) : bad_offset_(bad_offset), hang_up_(hang_up) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd_, 16);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] {
+      while (true) {
+        int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        std::lock_guard lock(mu_);
+        conns_.push_back(c);
+        handlers_.emplace_back([this, c] { Serve(c); });
+      }
+    });
+  }
+  ~StripeFakeNode() {
+    shutdown(fd_, SHUT_RDWR);
+    acceptor_.join();
+    for (int c : conns_) shutdown(c, SHUT_RDWR);  // wakes handlers blocked in recv
+    for (auto& h : handlers_) h.join();
+    for (int c : conns_) close(c);
+    close(fd_);
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  int bad_requests() const { return bad_requests_.load(); }
+
+ private:
+  void Serve(int fd) {
+    transfer::RequestHeader req;
+    while (recv(fd, &req, sizeof(req), MSG_WAITALL) == sizeof(req)) {
+      transfer::ResponseHeader rh;
+      rh.request_id = req.request_id;
+      rh.length = req.length;
+      std::vector<uint8_t> payload(req.length);
+      for (uint64_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(req.offset + i);
+      const bool bad = req.offset == bad_offset_;
+      if (bad) bad_requests_++;
+      if (send(fd, &rh, sizeof(rh), MSG_NOSIGNAL) != sizeof(rh)) return;
+      const size_t n = bad ? payload.size() / 2 : payload.size();
+      if (send(fd, payload.data(), n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) return;
+      if (bad && hang_up_) {
+        shutdown(fd, SHUT_RDWR);
+        return;
+      }
+      if (bad) {
+        char c;
+        recv(fd, &c, 1, 0);  // silent until the test ends (or the client hangs up)
+        return;
+      }
+    }
+  }
+
+  const uint64_t bad_offset_;
+  const bool hang_up_;
+  int fd_;
+  uint16_t port_;
+  std::atomic<int> bad_requests_{0};
+  std::mutex mu_;
+  std::vector<int> conns_;
+  std::vector<std::thread> handlers_;
+  std::thread acceptor_;
 };
 
 uint16_t ClosedPort() {
@@ -486,6 +561,69 @@ TEST_F(TcpTransportTest, DropEndpointClosesIdleConnections) {
   }
   EXPECT_EQ(server_->stats().open_connections, 0u);
   EXPECT_TRUE(t.Ping(endpoint_).ok());  // usable again afterwards
+}
+
+// A striped read whose one chunk is torn midway (the node hangs up after half of it) while the
+// other chunks arrive whole on other connections: the read fails, it never reports success.
+TEST_F(TcpTransportTest, StripedReadWithOneTornChunkFails) {
+  TcpTransport::Options options;
+  options.stripe_threshold = 256 * kKiB;
+  options.stripe_chunk = 256 * kKiB;
+  options.connections_per_endpoint = 4;
+  for (uint64_t bad : {uint64_t{0}, 5 * 256 * kKiB, 15 * 256 * kKiB}) {  // first, middle, last
+    SCOPED_TRACE("torn chunk at " + std::to_string(bad));
+    std::unique_ptr<TcpTransport> t = std::make_unique<TcpTransport>(options);
+    StripeFakeNode node(bad, /*hang_up=*/true);
+    std::vector<std::byte> buf(4 * kMiB);
+    ChecksumStream sum;
+    Status s = t->Read(RemoteRange{node.endpoint(), kToken, 0, buf.size()}, buf, &sum);
+    EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL) << s.ToString();
+    EXPECT_EQ(node.bad_requests(), 1);
+    t.reset();  // closes the pooled connections before the node joins its handlers
+  }
+}
+
+// One chunk of a striped read stalls midway with its connection open: the read gives up after
+// io_timeout_ms of no progress on that connection, however well the other chunks went.
+TEST_F(TcpTransportTest, StripedReadWithOneStalledChunkTimesOut) {
+  TcpTransport::Options options;
+  options.stripe_threshold = 256 * kKiB;
+  options.stripe_chunk = 256 * kKiB;
+  options.connections_per_endpoint = 4;
+  options.io_timeout_ms = 300;
+  auto t = std::make_unique<TcpTransport>(options);
+  StripeFakeNode node(3 * 256 * kKiB, /*hang_up=*/false);
+  std::vector<std::byte> buf(4 * kMiB);
+  const auto start = Clock::now();
+  Status s = t->Read(RemoteRange{node.endpoint(), kToken, 0, buf.size()}, buf);
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL) << s.ToString();
+  EXPECT_NE(s.message().find("no progress for 300 ms"), std::string::npos) << s.ToString();
+  EXPECT_GE(SecondsSince(start), 0.25);
+  EXPECT_LT(SecondsSince(start), 2.0);
+  t.reset();
+}
+
+// The striped read's lanes land every chunk where it belongs: byte i of the range is the low
+// byte of its offset, with an uneven last chunk, and the in-order hash matches.
+TEST_F(TcpTransportTest, StripedReadPlacesEveryChunkAndHashesInOrder) {
+  TcpTransport::Options options;
+  options.stripe_threshold = 64 * kKiB;
+  options.stripe_chunk = 64 * kKiB;
+  options.connections_per_endpoint = 4;
+  auto t = std::make_unique<TcpTransport>(options);
+  StripeFakeNode node(UINT64_MAX, /*hang_up=*/true);
+  const uint64_t offset = 1000;
+  std::vector<std::byte> buf(3 * kMiB + 777, std::byte{0xEE});
+  ChecksumStream sum;
+  Status s = t->Read(RemoteRange{node.endpoint(), kToken, offset, buf.size()}, buf, &sum);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  size_t wrong = 0;
+  for (uint64_t i = 0; i < buf.size(); ++i) {
+    wrong += buf[i] != static_cast<std::byte>(offset + i);
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(sum.Digest(), Checksum(std::span<const std::byte>(buf)));
+  t.reset();
 }
 
 }  // namespace
