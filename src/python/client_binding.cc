@@ -667,7 +667,7 @@ void RegisterClient(py::module_& m) {
                        const std::string& disk_dir, uint64_t disk_size,
                        const std::string& disk_backend, const std::string& disk_eviction,
                        const std::string& disk_io, int64_t offload_interval_ms,
-                       bool warm_shared_memory) {
+                       bool warm_shared_memory, uint64_t reserve_bytes) {
              ClientOptions o;
              o.master_address = master;
              o.segment_size = segment_size;
@@ -686,6 +686,7 @@ void RegisterClient(py::module_& m) {
              o.disk_io = disk_io;
              o.offload_interval_ms = offload_interval_ms;
              o.warm_shared_memory = warm_shared_memory;
+             o.reserve_bytes = reserve_bytes;
              Result<std::unique_ptr<Client>> c = Status(ErrorCode::INTERNAL_ERROR, "");
              {
                py::gil_scoped_release release;
@@ -699,7 +700,8 @@ void RegisterClient(py::module_& m) {
            py::arg("connections_per_node") = 4, py::arg("use_shared_memory") = true,
            py::arg("io_threads") = 4, py::arg("disk_dir") = "", py::arg("disk_size") = 0,
            py::arg("disk_backend") = "", py::arg("disk_eviction") = "", py::arg("disk_io") = "",
-           py::arg("offload_interval_ms") = 0, py::arg("warm_shared_memory") = true)
+           py::arg("offload_interval_ms") = 0, py::arg("warm_shared_memory") = true,
+           py::arg("reserve_bytes") = ClientOptions().reserve_bytes)
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)
