@@ -1,0 +1,128 @@
+// ReservationPool against an in-process master (its gRPC service on loopback): what reservation_pool.h
+// promises about misses, background refill, the byte cap, half-lease hand-outs and Close.
+#include "client/reservation_pool.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "master/evictor.h"
+#include "master/master_service.h"
+#include "master/master_state.h"
+#include "proto/rpc_util.h"
+
+namespace granary::client {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+constexpr uint64_t kSize = 64 << 10;
+
+master::MasterPolicy Policy() {
+  master::MasterPolicy p;
+  p.reservation_ttl_ms = 600;  // the pool hands each out for 300 ms at most
+  return p;
+}
+
+class ReservationPoolTest : public ::testing::Test {
+ protected:
+  ReservationPoolTest()
+      : state_(Policy(), WallClock::Instance()), evictor_(&state_),
+        service_(&state_, &evictor_, &metrics_) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &grpc_port_);
+    builder.RegisterService(&service_);
+    grpc_ = builder.BuildAndStart();
+    address_ = "127.0.0.1:" + std::to_string(grpc_port_);
+    stub_ = proto::Master::NewStub(rpc::MakeChannel(address_));
+    link_ = std::make_unique<MasterLink>(stub_.get(), address_, 5000, MasterLink::Path::kGrpc);
+    EXPECT_TRUE(state_.Mount({"node", {"seg", 64 << 20, "127.0.0.1:1", "", "", 1, true}}).status.ok());
+  }
+  ~ReservationPoolTest() override { grpc_->Shutdown(); }
+
+  // Takes until one comes (the refill runs in the background), bounded.
+  std::optional<ReservationPool::Held> TakeSoon(ReservationPool& pool, uint64_t size) {
+    const auto end = steady_clock::now() + milliseconds(3000);
+    while (steady_clock::now() < end) {
+      if (auto held = pool.Take(size)) return held;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return std::nullopt;
+  }
+
+  master::MasterState state_;
+  master::Evictor evictor_;
+  MetricsRegistry metrics_;
+  master::MasterService service_;
+  int grpc_port_ = 0;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::string address_;
+  std::unique_ptr<proto::Master::Stub> stub_;
+  std::unique_ptr<MasterLink> link_;
+};
+
+TEST_F(ReservationPoolTest, AMissRefillsInTheBackgroundAndEachIsHandedOutOnce) {
+  ReservationPool pool(link_.get(), "c", 8 << 20);
+  EXPECT_FALSE(pool.Take(kSize)) << "nothing is reserved before the first miss";
+  std::set<uint64_t> names;
+  for (int i = 0; i < 6; ++i) {
+    auto held = TakeSoon(pool, kSize);
+    ASSERT_TRUE(held);
+    EXPECT_EQ(held->replica.length(), kSize) << "exactly the size asked for";
+    EXPECT_TRUE(names.insert(held->name).second) << "reservation " << held->name << " twice";
+  }
+  EXPECT_GE(pool.stats().taken, 6u);
+  EXPECT_GE(state_.reservation_count(), 6u);
+}
+
+TEST_F(ReservationPoolTest, ThePoolStaysWithinItsBytes) {
+  ReservationPool pool(link_.get(), "c", 4 * kSize);
+  for (int i = 0; i < 50; ++i) {
+    (void)pool.Take(kSize);  // misses keep raising the target
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_LE(pool.stats().held_bytes, 4 * kSize);
+  EXPECT_EQ(pool.Take(5 * kSize), std::nullopt);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(pool.Take(5 * kSize), std::nullopt) << "a size beyond the cap is never reserved";
+}
+
+TEST_F(ReservationPoolTest, AReservationPastHalfItsLeaseIsNeverHandedOut) {
+  ReservationPool pool(link_.get(), "c", 8 << 20);
+  auto first = TakeSoon(pool, kSize);
+  ASSERT_TRUE(first);
+  const auto taken_at = steady_clock::now();
+  pool.Return(*first);  // the commit refused the key: the reservation is unused, still held
+  std::this_thread::sleep_for(milliseconds(350));  // past half of the 600 ms lease
+  for (int i = 0; i < 20; ++i) {
+    auto held = pool.Take(kSize);
+    if (!held) {
+      std::this_thread::sleep_for(milliseconds(5));
+      continue;
+    }
+    EXPECT_NE(held->name, first->name)
+        << "handed out "
+        << std::chrono::duration_cast<milliseconds>(steady_clock::now() - taken_at).count()
+        << " ms after it was taken, past half its lease";
+    pool.Return(*held);
+  }
+}
+
+TEST_F(ReservationPoolTest, CloseReleasesWhatItHoldsButNotWhatItHandedOut) {
+  ReservationPool pool(link_.get(), "c", 8 << 20);
+  auto held = TakeSoon(pool, kSize);
+  ASSERT_TRUE(held);
+  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_GT(state_.reservation_count(), 1u) << "the refill reserved more";
+  pool.Close();
+  // The one handed out may have been written (or committed): only its lease may end it.
+  EXPECT_EQ(state_.reservation_count(), 1u);
+  EXPECT_EQ(pool.Take(kSize), std::nullopt) << "a closed pool hands out nothing";
+}
+
+}  // namespace
+}  // namespace granary::client
