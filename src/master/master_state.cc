@@ -317,12 +317,7 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
                                                         std::to_string(op.config.replica_num) +
                                                         " exceeds " + std::to_string(kMaxReplicas));
   }
-  if (static_cast<uint8_t>(op.config.persistence) > kMaxPutPersistence) {
-    batch_error = Status(ErrorCode::INVALID_PARAMS,
-                         "persistence " +
-                             std::to_string(static_cast<unsigned>(op.config.persistence)) +
-                             " is none of default, eager, lazy, none");
-  }
+  if (Status s = PersistenceError(op.config.persistence); !s.ok()) batch_error = s;
   if (!batch_error.ok()) {
     for (auto& r : results) r.status = batch_error;
     return results;

@@ -110,10 +110,7 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
     batch_error = Status(ErrorCode::INVALID_PARAMS,
                          "a put into reserved space has one replica, placed already");
   }
-  if (static_cast<uint8_t>(op.config.persistence) > kMaxPutPersistence) {
-    batch_error = Status(ErrorCode::INVALID_PARAMS, "persistence is none of default, eager, "
-                                                    "lazy, none");
-  }
+  if (Status s = PersistenceError(op.config.persistence); !s.ok()) batch_error = s;
   if (!batch_error.ok()) return std::vector<Status>(n, batch_error);
   std::vector<Status> results(n);
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {

@@ -54,4 +54,12 @@ inline Status BatchShapeError(size_t keys, bool lengths_match, const char* misma
   return BatchLimit(keys);
 }
 
+// A put's persistence beyond the enum (a newer client's, or junk): INVALID_PARAMS; else OK.
+inline Status PersistenceError(PutPersistence p) {
+  if (static_cast<uint8_t>(p) <= kMaxPutPersistence) return Status::Ok();
+  return Status(ErrorCode::INVALID_PARAMS, "persistence " +
+                                               std::to_string(static_cast<unsigned>(p)) +
+                                               " is none of default, eager, lazy, none");
+}
+
 }  // namespace granary::master::internal
