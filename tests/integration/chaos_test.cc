@@ -9,8 +9,8 @@
 //   for that key (values are verifiable from the key: tests/tools/chaos_value.h), never a version
 //   older than one its own writer saw upserted or removed. A miss or an error is always allowed.
 // - No worker crashes; the store serves puts and gets again once the faults stop.
-// - After remove_all, used bytes return to 0 on every segment (within the master's quarantine
-//   and release timeouts).
+// - After remove_all, used bytes return to 0 on every segment (within the master's quarantine,
+//   release and reservation timeouts).
 // Reproducing: the seed and the timeline of faults (wall-clock ms, as in the workers' reports)
 // are printed; GRANARY_CHAOS_SEED=<seed> replays the same schedule (timing still varies).
 // GRANARY_IT_KEEP_TMP=1 keeps the workers' attempt/read logs.
@@ -567,7 +567,10 @@ std::map<std::string, uint64_t> SumSummaries(const std::vector<std::string>& log
 
 TEST_F(ChaosTest, MixedLoadUnderKillsStopsAndRestartsNeverReturnsWrongBytes) {
   const auto test_start = SteadyClock::now();
-  ASSERT_TRUE(cluster_.Start(kNodes, kSegmentSize, {{"--write-quarantine", "2s"}}));
+  // A SIGKILLed worker's reserved space stays held for its lease, then quarantined: a 3 s lease
+  // lets remove_all empty the segments in time (and makes leases end mid-run, under the faults).
+  ASSERT_TRUE(cluster_.Start(kNodes, kSegmentSize,
+                             {{"--write-quarantine", "2s"}, {"--reservation-ttl", "3s"}}));
   Note("master and " + std::to_string(kNodes) + " nodes of " +
        std::to_string(kSegmentSize / MiB) + " MiB up; master at " + cluster_.master_address());
 
@@ -668,8 +671,9 @@ TEST_F(ChaosTest, MixedLoadUnderKillsStopsAndRestartsNeverReturnsWrongBytes) {
   Note("the store serves new puts and gets");
 
   // remove_all, then used bytes must return to 0 on every segment. Read leases (1 s), unfinished
-  // puts of killed writers (release timeout 3 s) and revoked writes (write quarantine 2 s) hold
-  // space a while: wait out the longest before remove_all, then give the sweeps time.
+  // puts of killed writers (release timeout 3 s), reservations of killed writers or failed copies
+  // (lease 3 s) and revoked writes (write quarantine 2 s) hold space a while: wait out the
+  // longest before remove_all, then give the sweeps time.
   auto client = cluster_.MakeClient(false);
   ASSERT_NE(client, nullptr);
   Sleep(std::max(Millis(0), Millis(3500) - std::chrono::duration_cast<Millis>(

@@ -243,6 +243,24 @@ bool ChildProcess::Kill(int sig) {
   return ::kill(pid_, sig) == 0;
 }
 
+bool ChildProcess::WaitStopped(Millis timeout) {
+  auto all_stopped = [this] {
+    const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
+    std::error_code ec;
+    size_t threads = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(tasks, ec)) {
+      std::string stat = ReadFile(entry.path().string() + "/stat");
+      size_t paren = stat.rfind(')');  // the name may hold spaces and parentheses
+      if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+      char state = stat[paren + 2];
+      if (state != 'T' && state != 't') return false;
+      ++threads;
+    }
+    return !ec && threads > 0;
+  };
+  return pid_ > 0 && WaitUntil(all_stopped, timeout, Millis(1));
+}
+
 std::optional<ExitStatus> ChildProcess::Wait(Millis timeout) {
   if (pid_ <= 0) return std::nullopt;
   WaitUntil([this] { return Reap(false); }, timeout, Millis(5));

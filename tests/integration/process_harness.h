@@ -82,6 +82,9 @@ class ChildProcess {
   bool Running();
   // Sends `sig`; false if the process is not running.
   bool Kill(int sig);
+  // After Kill(SIGSTOP): waits (bounded) until every thread of the child is stopped. kill()
+  // returns before a thread running on another core has taken the signal.
+  bool WaitStopped(Millis timeout);
   // Waits up to `timeout` for the child to exit; nullopt if it is still running. Calling it again
   // after the child was reaped returns the same status.
   std::optional<ExitStatus> Wait(Millis timeout);

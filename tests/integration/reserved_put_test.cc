@@ -1,6 +1,7 @@
 // One-round-trip puts into reserved space, end to end: real master, node and clients. The bytes
 // of every object are checked by another client; a client killed while holding reservations
-// gets no space back before its lease and the write quarantine are over.
+// gets no space back before its lease and the write quarantine are over; a reservation whose
+// commit outcome the client does not know is never written again.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -88,6 +89,66 @@ TEST_F(ReservedPutTest, ClosingAClientGivesItsReservationsBack) {
 
 // A client killed while it holds reserved space may have been paused mid-copy: the space must
 // not go to anyone before the lease (2 s) and the write quarantine (2 s) are over, then it must.
+// The master's gauge of extents reserved (its /metrics), or -1 if it did not answer.
+int64_t ReservationsGauge(StoreCluster& cluster) {
+  const std::string body = HttpGet(cluster.master().http_port(), "/metrics").body;
+  const std::string name = "\ngranary_master_reservations ";
+  size_t at = body.find(name);
+  if (at == std::string::npos) return -1;
+  return std::stoll(body.substr(at + name.size()));
+}
+
+// A commit sent to a paused master times out in the client, then applies when the master
+// resumes: the client cannot tell, so it must never write that reservation again. Its pool holds
+// one reservation only, so a client that put it back would hand it to the very next put.
+TEST_F(ReservedPutTest, AReservationWhoseCommitOutcomeIsUnknownIsNeverWrittenAgain) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
+  constexpr uint64_t kSize = 256 * KiB;
+  ClientOptions one;
+  one.reserve_bytes = kSize;
+  one.rpc_timeout_ms = 1000;
+  auto writer = cluster_.MakeClient(true, one);
+  ClientOptions no_reserve;
+  no_reserve.reserve_bytes = 0;
+  auto reader = cluster_.MakeClient(false, no_reserve);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  std::vector<std::pair<std::string, Bytes>> written;
+  PutUntilReserved(*writer, "unknown/warm/", kSize, 1, written);
+  // The pool refills its one reservation in the background.
+  ASSERT_TRUE(WaitUntil([&] { return ReservationsGauge(cluster_) == 1; }, Millis(5000), Millis(20)))
+      << "reservations held: " << ReservationsGauge(cluster_);
+
+  const Bytes a = testdata::Pattern("unknown/a", kSize);
+  ASSERT_TRUE(cluster_.master().process().Kill(SIGSTOP));
+  ASSERT_TRUE(cluster_.master().process().WaitStopped(Millis(2000)));
+  const uint64_t reserved_before = writer->Stats().reserved_puts;
+  Status put_a = writer->Put("unknown/a", Span(a));  // copied into the reservation; commit hangs
+  ASSERT_TRUE(cluster_.master().process().Kill(SIGCONT));
+  EXPECT_FALSE(put_a.ok()) << "a commit to a paused master answered";
+  EXPECT_EQ(writer->Stats().reserved_puts, reserved_before);
+
+  // The master reads the commit that waited in its socket and applies it: "a" is readable now,
+  // in the extent the writer reserved, though its writer was told the put failed.
+  ASSERT_TRUE(WaitUntil([&] { return reader->Get("unknown/a").ok(); }, Millis(5000), Millis(50)))
+      << "the commit sent to the paused master never applied; the test could not pose its case";
+
+  // The writer's next puts of that size must go elsewhere.
+  for (int i = 0; i < 4; ++i) {
+    const std::string key = "unknown/b" + std::to_string(i);
+    Bytes b = testdata::Pattern(key, kSize);
+    Status s = writer->Put(key, Span(b));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    written.emplace_back(key, std::move(b));
+  }
+  written.emplace_back("unknown/a", a);
+  for (const auto& [key, value] : written) {
+    auto got = reader->Get(key);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status().ToString();
+    EXPECT_LT(testdata::FirstDifference(*got, value), 0) << "wrong bytes for " << key;
+  }
+}
+
 TEST_F(ReservedPutTest, AKilledClientsReservationsComeBackOnlyAfterLeaseAndQuarantine) {
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB,
                              {{"--reservation-ttl", "2s"}, {"--write-quarantine", "2s"},
