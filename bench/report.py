@@ -136,6 +136,31 @@ def state_block(s):
     return table(["op", "threads", "keys/s"], [(r["op"], r["threads"], num(r["keys_per_s"])) for r in s])
 
 
+# Master calls per batch in `granary-bench master` (put: start + end; get: replica list + finish).
+MASTER_CALLS = {"put": 2, "get": 2, "exist": 1}
+
+
+def master_ratio_block(master, state):
+    """One client over the wire against the state machine alone, and against the most a
+    synchronous client could reach: per batch, its round trips plus the state machine's time."""
+    one = {r["op"]: r for r in master if r["threads"] == 1}
+    st = {r["op"]: r for r in state if r["threads"] == 1}
+    rtt = one.get("tcp", {}).get("p50_us")
+    rows = []
+    for op, calls in MASTER_CALLS.items():
+        if op not in one or op not in st or not rtt:
+            continue
+        batch = one[op]["batch"]
+        state_us = batch / st[op]["keys_per_s"] * 1e6
+        ceiling = batch / ((calls * rtt + state_us) / 1e6)
+        got = one[op]["keys_per_s"]
+        rows.append((op, num(got), num(st[op]["keys_per_s"]), f"{100 * got / st[op]['keys_per_s']:.0f}%",
+                     f"{calls} x {rtt:.0f} + {state_us:.0f}", num(ceiling),
+                     f"{100 * got / ceiling:.0f}%"))
+    return table(["op", "1 client keys/s", "state machine keys/s", "of the state machine",
+                  "floor µs/batch: round trips + state", "ceiling keys/s", "of the ceiling"], rows)
+
+
 def scale_block(s):
     rows = []
     for step in s["steps"]:
@@ -193,6 +218,8 @@ def blocks(doc, path):
     for name, fn in (("limits", limits_block), ("master", master_block), ("state", state_block),
                      ("scale", scale_block), ("trace", trace_block), ("python", python_block)):
         out[name] = missing(su.get(name, {"missing": True})) or fn(su[name])
+    both = [su.get(n, {"missing": True}) for n in ("master", "state")]
+    out["master-ratio"] = missing(both[0]) or missing(both[1]) or master_ratio_block(*both)
     kv = su.get("kv", {"missing": True})
     for op in ("put", "get"):
         out["kv-" + op] = missing(kv) or kv_block(kv, op)
