@@ -6,10 +6,7 @@
 #include <chrono>
 
 #include "common/logging.h"
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
-#endif
+#include "common/populate.h"
 
 namespace granary::node {
 

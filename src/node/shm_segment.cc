@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/populate.h"
 #include "common/units.h"
 #include "transfer/shm_mapping.h"
 
@@ -52,10 +53,6 @@ Status NoRoom(const std::string& name, uint64_t size, const std::string& dir, Sh
           dir + "; or start the node with a smaller --segment-size (at most " +
           FormatSize(fits) + " fits now).");
 }
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
-#endif
 
 std::string ReadFileText(const char* path) {
   std::string text;

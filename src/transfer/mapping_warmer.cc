@@ -6,10 +6,7 @@
 #include <chrono>
 
 #include "common/copy.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14; older headers lack the name
-#endif
+#include "common/populate.h"
 
 namespace granary::transfer {
 

@@ -136,6 +136,7 @@ TEST_F(FencingTest, GetWhoseLeaseExpiredMidCopyIsNotASuccess) {
 
   NodeProcess& node = cluster_.node(0);
   ASSERT_TRUE(node.Kill(SIGSTOP));
+  ASSERT_TRUE(node.process().WaitStopped(Millis(2000)));  // else the get could beat the stop
   Result<Bytes> result = Status(ErrorCode::INTERNAL_ERROR, "not run");
   std::thread get([&] { result = reader->Get("leased"); });
   std::this_thread::sleep_for(Millis(1000));  // the lease (300 ms) is over

@@ -764,6 +764,9 @@ TEST_F(StoreTest, MasterRestartNodesRemountAndServiceResumes) {
       }
     } thaw{cluster_};
     for (size_t i = 0; i < cluster_.node_count(); ++i) ASSERT_TRUE(cluster_.node(i).Kill(SIGSTOP));
+    for (size_t i = 0; i < cluster_.node_count(); ++i) {
+      ASSERT_TRUE(cluster_.node(i).process().WaitStopped(Millis(2000)));
+    }
     const auto frozen_at = SteadyClock::now();
     for (int i = 0; i < 5; ++i) {
       const std::string key = "restart/after-shm-" + std::to_string(i);

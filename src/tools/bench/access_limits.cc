@@ -18,11 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/populate.h"
 #include "tools/bench/bench.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14; older headers lack the name
-#endif
 
 namespace granary::bench {
 namespace {
