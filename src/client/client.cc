@@ -521,7 +521,14 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
   if (taken.empty()) return results;
   std::vector<ChecksumStream> hashes(taken.size());
   std::vector<Status> wrote(taken.size());
+  std::vector<char> late(taken.size(), 0);  // not written: past its hand-out time when its turn came
   auto write = [&](size_t k) {
+    // The lease is checked before each copy, not once per batch: a long batch's last copies
+    // would otherwise start into reservations near the end of their lease.
+    if (client::ReservationPool::Clock::now() >= held[taken[k]]->good_until) {
+      late[k] = 1;
+      return;
+    }
     wrote[k] = io_.Write(held[taken[k]]->replica, parts[taken[k]], &hashes[k]);
   };
   if (taken.size() == 1) {
@@ -536,6 +543,11 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
   std::vector<size_t> committing;
   for (size_t k = 0; k < taken.size(); ++k) {
     const size_t i = taken[k];
+    if (late[k]) {  // never written: the pool releases it as stale
+      reservations_.Return(std::move(*held[i]));
+      rest.push_back(i);
+      continue;
+    }
     // A failed write may still have bytes on their way: the reservation is left to expire (the
     // master quarantines it then) and the key goes the two-call way.
     if (!wrote[k].ok()) {

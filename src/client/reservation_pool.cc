@@ -45,7 +45,9 @@ void ReservationPool::Return(Held held) {
   std::unique_lock lock(mu_);
   if (closing_) {
     lock.unlock();
-    Release({held.name});
+    std::vector<Held> one;
+    one.push_back(std::move(held));
+    Release(std::move(one));
     return;
   }
   SizeClass& cls = sizes_[size];
@@ -62,17 +64,17 @@ void ReservationPool::Close() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  std::vector<uint64_t> names;
+  std::vector<Held> held;
   {
     std::lock_guard lock(mu_);
     for (auto& [size, cls] : sizes_) {
-      for (const Held& h : cls.ready) names.push_back(h.name);
+      for (Held& h : cls.ready) held.push_back(std::move(h));
     }
     sizes_.clear();
     held_count_ = 0;
     held_bytes_ = 0;
   }
-  Release(std::move(names));
+  Release(std::move(held));
 }
 
 ReservationPool::Stats ReservationPool::stats() const {
@@ -93,7 +95,7 @@ void ReservationPool::Run() {
 }
 
 void ReservationPool::RefillOnce() {
-  std::vector<uint64_t> stale;
+  std::vector<Held> stale;
   std::vector<std::pair<uint64_t, uint32_t>> wanted;  // (size, count)
   {
     std::lock_guard lock(mu_);
@@ -103,7 +105,7 @@ void ReservationPool::RefillOnce() {
       SizeClass& cls = it->second;
       const bool idle = now - cls.last_use > kIdle;
       while (!cls.ready.empty() && (idle || cls.ready.front().good_until <= now)) {
-        stale.push_back(cls.ready.front().name);
+        stale.push_back(std::move(cls.ready.front()));
         cls.ready.pop_front();
         held_count_--;
         held_bytes_ -= size;
@@ -116,7 +118,7 @@ void ReservationPool::RefillOnce() {
     }
     uint64_t room = max_bytes_ - std::min(max_bytes_, held_bytes_);
     for (const auto& [size, cls] : sizes_) {
-      if (cls.ready.size() >= cls.target) continue;
+      if (cls.ready.size() >= cls.target || now < cls.retry_after) continue;
       const uint64_t count = std::min<uint64_t>(cls.target - cls.ready.size(), room / size);
       if (count == 0) continue;
       wanted.emplace_back(size, static_cast<uint32_t>(count));
@@ -131,16 +133,28 @@ void ReservationPool::RefillOnce() {
     req.set_count(count);
     proto::ReserveResponse resp;
     const Clock::time_point sent = Clock::now();  // the lease runs from the master's grant, later
-    if (!link_->Reserve(req, &resp).ok() || resp.granted_size() == 0) continue;
+    const bool granted = link_->Reserve(req, &resp).ok() && resp.granted_size() > 0;
+    {
+      std::lock_guard lock(mu_);
+      if (auto cls = sizes_.find(size); cls != sizes_.end()) {
+        cls->second.backoff =
+            granted ? Clock::duration{}
+                    : std::clamp<Clock::duration>(2 * cls->second.backoff, kMinBackoff, kMaxBackoff);
+        cls->second.retry_after = Clock::now() + cls->second.backoff;
+      }
+    }
+    if (!granted) continue;
     const Clock::time_point good_until =
         sent + std::chrono::milliseconds(static_cast<int64_t>(resp.ttl_ms() / 2));
-    std::vector<uint64_t> refused;
+    std::vector<Held> refused;
     {
       std::lock_guard lock(mu_);
       for (auto& g : *resp.mutable_granted()) {
-        // A reservation without its replica (segment gone since) or of another size is useless.
-        if (closing_ || !g.has_replica() || g.replica().length() != size) {
-          refused.push_back(g.reservation());
+        // Without its replica (segment gone since) it cannot be named by place: left to expire.
+        if (!g.has_replica()) continue;
+        // After Close, or of another size: useless.
+        if (closing_ || g.replica().length() != size) {
+          refused.push_back({g.reservation(), std::move(*g.mutable_replica()), good_until});
           continue;
         }
         sizes_[size].ready.push_back({g.reservation(), std::move(*g.mutable_replica()), good_until});
@@ -152,11 +166,15 @@ void ReservationPool::RefillOnce() {
   }
 }
 
-void ReservationPool::Release(std::vector<uint64_t> names) {
-  if (names.empty()) return;
+void ReservationPool::Release(std::vector<Held> held) {
+  if (held.empty()) return;
   proto::ReleaseReservationsRequest req;
   req.set_client_id(client_id_);
-  for (uint64_t name : names) req.add_reservations(name);
+  for (const Held& h : held) {
+    req.add_reservations(h.name);
+    req.add_segment_ids(h.replica.segment_id());
+    req.add_offsets(h.replica.offset());
+  }
   proto::BatchStatusResponse ignored;  // on failure the leases end and the master takes them back
   (void)link_->ReleaseReservations(req, &ignored);
 }

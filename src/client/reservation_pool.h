@@ -46,6 +46,9 @@ class ReservationPool {
   };
   static constexpr std::chrono::seconds kIdle{10};
   static constexpr uint32_t kMaxPerSize = 64;
+  // A size whose Reserve got nothing is asked again after kMinBackoff, doubling to kMaxBackoff.
+  static constexpr std::chrono::milliseconds kMinBackoff{50};
+  static constexpr std::chrono::milliseconds kMaxBackoff{1000};
 
   // max_bytes 0: the pool never reserves (every Take misses).
   ReservationPool(MasterLink* link, std::string client_id, uint64_t max_bytes);
@@ -63,12 +66,16 @@ class ReservationPool {
     std::deque<Held> ready;
     uint32_t target = 0;
     Clock::time_point last_use{};
+    // After a Reserve that got nothing (store full, cap reached), none before this.
+    Clock::time_point retry_after{};
+    Clock::duration backoff{};
   };
   void Run();
   // One pass: release what is stale, then reserve what is wanted. Takes mu_ briefly, calls the
   // master without it.
   void RefillOnce();
-  void Release(std::vector<uint64_t> names);
+  // Each by name and place (the master frees it only if held there).
+  void Release(std::vector<Held> held);
 
   MasterLink* link_;
   const std::string client_id_;

@@ -331,7 +331,9 @@ grpc::Status MasterService::ReleaseReservations(Ctx*, const proto::ReleaseReserv
   CallScope scope(Metrics("ReleaseReservations"), req->reservations_size());
   auto statuses = state_->ReleaseReservations(
       {req->client_id(),
-       std::vector<uint64_t>(req->reservations().begin(), req->reservations().end())});
+       std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
+       std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
+       std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return grpc::Status::OK;
 }

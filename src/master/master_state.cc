@@ -38,7 +38,8 @@ MasterState::MasterState(MasterPolicy policy, const Clock* clock, uint64_t segme
       clock_(clock),
       segment_id_base_(segment_id_base),
       segments_(segment_id_base),
-      garbage_(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes) {
+      garbage_(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes),
+      next_put_gen_(std::max<uint64_t>(segment_id_base, 1)) {
   if (policy_.shard_count == 0) policy_.shard_count = 1;
   shards_.reserve(policy_.shard_count);
   for (uint32_t i = 0; i < policy_.shard_count; ++i) shards_.push_back(std::make_unique<Shard>());

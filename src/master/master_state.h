@@ -59,7 +59,8 @@ struct MasterPolicy {
   int64_t put_discard_timeout_ms = 30'000;
   int64_t put_release_timeout_ms = 600'000;
   // Reserved space (ReserveOp): each reservation's lease, and the most one client may hold.
-  // An expired reservation waits write_quarantine_ms more before reuse (its writer may be paused).
+  // An expired reservation's space is reused no sooner than put_release_timeout_ms after its
+  // grant, nor write_quarantine_ms after its expiry (its writer may be paused mid-copy).
   int64_t reservation_ttl_ms = 60'000;
   uint64_t reservation_max_bytes = 256ull << 20;
   double eviction_high_watermark = 0.90;
@@ -114,8 +115,11 @@ struct QueryResult {
 
 class MasterState {
  public:
-  // segment_id_base: the first segment id (part of the initial state: a standby replaying this
-  // master's operations must start from the same base).
+  // segment_id_base: the first segment id, and the first name of puts, reservations and versions
+  // (part of the initial state: a standby replaying this master's operations must start from the
+  // same base). The default, the wall clock in ms << 16, makes a restarted master's names higher
+  // than any an earlier master handed out: a stale PutEnd, commit or release names nothing of
+  // the new master's, and of two disk copies of a key the newer version has the higher gen.
   MasterState(MasterPolicy policy, const Clock* clock,
               uint64_t segment_id_base = SegmentTable::DefaultSegmentIdBase());
   MasterState(const MasterState&) = delete;
@@ -346,6 +350,12 @@ class MasterState {
   };
   ShardGroups GroupByShard(const std::vector<std::string>& keys) const;
   ShardGroups GroupByShard(std::span<const std::string_view> keys) const;
+  // found[i]: keys[i]'s entry, or null. The batch's lookups run interleaved, stage by stage, so
+  // that their cache misses overlap: one find is a chain of dependent loads (bucket slot, the
+  // node before, the node, the key's bytes) that a call from the network meets cold. The caller
+  // holds the lock of every shard in `groups`.
+  void FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
+               std::vector<const ObjectMeta*>& found) const;
 
   MountResult ApplyMount(const MountSegmentOp& op, int64_t now);
   UnmountResult ApplyUnmount(const UnmountSegmentOp& op, int64_t now);
@@ -461,7 +471,7 @@ class MasterState {
   mutable std::mutex apply_mu_;
   uint64_t last_seq_ = 0;
   int64_t last_now_ms_ = 0;
-  uint64_t next_put_gen_ = 1;
+  uint64_t next_put_gen_;  // from segment_id_base (at least 1)
   std::vector<Observer> observers_;
   // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
   // client are derived (the cap's check), the atomics are for metrics.

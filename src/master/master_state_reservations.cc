@@ -4,8 +4,9 @@
 // Why it is safe: a reservation is allocated space owned by one client, so nobody else is handed
 // it while the client may write it. It leaves the client only (a) by a commit, when the space
 // becomes the object's replica; (b) by the client's release (its word that it no longer writes);
-// (c) at the end of its lease, when it is quarantined for write_quarantine_ms before reuse (a
-// client checks the lease before each copy; the quarantine covers a copy paused past it); or (d)
+// (c) at the end of its lease, when it is quarantined before reuse: a client checks the lease
+// before each copy, and the space waits until put_release_timeout_ms after the grant (at least
+// write_quarantine_ms), as long as a two-call put's whose writer went silent; or (d)
 // with its segment's memory (unmount): a remount carries a new token, which a writer checks
 // before each copy, and the remount's own quarantine covers a copy under way.
 #include <algorithm>
@@ -118,10 +119,8 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
       const std::string& key = op.keys[i];
-      if (Status s = ValidateKey(key); !s.ok()) {
-        results[i] = s;
-        continue;
-      }
+      // The reservation first: a refusal for the key's own reason then means the reservation
+      // is held, unused, and the client may use it again.
       auto held = reservations_.find(op.reservations[i]);
       if (held == reservations_.end() || held->second.extent.segment_id != op.segment_ids[i] ||
           held->second.extent.offset != op.offsets[i]) {
@@ -143,6 +142,10 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
                             "object size " + std::to_string(op.sizes[i]) +
                                 " is not the reservation's " +
                                 std::to_string(held->second.extent.length));
+        continue;
+      }
+      if (Status s = ValidateKey(key); !s.ok()) {
+        results[i] = s;
         continue;
       }
       auto it = shard.objects.find(key);
@@ -171,13 +174,20 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
 
 std::vector<Status> MasterState::ApplyReleaseReservations(const ReleaseReservationsOp& op) {
   const size_t n = op.reservations.size();
-  if (Status limit = BatchLimit(n); !limit.ok()) return std::vector<Status>(n, limit);
+  Status batch_error = BatchShapeError(
+      n, op.segment_ids.size() == n && op.offsets.size() == n,
+      "reservations, segments and offsets differ in length");
+  if (!batch_error.ok()) return std::vector<Status>(n, batch_error);
   std::vector<Status> results(n);
   for (size_t i = 0; i < n; ++i) {
+    // The place too, as for a commit: a release must never free space the client holds now
+    // under the same name (defence in depth: names no longer restart with a new master).
     auto held = reservations_.find(op.reservations[i]);
-    if (held == reservations_.end()) {
-      results[i] = Status(ErrorCode::INVALID_WRITE,
-                          "reservation " + std::to_string(op.reservations[i]) + " is not held");
+    if (held == reservations_.end() || held->second.extent.segment_id != op.segment_ids[i] ||
+        held->second.extent.offset != op.offsets[i]) {
+      results[i] = Status(ErrorCode::INVALID_WRITE, "reservation " +
+                                                        std::to_string(op.reservations[i]) +
+                                                        " is not held at that place");
     } else if (held->second.client_id != op.client_id) {
       results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "the reservation is another client's");
     } else {
@@ -204,7 +214,12 @@ size_t MasterState::ExpireReservations(int64_t now) {
   for (auto it = reservations_.begin(); it != reservations_.end();) {
     auto current = it++;
     if (current->second.expires_ms > now) continue;
-    FreeLater({current->second.extent}, SaturatingAdd(now, policy_.write_quarantine_ms), now);
+    // Its holder may be paused mid-copy: the space waits as long as a silent two-call put's
+    // would (put_release_timeout from the grant), and at least write_quarantine from now.
+    const int64_t granted_ms = current->second.expires_ms - policy_.reservation_ttl_ms;
+    const int64_t free_at = std::max(SaturatingAdd(now, policy_.write_quarantine_ms),
+                                     SaturatingAdd(granted_ms, policy_.put_release_timeout_ms));
+    FreeLater({current->second.extent}, free_at, now);
     ForgetReservation(current);
     expired++;
   }

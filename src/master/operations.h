@@ -100,10 +100,13 @@ struct PutCommitOp {
   std::vector<uint64_t> segment_ids;
   std::vector<uint64_t> offsets;
 };
-// The client will not write these reservations again: their space is free at once.
+// The client will not write these reservations again: their space is free at once. Each is
+// released only if it is held at segment_ids[i], offsets[i] (as in PutCommitOp).
 struct ReleaseReservationsOp {
   std::string client_id;
   std::vector<uint64_t> reservations;
+  std::vector<uint64_t> segment_ids;
+  std::vector<uint64_t> offsets;
 };
 struct GetReplicaListOp {
   std::string client_id;

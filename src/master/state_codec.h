@@ -16,7 +16,7 @@ namespace granary::master {
 // 3: each version's and each PutStart's persistence (ReplicateConfig.persistence).
 // 4: promotions (disk -> memory) under way.
 // 5: reservations (one-round-trip puts) and their policy.
-inline constexpr uint64_t kSnapshotFormat = 5;
+inline constexpr uint64_t kSnapshotFormat = 6;  // 6: releases name their place
 
 // One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
 template <typename IO> void Fields(IO& io, PutPersistence& p) {
@@ -92,7 +92,7 @@ template <typename IO> void Fields(IO& io, PutCommitOp& o) {
   io(o.upsert); io(o.segment_ids); io(o.offsets);
 }
 template <typename IO> void Fields(IO& io, ReleaseReservationsOp& o) {
-  io(o.client_id); io(o.reservations);
+  io(o.client_id); io(o.reservations); io(o.segment_ids); io(o.offsets);
 }
 template <typename IO> void Fields(IO& io, GetReplicaListOp& o) { io(o.client_id); io(o.keys); }
 template <typename IO> void Fields(IO& io, FinishReadOp& o) { io(o.client_id); io(o.keys); }

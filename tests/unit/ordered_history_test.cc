@@ -94,7 +94,8 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
           const uint64_t size = (1 + rng() % 64) * kKiB;
           ReserveResult reserved = state.Reserve({client, size, static_cast<uint32_t>(n), {}});
           std::vector<std::string> commit_keys;
-          std::vector<uint64_t> names, sizes, sums, spare, segments, offsets;
+          std::vector<uint64_t> names, sizes, sums, spare, segments, offsets, spare_segments,
+              spare_offsets;
           for (size_t k = 0; k < reserved.granted.size(); ++k) {
             const int fate = static_cast<int>(rng() % 12);
             if (fate < 8) {
@@ -106,6 +107,9 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
               offsets.push_back(reserved.granted[k].extent.offset + (rng() % 20 == 0 ? 64 : 0));
             } else if (fate < 11) {
               spare.push_back(reserved.granted[k].gen);
+              spare_segments.push_back(reserved.granted[k].extent.segment_id);
+              // Now and then a wrong place: the release must then free nothing.
+              spare_offsets.push_back(reserved.granted[k].extent.offset + (rng() % 20 == 0 ? 64 : 0));
             }
           }
           if (!commit_keys.empty()) {
@@ -115,7 +119,9 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
             state.PutCommit({rng() % 8 == 0 ? std::string("client-x") : client, commit_keys, names,
                              sizes, sums, config, rng() % 4 == 0, segments, offsets});
           }
-          if (!spare.empty()) state.ReleaseReservations({client, spare});
+          if (!spare.empty()) {
+            state.ReleaseReservations({client, spare, spare_segments, spare_offsets});
+          }
         } else if (pick < 40) {
           std::vector<uint64_t> sizes;
           for (int k = 0; k < n; ++k) sizes.push_back((1 + rng() % 64) * kKiB + rng() % 100);

@@ -2,6 +2,9 @@
 // the promise that space a client may still write is never handed to anyone else.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "master/master_state.h"
 
 namespace granary::master {
@@ -17,6 +20,8 @@ class ReservationTest : public ::testing::Test {
     MasterPolicy p;
     p.reservation_ttl_ms = 1'000;
     p.write_quarantine_ms = 5'000;
+    p.put_discard_timeout_ms = 1'000;
+    p.put_release_timeout_ms = 3'000;  // below lease + quarantine: the quarantine decides
     p.eviction_high_watermark = 0.9;
     p.reservation_max_bytes = 64 * kMiB;
     return p;
@@ -31,6 +36,17 @@ class ReservationTest : public ::testing::Test {
                               bool upsert = false) {
     return {client, {key},   {r.gen}, {size}, {0xC0FFEE}, config, upsert,
             {r.extent.segment_id}, {r.extent.offset}};
+  }
+  // Releases each by name and its own place.
+  static ReleaseReservationsOp ReleaseOp(const std::string& client,
+                                         const std::vector<Reservation>& rs) {
+    ReleaseReservationsOp op{client, {}, {}, {}};
+    for (const Reservation& r : rs) {
+      op.reservations.push_back(r.gen);
+      op.segment_ids.push_back(r.extent.segment_id);
+      op.offsets.push_back(r.extent.offset);
+    }
+    return op;
   }
   Status Commit(const std::string& client, const std::string& key, const Reservation& r,
                 uint64_t size, PlacementConfig config = {}, bool upsert = false) {
@@ -166,14 +182,106 @@ TEST_F(ReservationTest, AnExpiredReservationIsQuarantinedBeforeAnyoneElseGetsIts
   EXPECT_TRUE(state.PutStart({"w", {"x"}, {4 * kMiB}, {}, false})[0].status.ok());
 }
 
+// A paused holder may write its reservation long after the lease: the space waits as long as a
+// two-call put's whose writer went silent (put_release_timeout from the grant).
+TEST_F(ReservationTest, AnExpiredReservationWaitsAsLongAsASilentPutsSpaceWould) {
+  MasterPolicy p = Policy();
+  p.eviction_high_watermark = 1.0;
+  p.write_quarantine_ms = 2'000;
+  p.put_release_timeout_ms = 10'000;  // above lease + quarantine: it decides
+  MasterState state(p, &clock_);
+  ASSERT_TRUE(state.Mount({"node", {"s", 16 * kMiB, "127.0.0.1:1", "", "", 1, true}}).status.ok());
+  auto fill = state.PutStart({"w", {"fill"}, {12 * kMiB}, {}, false})[0];
+  ASSERT_TRUE(fill.status.ok());
+  ASSERT_TRUE(state.PutEnd({"w", {"fill"}, {1}, {fill.put_gen}})[0].ok());
+  const int64_t granted_ms = clock_.NowMs();
+  ASSERT_EQ(state.Reserve({"c", 4 * kMiB, 1, {}}).granted.size(), 1u);
+  clock_.Advance(Millis(1'000));
+  EXPECT_EQ(state.Sweep().expired_reservations, 1u);
+  for (int64_t at : {3'000, 9'999}) {  // past lease + quarantine, short of the release timeout
+    clock_.Advance(Millis(granted_ms + at - clock_.NowMs()));
+    state.Sweep();
+    EXPECT_EQ(state.PutStart({"w", {"x"}, {4 * kMiB}, {}, false})[0].status.code(),
+              ErrorCode::NO_AVAILABLE_HANDLE)
+        << "the space came back " << at << " ms after the grant";
+  }
+  clock_.Advance(Millis(1));
+  state.Sweep();
+  EXPECT_TRUE(state.PutStart({"w", {"x"}, {4 * kMiB}, {}, false})[0].status.ok());
+}
+
+TEST_F(ReservationTest, AReleaseFreesOnlyTheExtentItNames) {
+  MountSeg("seg", 64 * kMiB);
+  const uint64_t before = Used();
+  ReserveResult r = state_.Reserve({"c", kMiB, 1, {}});
+  ASSERT_EQ(r.granted.size(), 1u);
+  Reservation elsewhere = r.granted[0];
+  elsewhere.extent.offset += 64;
+  auto released = state_.ReleaseReservations(ReleaseOp("c", {elsewhere}));
+  EXPECT_EQ(released[0].code(), ErrorCode::INVALID_WRITE);
+  elsewhere = r.granted[0];
+  elsewhere.extent.segment_id += 1;
+  released = state_.ReleaseReservations(ReleaseOp("c", {elsewhere}));
+  EXPECT_EQ(released[0].code(), ErrorCode::INVALID_WRITE);
+  ReleaseReservationsOp short_op = ReleaseOp("c", {r.granted[0]});
+  short_op.offsets.clear();
+  EXPECT_EQ(state_.ReleaseReservations(short_op)[0].code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(state_.reservation_count(), 1u) << "a release at the wrong place freed something";
+  EXPECT_TRUE(Commit("c", "k", r.granted[0], kMiB).ok());
+  EXPECT_GT(Used(), before);
+}
+
+// Names restart no more with a new master: a client still holding an earlier master's names
+// (its pool) can neither release nor commit the new master's reservations with them.
+TEST_F(ReservationTest, ARestartedMastersNamesAreAboveAnyEarlierOnes) {
+  const auto wall_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  auto mount = [](MasterState& s) {
+    return s.Mount({"node", {"seg", 64 * kMiB, "127.0.0.1:1", "", "", 1, true}});
+  };
+  MasterState first(Policy(), &clock_);
+  ASSERT_TRUE(mount(first).status.ok());
+  ReserveResult old_names = first.Reserve({"c", kMiB, 8, {}});
+  ASSERT_EQ(old_names.granted.size(), 8u);
+  auto put = first.PutStart({"c", {"p"}, {kMiB}, {}, false})[0];
+  ASSERT_TRUE(put.status.ok());
+  const int64_t started = wall_ms();
+  while (wall_ms() == started) std::this_thread::sleep_for(std::chrono::microseconds(200));
+
+  MasterState second(Policy(), &clock_);  // the restart: an empty state
+  MountResult remount = mount(second);
+  ASSERT_TRUE(remount.status.ok());
+  ReserveResult new_names = second.Reserve({"c", kMiB, 8, {}});
+  ASSERT_EQ(new_names.granted.size(), 8u);
+  uint64_t highest_old = put.put_gen;
+  for (const auto& g : old_names.granted) highest_old = std::max(highest_old, g.gen);
+  for (const auto& g : new_names.granted) EXPECT_GT(g.gen, highest_old);
+  EXPECT_GT(second.PutStart({"c", {"q"}, {kMiB}, {}, false})[0].put_gen, highest_old);
+
+  // The old names, even quoted at the new mount's place, free and fill nothing.
+  std::vector<Reservation> stale = old_names.granted;
+  for (Reservation& s : stale) s.extent.segment_id = remount.segment_id;
+  for (const Status& s : second.ReleaseReservations(ReleaseOp("c", stale))) {
+    EXPECT_EQ(s.code(), ErrorCode::INVALID_WRITE);
+  }
+  EXPECT_EQ(second.reservation_count(), 8u);
+  EXPECT_EQ(second.PutCommit(CommitOp("c", "k", stale[0], kMiB))[0].code(),
+            ErrorCode::INVALID_WRITE);
+}
+
 TEST_F(ReservationTest, ReleaseFreesAtOnceButOnlyTheOwnersWord) {
   MountSeg("seg", 64 * kMiB);
   const uint64_t before = Used();
   ReserveResult r = state_.Reserve({"c", kMiB, 2, {}});
   ASSERT_EQ(r.granted.size(), 2u);
-  auto released = state_.ReleaseReservations({"other", {r.granted[0].gen}});
+  auto released = state_.ReleaseReservations(ReleaseOp("other", {r.granted[0]}));
   EXPECT_EQ(released[0].code(), ErrorCode::ILLEGAL_CLIENT);
-  released = state_.ReleaseReservations({"c", {r.granted[0].gen, r.granted[1].gen, 12345}});
+  Reservation unknown = r.granted[1];
+  unknown.gen = 12345;
+  released = state_.ReleaseReservations(ReleaseOp("c", {r.granted[0], r.granted[1], unknown}));
   EXPECT_TRUE(released[0].ok());
   EXPECT_TRUE(released[1].ok());
   EXPECT_EQ(released[2].code(), ErrorCode::INVALID_WRITE);
