@@ -131,6 +131,7 @@ struct ClientStats {
   uint64_t shm_warm_ns = 0;
   // Objects put in one master call, into space reserved ahead (ClientOptions::reserve_bytes).
   uint64_t reserved_puts = 0;
+  uint64_t reservations_held = 0;  // ready for puts now, in the background-filled pool (a gauge)
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:

@@ -371,6 +371,7 @@ class ClientImpl final : public Client {
   ClientStats Stats() const override {
     ClientStats stats = io_.Stats();
     stats.reserved_puts = reserved_puts_.load(std::memory_order_relaxed);
+    stats.reservations_held = reservations_.stats().held;
     return stats;
   }
   void Close() override {

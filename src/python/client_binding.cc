@@ -408,6 +408,8 @@ class PyClient {
     d["shm_bytes_warmed"] = s.shm_bytes_warmed;
     d["shm_bytes_warm_pending"] = s.shm_bytes_warm_pending;
     d["shm_warm_ns"] = s.shm_warm_ns;
+    d["reserved_puts"] = s.reserved_puts;
+    d["reservations_held"] = s.reservations_held;
     return d;
   }
   const std::string& client_id() const { return client_->client_id(); }

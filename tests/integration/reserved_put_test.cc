@@ -115,9 +115,13 @@ TEST_F(ReservedPutTest, AReservationWhoseCommitOutcomeIsUnknownIsNeverWrittenAga
   ASSERT_NE(reader, nullptr);
   std::vector<std::pair<std::string, Bytes>> written;
   PutUntilReserved(*writer, "unknown/warm/", kSize, 1, written);
-  // The pool refills its one reservation in the background.
-  ASSERT_TRUE(WaitUntil([&] { return ReservationsGauge(cluster_) == 1; }, Millis(5000), Millis(20)))
-      << "reservations held: " << ReservationsGauge(cluster_);
+  // The pool refills its one reservation in the background: the master granted it, and the
+  // writer's pool holds it (else the put below would go the two-call way).
+  ASSERT_TRUE(WaitUntil(
+      [&] { return ReservationsGauge(cluster_) == 1 && writer->Stats().reservations_held == 1; },
+      Millis(5000), Millis(20)))
+      << "reservations held: " << ReservationsGauge(cluster_) << " at the master, "
+      << writer->Stats().reservations_held << " in the pool";
 
   const Bytes a = testdata::Pattern("unknown/a", kSize);
   ASSERT_TRUE(cluster_.master().process().Kill(SIGSTOP));

@@ -249,6 +249,22 @@ def test_stats_count_the_same_host_path(store):
     assert after["tcp_bytes_read"] == before["tcp_bytes_read"]
 
 
+def test_stats_count_puts_into_reserved_space(store):
+    # The first put of a size misses the pool and fills it in the background; later ones of that
+    # size are one master call each (bounded: the refill is asynchronous).
+    deadline = time.monotonic() + 10
+    i = 0
+    while store.stats()["reserved_puts"] == 0 and time.monotonic() < deadline:
+        store.put(f"n/reserved/{i}", b"r" * 12_345)
+        i += 1
+        time.sleep(0.01)
+    stats = store.stats()
+    assert stats["reserved_puts"] >= 1, stats
+    assert isinstance(stats["reservations_held"], int)
+    for k in range(i):
+        assert store.get(f"n/reserved/{k}") == b"r" * 12_345
+
+
 def test_embedded_segment_and_close(standalone):
     s = granary.Store(standalone.master, segment_size="32MiB", segment_name="py-embedded")
     assert s.segment_name == "py-embedded"
