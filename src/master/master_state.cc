@@ -540,43 +540,43 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     for (auto& r : results) r.status = batch_error;
     return results;
   }
-  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
-    Shard& shard = *shards_[shard_index];
-    std::lock_guard lock(shard.mu);
-    for (size_t i : indices) {
-      ReadKeyResult& out = results[i];
-      if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
-        out.status = s;
-        continue;
-      }
-      auto it = shard.objects.find(op.keys[i]);
-      if (it == shard.objects.end()) {
-        out.status = NotFound(op.keys[i]);
-        continue;
-      }
-      ObjectMeta& meta = it->second;
-      if (!meta.committed) {
-        out.status = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
-        continue;
-      }
-      meta.DropExpiredLocks(now);
-      auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
-                                 [&](const ReadLock& l) { return l.client_id == op.client_id; });
-      if (holder == meta.readers.end()) {
-        meta.readers.push_back({op.client_id, 1, now + policy_.lease_ttl_ms});
-      } else {
-        holder->count++;
-        holder->expiry_ms = now + policy_.lease_ttl_ms;
-      }
-      meta.last_access_ms = now;
-      if (meta.reads < kMaxQueueReads) meta.reads++;
-      if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = SaturatingAdd(now, meta.soft_pin_ttl_ms);
-      out.size = meta.committed->size;
-      out.checksum = meta.committed->checksum;
-      out.replicas = meta.committed->replicas;
-      out.disk = meta.committed->disk;
-      out.version_gen = meta.committed->gen;
+  const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
+  const ShardGroups groups = GroupByShard(keys);
+  const auto locks = LockAll(groups);  // every shard at once, so that the lookups overlap
+  std::vector<ObjectMeta*> found;
+  FindAll(groups, keys, found);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ReadKeyResult& out = results[i];
+    if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
+      out.status = s;
+      continue;
     }
+    if (found[i] == nullptr) {
+      out.status = NotFound(op.keys[i]);
+      continue;
+    }
+    ObjectMeta& meta = *found[i];
+    if (!meta.committed) {
+      out.status = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
+      continue;
+    }
+    meta.DropExpiredLocks(now);
+    auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
+                               [&](const ReadLock& l) { return l.client_id == op.client_id; });
+    if (holder == meta.readers.end()) {
+      meta.readers.push_back({op.client_id, 1, now + policy_.lease_ttl_ms});
+    } else {
+      holder->count++;
+      holder->expiry_ms = now + policy_.lease_ttl_ms;
+    }
+    meta.last_access_ms = now;
+    if (meta.reads < kMaxQueueReads) meta.reads++;
+    if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = SaturatingAdd(now, meta.soft_pin_ttl_ms);
+    out.size = meta.committed->size;
+    out.checksum = meta.committed->checksum;
+    out.replicas = meta.committed->replicas;
+    out.disk = meta.committed->disk;
+    out.version_gen = meta.committed->gen;
   }
   return results;
 }
@@ -587,25 +587,25 @@ std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t
     std::fill(results.begin(), results.end(), limit);
     return results;
   }
-  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
-    Shard& shard = *shards_[shard_index];
-    std::lock_guard lock(shard.mu);
-    for (size_t i : indices) {
-      auto it = shard.objects.find(op.keys[i]);
-      if (it == shard.objects.end()) {
-        results[i] = NotFound(op.keys[i]);
-        continue;
-      }
-      ObjectMeta& meta = it->second;
-      auto holder = std::find_if(meta.readers.begin(), meta.readers.end(), [&](const ReadLock& l) {
-        return l.client_id == op.client_id && l.expiry_ms > now;
-      });
-      if (holder == meta.readers.end()) {
-        results[i] = Status(ErrorCode::LEASE_EXPIRED, "no live read lock held by this client");
-        continue;
-      }
-      if (--holder->count == 0) meta.readers.erase(holder);
+  const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
+  const ShardGroups groups = GroupByShard(keys);
+  const auto locks = LockAll(groups);
+  std::vector<ObjectMeta*> found;
+  FindAll(groups, keys, found);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (found[i] == nullptr) {
+      results[i] = NotFound(op.keys[i]);
+      continue;
     }
+    ObjectMeta& meta = *found[i];
+    auto holder = std::find_if(meta.readers.begin(), meta.readers.end(), [&](const ReadLock& l) {
+      return l.client_id == op.client_id && l.expiry_ms > now;
+    });
+    if (holder == meta.readers.end()) {
+      results[i] = Status(ErrorCode::LEASE_EXPIRED, "no live read lock held by this client");
+      continue;
+    }
+    if (--holder->count == 0) meta.readers.erase(holder);
   }
   return results;
 }

@@ -356,6 +356,11 @@ class MasterState {
   // holds the lock of every shard in `groups`.
   void FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
                std::vector<const ObjectMeta*>& found) const;
+  void FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
+               std::vector<ObjectMeta*>& found);
+  // Locks every shard of `groups`, ascending (the order GroupByShard gives). Only batch lookups
+  // hold more than one shard lock, all of them ascending, so this cannot deadlock.
+  std::vector<std::unique_lock<std::mutex>> LockAll(const ShardGroups& groups) const;
 
   MountResult ApplyMount(const MountSegmentOp& op, int64_t now);
   UnmountResult ApplyUnmount(const UnmountSegmentOp& op, int64_t now);

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "master/state_internal.h"
 
@@ -25,19 +26,102 @@ std::vector<int32_t> MasterState::BatchExist(std::span<const std::string_view> k
     std::fill(results.begin(), results.end(), static_cast<int32_t>(limit.code()));
     return results;
   }
-  for (const auto& [shard_index, indices] : GroupByShard(keys)) {
-    const Shard& shard = *shards_[shard_index];
-    std::lock_guard lock(shard.mu);
-    for (size_t i : indices) {
-      if (Status s = ValidateKey(keys[i]); !s.ok()) {
-        results[i] = static_cast<int32_t>(s.code());
-        continue;
-      }
-      auto it = shard.objects.find(keys[i]);
-      results[i] = (it != shard.objects.end() && it->second.committed) ? 1 : 0;
+  const ShardGroups groups = GroupByShard(keys);
+  const auto locks = LockAll(groups);  // every shard at once, so that the lookups overlap
+  std::vector<const ObjectMeta*> found;
+  FindAll(groups, keys, found);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (Status s = ValidateKey(keys[i]); !s.ok()) {
+      results[i] = static_cast<int32_t>(s.code());
+    } else {
+      results[i] = found[i] != nullptr && found[i]->committed ? 1 : 0;
     }
   }
   return results;
+}
+
+namespace {
+// Whether this library maps a hash to its bucket as hash % bucket_count (libstdc++ does): FindAll
+// computes bucket indices itself, since unordered_map::bucket() takes no heterogeneous key before
+// C++26 and would build a std::string per key. Checked once on a real map; if not, FindAll uses
+// plain find().
+template <typename Map, typename Hash>
+bool BucketIsHashModCount() {
+  Map map;
+  for (int i = 0; i < 1000; ++i) map.try_emplace("bucket-check/" + std::to_string(i));
+  for (const auto& [key, value] : map) {
+    if (map.bucket(key) != Hash{}(key) % map.bucket_count()) return false;
+  }
+  return true;
+}
+}  // namespace
+
+std::vector<std::unique_lock<std::mutex>> MasterState::LockAll(const ShardGroups& groups) const {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (const auto& [shard_index, indices] : groups) locks.emplace_back(shards_[shard_index]->mu);
+  return locks;
+}
+
+void MasterState::FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
+                          std::vector<ObjectMeta*>& found) {
+  // The entries are this (non-const) state's: the const lookup's answer may be written through.
+  std::vector<const ObjectMeta*> entries;
+  std::as_const(*this).FindAll(groups, keys, entries);
+  found.resize(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) found[i] = const_cast<ObjectMeta*>(entries[i]);
+}
+
+void MasterState::FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
+                          std::vector<const ObjectMeta*>& found) const {
+  static const bool kBucketIsHashModCount = BucketIsHashModCount<ObjectMap, KeyHash>();
+  found.assign(keys.size(), nullptr);
+  if (!kBucketIsHashModCount) {
+    for (const auto& [shard_index, indices] : groups) {
+      const ObjectMap& objects = shards_[shard_index]->objects;
+      for (uint32_t i : indices) {
+        auto it = objects.find(keys[i]);
+        if (it != objects.end()) found[i] = &it->second;
+      }
+    }
+    return;
+  }
+  struct Probe {
+    const ObjectMap* objects = nullptr;
+    size_t bucket = 0;
+    ObjectMap::const_local_iterator first;
+  };
+  std::vector<Probe> probes(keys.size());
+  for (const auto& [shard_index, indices] : groups) {
+    const ObjectMap& objects = shards_[shard_index]->objects;
+    if (objects.bucket_count() == 0) continue;
+    for (uint32_t i : indices) {
+      probes[i] = {&objects, KeyHash{}(keys[i]) % objects.bucket_count(), {}};
+    }
+  }
+  // Stage by stage over the whole batch: each stage's loads are independent of one another.
+  for (Probe& p : probes) {  // the bucket slot and the node before the bucket's first
+    if (p.objects == nullptr) continue;
+    p.first = p.objects->begin(p.bucket);
+    if (p.first != p.objects->end(p.bucket)) {
+      __builtin_prefetch(&*p.first);
+      __builtin_prefetch(&p.first->second.committed);
+    }
+  }
+  for (const Probe& p : probes) {  // the first node's key bytes (beyond the string's own buffer)
+    if (p.objects != nullptr && p.first != p.objects->end(p.bucket)) {
+      __builtin_prefetch(p.first->first.data());
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Probe& p = probes[i];
+    if (p.objects == nullptr) continue;
+    for (auto it = p.first; it != p.objects->end(p.bucket); ++it) {
+      if (it->first == keys[i]) {
+        found[i] = &it->second;
+        break;
+      }
+    }
+  }
 }
 
 std::vector<int64_t> MasterState::BatchGetSize(const std::vector<std::string>& keys) const {
