@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 #include <set>
 #include <span>
@@ -107,12 +108,22 @@ TEST_F(MasterStateTest, DuplicateKeysInOneBatch) {
 // Batch lookups run stage by stage over the whole batch (MasterState::FindAll). Against a plain
 // set, over random batches of present, removed, never-seen and repeated keys, with 2 shards of
 // ~1500 objects (long bucket chains and many absent keys landing in occupied buckets).
-TEST(MasterStateBatchTest, BatchLookupsAgreeWithASetOverRandomBatches) {
-  ManualClock clock;
-  MasterPolicy policy;
-  policy.shard_count = 2;
-  MasterState state(policy, &clock);
-  ASSERT_TRUE(state.Mount({"node", {"seg", 256 * kMiB, "127.0.0.1:1", "", "", 0, true}}).status.ok());
+// A state of `shards` shards with one 256 MiB segment: few shards, so each holds many keys.
+class MasterStateBatchTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<MasterState> Crowded(uint32_t shards) {
+    MasterPolicy policy;
+    policy.shard_count = shards;
+    auto state = std::make_unique<MasterState>(policy, &clock_);
+    EXPECT_TRUE(state->Mount({"node", {"seg", 256 * kMiB, "127.0.0.1:1", "", "", 0, true}}).status.ok());
+    return state;
+  }
+  ManualClock clock_;
+};
+
+TEST_F(MasterStateBatchTest, BatchLookupsAgreeWithASetOverRandomBatches) {
+  auto owned = Crowded(2);
+  MasterState& state = *owned;
   std::set<std::string> present;
   std::vector<std::string> keys;
   for (int i = 0; i < 3000; ++i) keys.push_back("k/" + std::to_string(i * 7919 % 100003));
@@ -158,12 +169,9 @@ TEST(MasterStateBatchTest, BatchLookupsAgreeWithASetOverRandomBatches) {
   }
 }
 
-TEST(MasterStateBatchTest, ManyKeysPerShardAnswerAtTheirPositions) {
-  ManualClock clock;
-  MasterPolicy policy;
-  policy.shard_count = 4;
-  MasterState state(policy, &clock);
-  ASSERT_TRUE(state.Mount({"node", {"seg", 256 * kMiB, "127.0.0.1:1", "", "", 0, true}}).status.ok());
+TEST_F(MasterStateBatchTest, ManyKeysPerShardAnswerAtTheirPositions) {
+  auto owned = Crowded(4);
+  MasterState& state = *owned;
   constexpr int kKeys = 500;
   std::vector<std::string> keys;
   std::vector<uint64_t> sizes;
