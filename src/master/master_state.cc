@@ -541,24 +541,20 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     return results;
   }
   const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
-  const ShardGroups groups = GroupByShard(keys);
-  const auto locks = LockAll(groups);  // every shard at once, so that the lookups overlap
-  std::vector<ObjectMeta*> found;
-  FindAll(groups, keys, found);
-  for (size_t i = 0; i < keys.size(); ++i) {
+  FindEach(keys, [&](size_t i, ObjectMeta* found) {
     ReadKeyResult& out = results[i];
     if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
       out.status = s;
-      continue;
+      return;
     }
-    if (found[i] == nullptr) {
+    if (found == nullptr) {
       out.status = NotFound(op.keys[i]);
-      continue;
+      return;
     }
-    ObjectMeta& meta = *found[i];
+    ObjectMeta& meta = *found;
     if (!meta.committed) {
       out.status = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
-      continue;
+      return;
     }
     meta.DropExpiredLocks(now);
     auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
@@ -577,7 +573,7 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     out.replicas = meta.committed->replicas;
     out.disk = meta.committed->disk;
     out.version_gen = meta.committed->gen;
-  }
+  });
   return results;
 }
 
@@ -588,25 +584,21 @@ std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t
     return results;
   }
   const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
-  const ShardGroups groups = GroupByShard(keys);
-  const auto locks = LockAll(groups);
-  std::vector<ObjectMeta*> found;
-  FindAll(groups, keys, found);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (found[i] == nullptr) {
+  FindEach(keys, [&](size_t i, ObjectMeta* found) {
+    if (found == nullptr) {
       results[i] = NotFound(op.keys[i]);
-      continue;
+      return;
     }
-    ObjectMeta& meta = *found[i];
+    ObjectMeta& meta = *found;
     auto holder = std::find_if(meta.readers.begin(), meta.readers.end(), [&](const ReadLock& l) {
       return l.client_id == op.client_id && l.expiry_ms > now;
     });
     if (holder == meta.readers.end()) {
       results[i] = Status(ErrorCode::LEASE_EXPIRED, "no live read lock held by this client");
-      continue;
+      return;
     }
     if (--holder->count == 0) meta.readers.erase(holder);
-  }
+  });
   return results;
 }
 

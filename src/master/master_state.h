@@ -350,17 +350,20 @@ class MasterState {
   };
   ShardGroups GroupByShard(const std::vector<std::string>& keys) const;
   ShardGroups GroupByShard(std::span<const std::string_view> keys) const;
-  // found[i]: keys[i]'s entry, or null. The batch's lookups run interleaved, stage by stage, so
-  // that their cache misses overlap: one find is a chain of dependent loads (bucket slot, the
-  // node before, the node, the key's bytes) that a call from the network meets cold. The caller
-  // holds the lock of every shard in `groups`.
-  void FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
+  // Calls visit(i, keys[i]'s entry or null) for every key, shard by shard (each shard's keys in
+  // the batch's order), with that shard's lock held. The lookups run stage by stage over runs of
+  // up to kLockedShards shards, whose locks are held together (ascending; only these runs hold
+  // more than one shard lock, so no deadlock), so that their cache misses overlap: one find is a
+  // chain of dependent loads (bucket slot, the node before, the node, the key's bytes) that a
+  // call from the network meets cold.
+  static constexpr size_t kLockedShards = 32;  // ThreadSanitizer tracks 64 locks per thread
+  void FindEach(std::span<const std::string_view> keys,
+                const std::function<void(size_t, const ObjectMeta*)>& visit) const;
+  void FindEach(std::span<const std::string_view> keys,
+                const std::function<void(size_t, ObjectMeta*)>& visit);
+  // The staged lookups of one run of shard groups (their locks held): found[i] per key index.
+  void FindRun(std::span<const ShardGroups::Group> run, std::span<const std::string_view> keys,
                std::vector<const ObjectMeta*>& found) const;
-  void FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
-               std::vector<ObjectMeta*>& found);
-  // Locks every shard of `groups`, ascending (the order GroupByShard gives). Only batch lookups
-  // hold more than one shard lock, all of them ascending, so this cannot deadlock.
-  std::vector<std::unique_lock<std::mutex>> LockAll(const ShardGroups& groups) const;
 
   MountResult ApplyMount(const MountSegmentOp& op, int64_t now);
   UnmountResult ApplyUnmount(const UnmountSegmentOp& op, int64_t now);

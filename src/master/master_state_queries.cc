@@ -26,24 +26,20 @@ std::vector<int32_t> MasterState::BatchExist(std::span<const std::string_view> k
     std::fill(results.begin(), results.end(), static_cast<int32_t>(limit.code()));
     return results;
   }
-  const ShardGroups groups = GroupByShard(keys);
-  const auto locks = LockAll(groups);  // every shard at once, so that the lookups overlap
-  std::vector<const ObjectMeta*> found;
-  FindAll(groups, keys, found);
-  for (size_t i = 0; i < keys.size(); ++i) {
+  FindEach(keys, [&](size_t i, const ObjectMeta* found) {
     if (Status s = ValidateKey(keys[i]); !s.ok()) {
       results[i] = static_cast<int32_t>(s.code());
     } else {
-      results[i] = found[i] != nullptr && found[i]->committed ? 1 : 0;
+      results[i] = found != nullptr && found->committed ? 1 : 0;
     }
-  }
+  });
   return results;
 }
 
 namespace {
-// Whether this library maps a hash to its bucket as hash % bucket_count (libstdc++ does): FindAll
+// Whether this library maps a hash to its bucket as hash % bucket_count (libstdc++ does): FindRun
 // computes bucket indices itself, since unordered_map::bucket() takes no heterogeneous key before
-// C++26 and would build a std::string per key. Checked once on a real map; if not, FindAll uses
+// C++26 and would build a std::string per key. Checked once on a real map; if not, FindRun uses
 // plain find().
 template <typename Map, typename Hash>
 bool BucketIsHashModCount() {
@@ -56,51 +52,67 @@ bool BucketIsHashModCount() {
 }
 }  // namespace
 
-std::vector<std::unique_lock<std::mutex>> MasterState::LockAll(const ShardGroups& groups) const {
+void MasterState::FindEach(std::span<const std::string_view> keys,
+                           const std::function<void(size_t, const ObjectMeta*)>& visit) const {
+  const ShardGroups groups = GroupByShard(keys);
+  std::vector<ShardGroups::Group> run;
   std::vector<std::unique_lock<std::mutex>> locks;
-  for (const auto& [shard_index, indices] : groups) locks.emplace_back(shards_[shard_index]->mu);
-  return locks;
+  std::vector<const ObjectMeta*> found(keys.size(), nullptr);
+  auto finish_run = [&] {
+    FindRun(run, keys, found);
+    for (const auto& group : run) {
+      for (uint32_t i : group.indices) visit(i, found[i]);
+    }
+    locks.clear();
+    run.clear();
+  };
+  for (const auto& group : groups) {
+    locks.emplace_back(shards_[group.shard]->mu);
+    run.push_back(group);
+    if (run.size() == kLockedShards) finish_run();
+  }
+  if (!run.empty()) finish_run();
 }
 
-void MasterState::FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
-                          std::vector<ObjectMeta*>& found) {
+void MasterState::FindEach(std::span<const std::string_view> keys,
+                           const std::function<void(size_t, ObjectMeta*)>& visit) {
   // The entries are this (non-const) state's: the const lookup's answer may be written through.
-  std::vector<const ObjectMeta*> entries;
-  std::as_const(*this).FindAll(groups, keys, entries);
-  found.resize(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) found[i] = const_cast<ObjectMeta*>(entries[i]);
+  std::as_const(*this).FindEach(keys, [&](size_t i, const ObjectMeta* found) {
+    visit(i, const_cast<ObjectMeta*>(found));
+  });
 }
 
-void MasterState::FindAll(const ShardGroups& groups, std::span<const std::string_view> keys,
+void MasterState::FindRun(std::span<const ShardGroups::Group> run,
+                          std::span<const std::string_view> keys,
                           std::vector<const ObjectMeta*>& found) const {
   static const bool kBucketIsHashModCount = BucketIsHashModCount<ObjectMap, KeyHash>();
-  found.assign(keys.size(), nullptr);
   if (!kBucketIsHashModCount) {
-    for (const auto& [shard_index, indices] : groups) {
+    for (const auto& [shard_index, indices] : run) {
       const ObjectMap& objects = shards_[shard_index]->objects;
       for (uint32_t i : indices) {
         auto it = objects.find(keys[i]);
-        if (it != objects.end()) found[i] = &it->second;
+        found[i] = it != objects.end() ? &it->second : nullptr;
       }
     }
     return;
   }
   struct Probe {
+    uint32_t key = 0;
     const ObjectMap* objects = nullptr;
     size_t bucket = 0;
     ObjectMap::const_local_iterator first;
   };
-  std::vector<Probe> probes(keys.size());
-  for (const auto& [shard_index, indices] : groups) {
+  std::vector<Probe> probes;
+  for (const auto& [shard_index, indices] : run) {
     const ObjectMap& objects = shards_[shard_index]->objects;
-    if (objects.bucket_count() == 0) continue;
     for (uint32_t i : indices) {
-      probes[i] = {&objects, KeyHash{}(keys[i]) % objects.bucket_count(), {}};
+      found[i] = nullptr;
+      if (objects.bucket_count() == 0) continue;
+      probes.push_back({i, &objects, KeyHash{}(keys[i]) % objects.bucket_count(), {}});
     }
   }
-  // Stage by stage over the whole batch: each stage's loads are independent of one another.
+  // Stage by stage over the run: each stage's loads are independent of one another.
   for (Probe& p : probes) {  // the bucket slot and the node before the bucket's first
-    if (p.objects == nullptr) continue;
     p.first = p.objects->begin(p.bucket);
     if (p.first != p.objects->end(p.bucket)) {
       __builtin_prefetch(&*p.first);
@@ -108,16 +120,12 @@ void MasterState::FindAll(const ShardGroups& groups, std::span<const std::string
     }
   }
   for (const Probe& p : probes) {  // the first node's key bytes (beyond the string's own buffer)
-    if (p.objects != nullptr && p.first != p.objects->end(p.bucket)) {
-      __builtin_prefetch(p.first->first.data());
-    }
+    if (p.first != p.objects->end(p.bucket)) __builtin_prefetch(p.first->first.data());
   }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const Probe& p = probes[i];
-    if (p.objects == nullptr) continue;
+  for (const Probe& p : probes) {
     for (auto it = p.first; it != p.objects->end(p.bucket); ++it) {
-      if (it->first == keys[i]) {
-        found[i] = &it->second;
+      if (it->first == keys[p.key]) {
+        found[p.key] = &it->second;
         break;
       }
     }
