@@ -396,6 +396,11 @@ class MasterState {
   size_t DropReservationsOn(uint64_t segment_id);
   size_t ExpireReservations(int64_t now);
   void ForgetReservation(std::map<uint64_t, HeldReservation>::iterator it);
+  // Reservation `name`, if held at (segment_id, offset) by client_id; else INVALID_WRITE (not
+  // held there: names alone may be stale) or ILLEGAL_CLIENT. Commit and release both ask.
+  Result<std::map<uint64_t, HeldReservation>::iterator> HeldBy(const std::string& client_id,
+                                                               uint64_t name, uint64_t segment_id,
+                                                               uint64_t offset);
   // A key's checks before a new version may be written (StartOne, PutCommit): OK, or why not.
   // Clears a zombie pending write (its space waits for the release timeout).
   Status MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now);

@@ -103,6 +103,7 @@ void MasterState::FindRun(std::span<const ShardGroups::Group> run,
     ObjectMap::const_local_iterator first;
   };
   std::vector<Probe> probes;
+  probes.reserve(keys.size());
   for (const auto& [shard_index, indices] : run) {
     const ObjectMap& objects = shards_[shard_index]->objects;
     for (uint32_t i : indices) {

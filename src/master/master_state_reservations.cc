@@ -121,18 +121,12 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
       const std::string& key = op.keys[i];
       // The reservation first: a refusal for the key's own reason then means the reservation
       // is held, unused, and the client may use it again.
-      auto held = reservations_.find(op.reservations[i]);
-      if (held == reservations_.end() || held->second.extent.segment_id != op.segment_ids[i] ||
-          held->second.extent.offset != op.offsets[i]) {
-        results[i] = Status(ErrorCode::INVALID_WRITE, "reservation " +
-                                                          std::to_string(op.reservations[i]) +
-                                                          " is not held at that place");
+      auto found = HeldBy(op.client_id, op.reservations[i], op.segment_ids[i], op.offsets[i]);
+      if (!found.ok()) {
+        results[i] = found.status();
         continue;
       }
-      if (held->second.client_id != op.client_id) {
-        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "the reservation is another client's");
-        continue;
-      }
+      const auto held = *found;
       if (held->second.expires_ms <= now) {
         results[i] = Status(ErrorCode::LEASE_EXPIRED, "the reservation's lease has ended");
         continue;
@@ -182,20 +176,29 @@ std::vector<Status> MasterState::ApplyReleaseReservations(const ReleaseReservati
   for (size_t i = 0; i < n; ++i) {
     // The place too, as for a commit: a release must never free space the client holds now
     // under the same name (defence in depth: names no longer restart with a new master).
-    auto held = reservations_.find(op.reservations[i]);
-    if (held == reservations_.end() || held->second.extent.segment_id != op.segment_ids[i] ||
-        held->second.extent.offset != op.offsets[i]) {
-      results[i] = Status(ErrorCode::INVALID_WRITE, "reservation " +
-                                                        std::to_string(op.reservations[i]) +
-                                                        " is not held at that place");
-    } else if (held->second.client_id != op.client_id) {
-      results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "the reservation is another client's");
+    auto held = HeldBy(op.client_id, op.reservations[i], op.segment_ids[i], op.offsets[i]);
+    if (!held.ok()) {
+      results[i] = held.status();
     } else {
-      segments_.Free(held->second.extent);
-      ForgetReservation(held);
+      segments_.Free((*held)->second.extent);
+      ForgetReservation(*held);
     }
   }
   return results;
+}
+
+Result<std::map<uint64_t, HeldReservation>::iterator> MasterState::HeldBy(
+    const std::string& client_id, uint64_t name, uint64_t segment_id, uint64_t offset) {
+  auto held = reservations_.find(name);
+  if (held == reservations_.end() || held->second.extent.segment_id != segment_id ||
+      held->second.extent.offset != offset) {
+    return Status(ErrorCode::INVALID_WRITE,
+                  "reservation " + std::to_string(name) + " is not held at that place");
+  }
+  if (held->second.client_id != client_id) {
+    return Status(ErrorCode::ILLEGAL_CLIENT, "the reservation is another client's");
+  }
+  return held;
 }
 
 size_t MasterState::DropReservationsOn(uint64_t segment_id) {

@@ -161,7 +161,9 @@ TEST_F(MasterStateBatchTest, BatchLookupsAgreeWithASetOverRandomBatches) {
       const bool want = present.count(batch[i]) > 0;
       ASSERT_EQ(exist[i], want ? 1 : 0) << batch[i] << " in round " << round;
       ASSERT_EQ(got[i].status.ok(), want) << batch[i] << ": " << got[i].status.ToString();
-      if (!want) ASSERT_EQ(got[i].status.code(), ErrorCode::OBJECT_NOT_FOUND);
+      if (!want) {
+        ASSERT_EQ(got[i].status.code(), ErrorCode::OBJECT_NOT_FOUND);
+      }
     }
     for (const Status& s : state.FinishRead({"r", batch})) {
       ASSERT_TRUE(s.ok() || s.code() == ErrorCode::OBJECT_NOT_FOUND) << s.ToString();
