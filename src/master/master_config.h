@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/config_schema.h"
-#include "master/master_state.h"
-#include "master/offload_planner.h"
+#include "master/state/master_state.h"
+#include "master/policy/offload_planner.h"
 
 namespace granary::master {
 

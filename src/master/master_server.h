@@ -19,12 +19,12 @@
 #include "common/clock.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
-#include "master/evictor.h"
-#include "master/fast_server.h"
-#include "master/history_file.h"
+#include "master/policy/evictor.h"
+#include "master/service/fast_server.h"
+#include "master/history/history_file.h"
 #include "master/master_config.h"
-#include "master/master_service.h"
-#include "master/master_state.h"
+#include "master/service/master_service.h"
+#include "master/state/master_state.h"
 
 namespace granary::master {
 

@@ -9,9 +9,9 @@
 #include <random>
 #include <thread>
 
-#include "master/history_file.h"
-#include "master/master_state.h"
-#include "master/state_codec.h"
+#include "master/history/history_file.h"
+#include "master/state/master_state.h"
+#include "master/state/state_codec.h"
 #include "store_fixture.h"
 
 namespace granary::it {

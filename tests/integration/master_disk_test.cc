@@ -9,8 +9,8 @@
 #include <chrono>
 #include <thread>
 
-#include "master/history_file.h"
-#include "master/state_codec.h"
+#include "master/history/history_file.h"
+#include "master/state/state_codec.h"
 #include "master_fixture.h"
 
 namespace granary::it {

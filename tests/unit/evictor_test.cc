@@ -1,7 +1,7 @@
 // Eviction order (lru: least recently accessed first; s3fifo: probation, main queue, ghost) and its
 // exemptions under both: read-locked, in flight, hard-pinned never; soft-pinned only when nothing
 // else is left.
-#include "master/evictor.h"
+#include "master/policy/evictor.h"
 #include "master/master_config.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // read, and the client takes that as "not sent" (so it may use gRPC) instead of a failed call;
 // a reply larger than a request frame still reaches the client; a header alone costs the master
 // no more than a small buffer.
-#include "master/fast_server.h"
+#include "master/service/fast_server.h"
 
 #include <arpa/inet.h>
 #include <sys/time.h>
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "client/fast_channel.h"
-#include "master/evictor.h"
-#include "master/master_service.h"
-#include "master/master_state.h"
+#include "master/policy/evictor.h"
+#include "master/service/master_service.h"
+#include "master/state/master_state.h"
 
 namespace granary::master {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <limits>
 
-#include "master/master_state.h"
+#include "master/state/master_state.h"
 
 namespace granary::master {
 namespace {

@@ -14,10 +14,10 @@
 #include <chrono>
 #include <thread>
 
-#include "master/evictor.h"
-#include "master/fast_server.h"
-#include "master/master_service.h"
-#include "master/master_state.h"
+#include "master/policy/evictor.h"
+#include "master/service/fast_server.h"
+#include "master/service/master_service.h"
+#include "master/state/master_state.h"
 #include "proto/rpc_util.h"
 
 namespace granary::client {

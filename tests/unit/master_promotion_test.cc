@@ -5,10 +5,10 @@
 // or its segment's unmount. Replay and snapshots reproduce all of it.
 #include <gtest/gtest.h>
 
-#include "master/evictor.h"
-#include "master/master_state.h"
-#include "master/promotion_tracker.h"
-#include "master/state_codec.h"
+#include "master/policy/evictor.h"
+#include "master/state/master_state.h"
+#include "master/policy/promotion_tracker.h"
+#include "master/state/state_codec.h"
 
 namespace granary::master {
 namespace {

@@ -1,5 +1,5 @@
 // Semantics of every master operation, with a manual clock so TTLs are tested without sleeping.
-#include "master/master_state.h"
+#include "master/state/master_state.h"
 
 #include <gtest/gtest.h>
 

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 
-#include "master/evictor.h"
-#include "master/master_state.h"
-#include "master/offload_planner.h"
+#include "master/policy/evictor.h"
+#include "master/state/master_state.h"
+#include "master/policy/offload_planner.h"
 
 namespace granary::master {
 namespace {

@@ -1,7 +1,7 @@
 // Unit tests of master/offset_allocator: correctness against a std::map shadow, utilisation,
 // fragmentation reporting and the O(1) cost per call.
 
-#include "master/offset_allocator.h"
+#include "master/space/offset_allocator.h"
 
 #include <gtest/gtest.h>
 

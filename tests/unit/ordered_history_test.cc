@@ -13,10 +13,10 @@
 #include <random>
 #include <thread>
 
-#include "master/evictor.h"
-#include "master/history_file.h"
-#include "master/master_state.h"
-#include "master/state_codec.h"
+#include "master/policy/evictor.h"
+#include "master/history/history_file.h"
+#include "master/state/master_state.h"
+#include "master/state/state_codec.h"
 
 namespace granary::master {
 namespace {

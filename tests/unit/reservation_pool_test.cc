@@ -9,9 +9,9 @@
 #include <set>
 #include <thread>
 
-#include "master/evictor.h"
-#include "master/master_service.h"
-#include "master/master_state.h"
+#include "master/policy/evictor.h"
+#include "master/service/master_service.h"
+#include "master/state/master_state.h"
 #include "proto/rpc_util.h"
 
 namespace granary::client {

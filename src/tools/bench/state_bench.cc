@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "master/master_state.h"
+#include "master/state/master_state.h"
 #include "tools/bench/bench.h"
 
 namespace granary::bench {

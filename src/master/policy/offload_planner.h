@@ -1,0 +1,55 @@
+// master/policy/offload_planner.h - chooses which memory objects a node should copy to its disk (the SSD
+// tier's offload), by the master's persistence policy.
+//
+// Promise: Plan(node) names only complete objects that have a memory replica on one of that
+// node's own segments (the node copies from its own memory), no disk replica of that node, and
+// no demotion under way, and whose version no node's disk evicted already; at most max_keys of
+// them and about max_bytes. It only reads the state:
+// the caller turns the plan into a DemoteStart operation, which re-checks each key in order.
+// Each object goes by its put's persistence (ReplicateConfig.persistence), or by the master's
+// policy when its put left it at default:
+//   eager: offloaded soon after its put ends (write-through to disk), oldest commit first.
+//   lazy:  only while the node's segments are above `offload_watermark` of their capacity, the
+//          least recently read first: the objects eviction will reach next get their disk copy
+//          first, so that eviction demotes them instead of dropping them.
+//   none:  never (memory eviction drops it).
+// Eager objects come before lazy ones in a plan. While no committed object has a persistence of
+// its own, a policy of none (or lazy below the watermark) answers without scanning.
+// Thread safety: any thread; Plan holds shard locks one at a time, like the evictor's scans.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "master/state/master_state.h"
+
+namespace granary::master {
+
+enum class Persistence { kEager, kLazy, kNone };
+
+struct OffloadPolicy {
+  Persistence persistence = Persistence::kLazy;
+  double offload_watermark = 0.80;  // lazy: a node's memory usage above which it offloads
+};
+
+class OffloadPlanner {
+ public:
+  OffloadPlanner(const MasterState* state, OffloadPolicy policy) : state_(state), policy_(policy) {}
+
+  std::vector<std::string> Plan(const std::string& node_id, size_t max_keys,
+                                uint64_t max_bytes) const;
+  const OffloadPolicy& policy() const { return policy_; }
+
+ private:
+  const MasterState* state_;
+  OffloadPolicy policy_;
+};
+
+// "eager", "lazy" or "none".
+Result<Persistence> ParsePersistence(const std::string& name);
+
+// What the planner does with a version of persistence `put` under the master's `policy`.
+Persistence EffectivePersistence(PutPersistence put, Persistence policy);
+
+}  // namespace granary::master

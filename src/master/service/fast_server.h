@@ -1,0 +1,85 @@
+// master/service/fast_server.h - the master's fast port: the hot calls (put start/end/revoke, replica
+// list, finish-read, exist, ping) as framed protobuf over plain TCP (proto/fast_frame.h), answered
+// by the same MasterService handlers as gRPC. docs/control-path.md says why it exists.
+//
+// Promise: one thread per connection, at most max_connections (more get a "busy" frame, method 0,
+// and are closed before any request is read): the master has few clients (one per engine
+// process) and a blocking thread answers with no handoff.
+// A hostile frame (bad magic or version, a body over the cap, an unknown method, a body that does
+// not parse, a frame cut short or stalled past the read deadline) closes that connection with a
+// warning and never touches the others. Stop() is prompt: it shuts every socket down and joins
+// every thread.
+// Ownership: borrows the service and the metrics registry (they must outlive it).
+// Thread safety: Start and Stop from one thread; the connections run on their own threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "common/metrics.h"
+#include "granary/status.h"
+#include "master/service/master_service.h"
+#include "proto/fast_frame.h"
+
+namespace granary::master {
+
+class FastServer {
+ public:
+  struct Options {
+    size_t max_connections = 1024;
+    int read_deadline_ms = 5'000;          // a frame started must be complete by then
+    int idle_timeout_ms = 10 * 60 * 1000;  // a silent connection is closed; the client reopens
+  };
+  FastServer(MasterService* service, MetricsRegistry* metrics, Options options);
+  FastServer(MasterService* service, MetricsRegistry* metrics)
+      : FastServer(service, metrics, Options{}) {}
+  ~FastServer();
+  FastServer(const FastServer&) = delete;
+  FastServer& operator=(const FastServer&) = delete;
+
+  // Listens on host:port (0 picks a free port).
+  Status Start(const std::string& host, uint16_t port);
+  void Stop();
+  uint16_t port() const { return port_; }
+
+ private:
+  struct Connection {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void AcceptLoop();
+  void Serve(Connection* c);
+  // Memory one connection reuses from call to call, so a call's messages and reply frame cost
+  // no malloc per key: the first block of each call's protobuf arena, and the reply buffer.
+  struct Scratch {
+    std::unique_ptr<char[]> arena_block;
+    std::string out;
+  };
+  // Answers one frame; false closes the connection (the reason is logged).
+  bool Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
+              Scratch* scratch);
+  void ReapFinished();  // joins connections that ended; holds mu_
+
+  MasterService* service_;
+  Options options_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::list<std::unique_ptr<Connection>> connections_;
+  Counter* accepted_ = nullptr;
+  Counter* refused_ = nullptr;
+  Counter* bad_frames_ = nullptr;
+  Gauge* open_ = nullptr;
+  Counter* calls_[fast::kMethodCount] = {};  // by method number; the handlers' own metrics count both transports
+};
+
+}  // namespace granary::master

@@ -1,0 +1,497 @@
+#include "master/service/master_service.h"
+#include "master/service/rpc_results.h"
+
+#include <algorithm>
+
+#include <chrono>
+#include <stdexcept>
+
+namespace granary::master {
+
+namespace {
+constexpr size_t kDefaultQueryLimit = 100'000;
+
+const char* const kMethods[] = {
+    "MountSegment",  "UnmountSegment",      "ReMountSegment",  "ListSegments", "Ping",
+    "BatchPutStart", "BatchPutEnd",         "BatchPutRevoke",  "BatchGetReplicaList",
+    "BatchFinishRead", "BatchExist",        "BatchGetSize",    "BatchPrefixMatch",
+    "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll",
+    "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd",
+    "Reserve",       "BatchPutCommit",      "ReleaseReservations"};
+
+SegmentSpec FromProto(const proto::SegmentSpec& s) {
+  return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token(), s.fresh()};
+}
+
+PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
+  PlacementConfig p;
+  p.replica_num = c.replica_num();
+  p.with_soft_pin = c.with_soft_pin();
+  p.with_hard_pin = c.with_hard_pin();
+  p.preferred_segments.assign(c.preferred_segments().begin(), c.preferred_segments().end());
+  p.soft_pin_ttl_ms = static_cast<int64_t>(std::min<uint64_t>(c.soft_pin_ttl_ms(), INT64_MAX));
+  // Values past kNone (a newer client's, or junk) stay out of range: PutStart refuses them.
+  const int raw = c.persistence();
+  p.persistence = static_cast<PutPersistence>(raw >= 0 && raw <= 0xFF ? raw : 0xFF);
+  return p;
+}
+}  // namespace
+
+MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
+                             OffloadPolicy offload, uint32_t promote_after)
+    : state_(state), evictor_(evictor), registry_(metrics), planner_(state, offload),
+      promotions_(promote_after) {
+  const std::vector<double> bounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                      0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
+  for (const char* method : kMethods) {
+    Labels labels = {{"method", method}};
+    RpcMetrics& m = rpc_metrics_[method];
+    m.calls = registry_->AddCounter("granary_master_rpc_total", "RPCs served", labels);
+    m.keys = registry_->AddCounter("granary_master_rpc_keys_total", "keys carried by RPCs", labels);
+    m.key_errors = registry_->AddCounter("granary_master_rpc_key_errors_total",
+                                         "keys answered with an error code", labels);
+    m.seconds = registry_->AddHistogram("granary_master_rpc_seconds", "RPC service time", bounds,
+                                        labels);
+  }
+}
+
+MasterService::RpcMetrics& MasterService::Metrics(const char* method) {
+  auto it = rpc_metrics_.find(std::string_view(method));
+  if (it == rpc_metrics_.end()) throw std::out_of_range(method);  // a method missing from kMethods
+  return it->second;
+}
+
+MasterService::CallScope::CallScope(RpcMetrics& m, size_t keys)
+    : m_(m), start_(std::chrono::steady_clock::now()) {
+  m_.calls->Inc();
+  m_.keys->Inc(keys);
+}
+
+MasterService::CallScope::~CallScope() {
+  if (errors_) m_.key_errors->Inc(errors_);
+  m_.seconds->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+}
+
+void MasterService::FillReplicas(const std::vector<Extent>& extents,
+                                 google::protobuf::RepeatedPtrField<proto::Replica>* out) const {
+  for (const auto& e : extents) {
+    auto segment = state_->segments().Find(e.segment_id);
+    if (!segment) continue;  // unmounted since: its bytes are gone, so is this replica
+    proto::Replica* r = out->Add();
+    r->set_segment_id(e.segment_id);
+    r->set_segment_name(segment->name);
+    r->set_node_id(segment->client_id);
+    r->set_endpoint(segment->endpoint);
+    r->set_offset(e.offset);
+    r->set_length(e.length);
+    r->set_token(segment->token);
+  }
+}
+
+void MasterService::FillDiskReplicas(
+    const std::vector<DiskReplica>& disk,
+    google::protobuf::RepeatedPtrField<proto::DiskReplica>* out) const {
+  for (const auto& d : disk) {
+    proto::DiskReplica* r = out->Add();
+    r->set_node_id(d.node_id);
+    for (uint64_t id : state_->segments().SegmentsOf(d.node_id)) {
+      if (auto segment = state_->segments().Find(id)) {
+        r->set_endpoint(segment->endpoint);
+        break;
+      }
+    }
+    r->set_location(d.location);
+    r->set_length(d.length);
+  }
+}
+
+// ---- segments and liveness ----
+
+grpc::Status MasterService::MountSegment(Ctx*, const proto::MountSegmentRequest* req,
+                                         proto::MountSegmentResponse* resp) {
+  CallScope scope(Metrics("MountSegment"), 1);
+  MountResult r = state_->Mount({req->client_id(), FromProto(req->segment())});
+  resp->set_code(Code(r.status));
+  resp->set_message(r.status.message());
+  resp->set_segment_id(r.segment_id);
+  resp->set_view_version(state_->segments().view_version());
+  scope.KeyErrors(!r.status.ok());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::UnmountSegment(Ctx*, const proto::UnmountSegmentRequest* req,
+                                           proto::UnmountSegmentResponse* resp) {
+  CallScope scope(Metrics("UnmountSegment"), 1);
+  if (req->client_id().empty()) {  // an empty id is the master's own, never a caller's
+    resp->set_code(Code(Status(ErrorCode::INVALID_PARAMS, "")));
+    resp->set_message("client id is empty");
+    return grpc::Status::OK;
+  }
+  UnmountResult r = state_->Unmount({req->client_id(), req->name()});
+  resp->set_code(Code(r.status));
+  resp->set_message(r.status.message());
+  resp->set_view_version(state_->segments().view_version());
+  scope.KeyErrors(!r.status.ok());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequest* req,
+                                           proto::ReMountSegmentResponse* resp) {
+  CallScope scope(Metrics("ReMountSegment"), req->segments_size());
+  if (req->client_id().empty()) {
+    for (int i = 0; i < req->segments_size(); ++i) {
+      SetStatus(Status(ErrorCode::INVALID_PARAMS, "client id is empty"), resp->add_results());
+    }
+    scope.KeyErrors(req->segments_size());
+    return grpc::Status::OK;
+  }
+  for (const auto& seg : req->segments()) {
+    MountResult r = state_->Mount({req->client_id(), FromProto(seg)});
+    SetStatus(r.status, resp->add_results());
+    scope.KeyErrors(!r.status.ok());
+  }
+  if (req->segments_size() == 0) state_->Ping(req->client_id());
+  resp->set_view_version(state_->segments().view_version());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*,
+                                         proto::ListSegmentsResponse* resp) {
+  CallScope scope(Metrics("ListSegments"), 0);
+  std::lock_guard disks_lock(disks_mu_);
+  for (const auto& u : state_->segments().Usage()) {
+    proto::SegmentInfo* info = resp->add_segments();
+    info->set_segment_id(u.identity->id);
+    info->set_name(u.identity->name);
+    info->set_node_id(u.identity->client_id);
+    info->set_endpoint(u.identity->endpoint);
+    info->set_size(u.identity->size);
+    info->set_used_bytes(u.stats.used_bytes);
+    info->set_free_bytes(u.stats.free_bytes);
+    info->set_largest_free_block(u.stats.largest_free_block);
+    info->set_object_count(u.replica_count);
+    info->set_shm_name(u.identity->shm_name);
+    info->set_host_id(u.identity->host_id);
+    info->set_token(u.identity->token);
+    if (auto d = disks_.find(u.identity->client_id); d != disks_.end()) {
+      *info->mutable_node_disk() = d->second;
+    }
+  }
+  resp->set_view_version(state_->segments().view_version());
+  resp->set_fast_port(fast_port_.load());
+  return grpc::Status::OK;
+}
+
+proto::DiskStats MasterService::DiskTotals() const {
+  proto::DiskStats total;
+  std::lock_guard lock(disks_mu_);
+  for (const auto& [node, d] : disks_) {
+    if (state_->segments().SegmentsOf(node).empty()) continue;  // gone (expired or unmounted)
+    total.set_capacity_bytes(total.capacity_bytes() + d.capacity_bytes());
+    total.set_used_bytes(total.used_bytes() + d.used_bytes());
+    total.set_object_count(total.object_count() + d.object_count());
+    total.set_promoted_objects(total.promoted_objects() + d.promoted_objects());
+  }
+  return total;
+}
+
+grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::PingResponse* resp) {
+  CallScope scope(Metrics("Ping"), 0);
+  if (req->client_id().empty()) {
+    resp->set_code(static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
+    return grpc::Status::OK;
+  }
+  std::vector<MountRef> mounts;
+  for (const auto& m : req->mounts()) mounts.push_back({m.name(), m.token()});
+  PingResult r = state_->Ping(req->client_id(), std::move(mounts));
+  if (req->has_disk()) {  // kept until replaced: shown only while the node has a segment
+    std::lock_guard lock(disks_mu_);
+    disks_[req->client_id()] = req->disk();
+  }
+  resp->set_code(0);
+  resp->set_status(r.need_remount ? proto::PingResponse::NEED_REMOUNT : proto::PingResponse::OK);
+  resp->set_view_version(state_->segments().view_version());
+  return grpc::Status::OK;
+}
+
+// ---- writes ----
+
+grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartRequest* req,
+                                          proto::BatchPutStartResponse* resp) {
+  CallScope scope(Metrics("BatchPutStart"), req->keys_size());
+  PutStartOp op{req->client_id(), Keys(req->keys()),
+                std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
+                ToPlacement(req->config()), req->upsert()};
+  std::vector<PutStartKeyResult> results = state_->PutStart(op);
+
+  // A full store evicts now, once, and retries just the keys that found no space. A key larger
+  // than every segment can never fit: evicting for it would empty the cache for nothing.
+  std::vector<size_t> full;
+  uint64_t needed = 0, largest_request = 0;
+  const uint64_t largest = state_->segments().LargestCapacity();
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].status.code() != ErrorCode::NO_AVAILABLE_HANDLE) continue;
+    if (OffsetAllocator::AllocationSize(op.sizes[i]) > largest) {
+      results[i].status = Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                                 "object of " + std::to_string(op.sizes[i]) +
+                                     " bytes is larger than every segment (largest " +
+                                     std::to_string(largest) + ")");
+      continue;
+    }
+    full.push_back(i);
+    needed += OffsetAllocator::AllocationSize(op.sizes[i]);  // one replica each is enough to go on
+    largest_request = std::max(largest_request, OffsetAllocator::AllocationSize(op.sizes[i]));
+  }
+  if (!full.empty()) {
+    evictor_->EvictForAllocation(needed, largest_request);
+    PutStartOp retry{op.client_id, {}, {}, op.config, op.upsert};
+    for (size_t i : full) {
+      retry.keys.push_back(op.keys[i]);
+      retry.sizes.push_back(op.sizes[i]);
+    }
+    std::vector<PutStartKeyResult> again = state_->PutStart(retry);
+    for (size_t j = 0; j < full.size(); ++j) results[full[j]] = std::move(again[j]);
+  }
+
+  resp->mutable_results()->Reserve(static_cast<int>(results.size()));
+  size_t errors = 0;
+  for (const auto& r : results) {
+    proto::PutStartResult* out = resp->add_results();
+    out->set_code(Code(r.status));
+    if (!r.status.ok()) out->set_message(r.status.message());
+    FillReplicas(r.replicas, out->mutable_replicas());
+    out->set_put_gen(r.put_gen);
+    errors += !r.status.ok();
+  }
+  scope.KeyErrors(errors);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPutEnd(Ctx*, const proto::BatchPutEndRequest* req,
+                                        proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchPutEnd"), req->keys_size());
+  auto statuses = state_->PutEnd(
+      {req->client_id(), Keys(req->keys()),
+       std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
+       std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest* req,
+                                           proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchPutRevoke"), req->keys_size());
+  auto statuses = state_->PutRevoke(
+      {req->client_id(), Keys(req->keys()),
+       std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end()),
+       req->after_transfer_error()});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::Reserve(Ctx*, const proto::ReserveRequest* req,
+                                    proto::ReserveResponse* resp) {
+  CallScope scope(Metrics("Reserve"), req->count());
+  ReserveResult r = state_->Reserve(
+      {req->client_id(), req->size(), req->count(),
+       std::vector<std::string>(req->preferred_segments().begin(), req->preferred_segments().end())});
+  resp->set_code(Code(r.status));
+  if (!r.status.ok()) resp->set_message(r.status.message());
+  resp->set_ttl_ms(static_cast<uint64_t>(state_->policy().reservation_ttl_ms));
+  resp->mutable_granted()->Reserve(static_cast<int>(r.granted.size()));
+  for (const Reservation& g : r.granted) {
+    proto::ReservedExtent* out = resp->add_granted();
+    out->set_reservation(g.gen);
+    google::protobuf::RepeatedPtrField<proto::Replica> one;
+    FillReplicas({g.extent}, &one);
+    if (!one.empty()) out->mutable_replica()->Swap(&one[0]);
+  }
+  scope.KeyErrors(req->count() - r.granted.size());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPutCommit(Ctx*, const proto::BatchPutCommitRequest* req,
+                                           proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchPutCommit"), req->keys_size());
+  auto statuses = state_->PutCommit(
+      {req->client_id(), Keys(req->keys()),
+       std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
+       std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
+       std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
+       ToPlacement(req->config()), req->upsert(),
+       std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
+       std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::ReleaseReservations(Ctx*, const proto::ReleaseReservationsRequest* req,
+                                                proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("ReleaseReservations"), req->reservations_size());
+  auto statuses = state_->ReleaseReservations(
+      {req->client_id(),
+       std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
+       std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
+       std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+// ---- reads ----
+
+grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetReplicaListRequest* req,
+                                                proto::BatchGetReplicaListResponse* resp) {
+  CallScope scope(Metrics("BatchGetReplicaList"), req->keys_size());
+  auto results = state_->GetReplicaList({req->client_id(), Keys(req->keys())});
+  resp->mutable_results()->Reserve(static_cast<int>(results.size()));
+  size_t errors = 0;
+  std::vector<std::string> unreadable;  // locked by the state, but refused here: unlocked below
+  for (size_t k = 0; k < results.size(); ++k) {
+    const auto& r = results[k];
+    proto::GetReplicaResult* out = resp->add_results();
+    FillReplicas(r.replicas, out->mutable_replicas());
+    FillDiskReplicas(r.disk, out->mutable_disk_replicas());
+    Status status = r.status;
+    if (status.ok() && out->replicas_size() == 0) {
+      // A disk-only object is read through its node's data server (DISK_READ), which needs the
+      // node mounted (its endpoint).
+      const bool reachable =
+          std::any_of(out->disk_replicas().begin(), out->disk_replicas().end(),
+                      [](const proto::DiskReplica& d) { return !d.endpoint().empty(); });
+      if (!reachable) {
+        status = Status(ErrorCode::OBJECT_NOT_FOUND,
+                        out->disk_replicas_size() > 0 ? "only on the disk of an unmounted node"
+                                                      : "every replica's segment is gone");
+        unreadable.push_back(req->keys(static_cast<int>(k)));
+      }
+    }
+    out->set_code(Code(status));
+    if (!status.ok()) out->set_message(status.message());
+    out->set_size(r.size);
+    out->set_checksum(r.checksum);
+    errors += !status.ok();
+    if (status.ok()) promotions_.NoteRead(req->keys(static_cast<int>(k)), r);
+  }
+  // The client releases only what it was told it may read: a lock kept here would make the key
+  // unremovable (OBJECT_HAS_LEASE) until the lease ran out.
+  if (!unreadable.empty()) (void)state_->FinishRead({req->client_id(), std::move(unreadable)});
+  resp->set_lease_ttl_ms(static_cast<uint64_t>(state_->policy().lease_ttl_ms));
+  scope.KeyErrors(errors);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchFinishRead(Ctx*, const proto::BatchFinishReadRequest* req,
+                                            proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchFinishRead"), req->keys_size());
+  auto statuses = state_->FinishRead({req->client_id(), Keys(req->keys())});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchExist(Ctx*, const proto::BatchExistRequest* req,
+                                       proto::BatchExistResponse* resp) {
+  CallScope scope(Metrics("BatchExist"), req->keys_size());
+  // Views into the request: a query keeps no key, so none is copied.
+  std::vector<std::string_view> keys(req->keys().begin(), req->keys().end());
+  auto results = state_->BatchExist(std::span<const std::string_view>(keys));
+  resp->mutable_results()->Add(results.begin(), results.end());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchGetSize(Ctx*, const proto::BatchGetSizeRequest* req,
+                                         proto::BatchGetSizeResponse* resp) {
+  CallScope scope(Metrics("BatchGetSize"), req->keys_size());
+  auto results = state_->BatchGetSize(Keys(req->keys()));
+  resp->mutable_results()->Add(results.begin(), results.end());
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::BatchPrefixMatch(Ctx*, const proto::BatchPrefixMatchRequest* req,
+                                             proto::BatchPrefixMatchResponse* resp) {
+  CallScope scope(Metrics("BatchPrefixMatch"), req->keys_size());
+  auto matched = state_->PrefixMatch(Keys(req->keys()));
+  resp->set_code(Code(matched.status()));
+  if (!matched.ok()) {
+    resp->set_message(matched.status().message());
+    return grpc::Status::OK;
+  }
+  resp->set_matched(*matched);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req,
+                                       proto::StatObjectResponse* resp) {
+  CallScope scope(Metrics("StatObject"), 1);
+  auto stat = state_->Stat(req->key());
+  resp->set_code(Code(stat.status()));
+  if (!stat.ok()) {
+    resp->set_message(stat.status().message());
+    return grpc::Status::OK;
+  }
+  resp->set_state(stat->committed ? (stat->pending ? "COMPLETE+PROCESSING" : "COMPLETE")
+                                  : "PROCESSING");
+  resp->set_size(stat->size);
+  resp->set_checksum(stat->checksum);
+  FillReplicas(stat->replicas, resp->mutable_replicas());
+  FillDiskReplicas(stat->disk, resp->mutable_disk_replicas());
+  resp->set_read_locks(stat->read_locks);
+  resp->set_hard_pinned(stat->hard_pinned);
+  resp->set_soft_pinned(stat->soft_pinned);
+  resp->set_idle_ms(static_cast<uint64_t>(std::max<int64_t>(stat->idle_ms, 0)));
+  return grpc::Status::OK;
+}
+
+// ---- removal and queries ----
+
+grpc::Status MasterService::BatchRemove(Ctx*, const proto::BatchRemoveRequest* req,
+                                        proto::BatchStatusResponse* resp) {
+  CallScope scope(Metrics("BatchRemove"), req->keys_size());
+  auto statuses = state_->Remove({Keys(req->keys()), req->force()});
+  scope.KeyErrors(FillStatuses(statuses, resp));
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::RemoveByRegex(Ctx*, const proto::RegexRequest* req,
+                                          proto::RemoveCountResponse* resp) {
+  CallScope scope(Metrics("RemoveByRegex"), 0);
+  RemoveCountResult r = state_->RemoveByRegex({req->pattern(), req->force()});
+  resp->set_code(Code(r.status));
+  resp->set_message(r.status.message());
+  resp->set_removed(r.removed);
+  resp->set_skipped(r.skipped);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::QueryByRegex(Ctx*, const proto::RegexRequest* req,
+                                         proto::QueryByRegexResponse* resp) {
+  CallScope scope(Metrics("QueryByRegex"), 0);
+  size_t limit = req->limit() ? std::min<size_t>(req->limit(), kDefaultQueryLimit)
+                              : kDefaultQueryLimit;
+  auto result = state_->QueryByRegex(req->pattern(), limit);
+  resp->set_code(Code(result.status()));
+  if (!result.ok()) {
+    resp->set_message(result.status().message());
+    return grpc::Status::OK;
+  }
+  for (const auto& row : result->objects) {
+    proto::ObjectSummary* out = resp->add_objects();
+    out->set_key(row.key);
+    out->set_size(row.size);
+    out->set_replica_count(row.replica_count);
+  }
+  resp->set_truncated(result->truncated);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterService::RemoveAll(Ctx*, const proto::RemoveAllRequest* req,
+                                      proto::RemoveCountResponse* resp) {
+  CallScope scope(Metrics("RemoveAll"), 0);
+  RemoveCountResult r = state_->RemoveAll({req->force()});
+  resp->set_code(Code(r.status));
+  resp->set_removed(r.removed);
+  resp->set_skipped(r.skipped);
+  return grpc::Status::OK;
+}
+
+}  // namespace granary::master

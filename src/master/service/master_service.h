@@ -1,0 +1,133 @@
+// master/service/master_service.h - the gRPC face of the master: translates requests into operations on
+// MasterState and results back into replies.
+//
+// Promise: every RPC answers (never throws, never hangs on bad input): malformed requests get
+// per-key or per-call error codes; a put that finds no space triggers one synchronous eviction
+// and one retry of the keys that failed, so a full store keeps taking writes.
+// Ownership: borrows the state, the evictor and the metrics registry; they must outlive it.
+// Thread safety: gRPC calls it from its thread pool; MasterState is thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <string>
+
+#include "common/metrics.h"
+#include "granary/proto/master.grpc.pb.h"
+#include "master/policy/evictor.h"
+#include "master/state/master_state.h"
+#include "master/policy/offload_planner.h"
+#include "master/policy/promotion_tracker.h"
+
+namespace granary::master {
+
+class MasterService final : public proto::Master::Service {
+ public:
+  MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
+                OffloadPolicy offload = {}, uint32_t promote_after = 0);
+
+  using Ctx = grpc::ServerContext;
+  grpc::Status MountSegment(Ctx*, const proto::MountSegmentRequest*,
+                            proto::MountSegmentResponse*) override;
+  grpc::Status UnmountSegment(Ctx*, const proto::UnmountSegmentRequest*,
+                              proto::UnmountSegmentResponse*) override;
+  grpc::Status ReMountSegment(Ctx*, const proto::ReMountSegmentRequest*,
+                              proto::ReMountSegmentResponse*) override;
+  grpc::Status ListSegments(Ctx*, const proto::ListSegmentsRequest*,
+                            proto::ListSegmentsResponse*) override;
+  grpc::Status Ping(Ctx*, const proto::PingRequest*, proto::PingResponse*) override;
+  grpc::Status BatchPutStart(Ctx*, const proto::BatchPutStartRequest*,
+                             proto::BatchPutStartResponse*) override;
+  grpc::Status BatchPutEnd(Ctx*, const proto::BatchPutEndRequest*,
+                           proto::BatchStatusResponse*) override;
+  grpc::Status Reserve(Ctx*, const proto::ReserveRequest*, proto::ReserveResponse*) override;
+  grpc::Status BatchPutCommit(Ctx*, const proto::BatchPutCommitRequest*,
+                              proto::BatchStatusResponse*) override;
+  grpc::Status ReleaseReservations(Ctx*, const proto::ReleaseReservationsRequest*,
+                                   proto::BatchStatusResponse*) override;
+  grpc::Status BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest*,
+                              proto::BatchStatusResponse*) override;
+  grpc::Status BatchGetReplicaList(Ctx*, const proto::BatchGetReplicaListRequest*,
+                                   proto::BatchGetReplicaListResponse*) override;
+  grpc::Status BatchFinishRead(Ctx*, const proto::BatchFinishReadRequest*,
+                               proto::BatchStatusResponse*) override;
+  grpc::Status BatchExist(Ctx*, const proto::BatchExistRequest*,
+                          proto::BatchExistResponse*) override;
+  grpc::Status BatchGetSize(Ctx*, const proto::BatchGetSizeRequest*,
+                            proto::BatchGetSizeResponse*) override;
+  grpc::Status BatchPrefixMatch(Ctx*, const proto::BatchPrefixMatchRequest*,
+                                proto::BatchPrefixMatchResponse*) override;
+  grpc::Status StatObject(Ctx*, const proto::StatObjectRequest*,
+                          proto::StatObjectResponse*) override;
+  grpc::Status BatchRemove(Ctx*, const proto::BatchRemoveRequest*,
+                           proto::BatchStatusResponse*) override;
+  grpc::Status RemoveByRegex(Ctx*, const proto::RegexRequest*,
+                             proto::RemoveCountResponse*) override;
+  grpc::Status QueryByRegex(Ctx*, const proto::RegexRequest*,
+                            proto::QueryByRegexResponse*) override;
+  grpc::Status RemoveAll(Ctx*, const proto::RemoveAllRequest*,
+                         proto::RemoveCountResponse*) override;
+  // The disk tiers of the nodes that have mounted segments, summed (for /status).
+  proto::DiskStats DiskTotals() const;
+  // The SSD tier (master_service_disk.cc).
+  grpc::Status DiskRegister(Ctx*, const proto::DiskRegisterRequest*,
+                            proto::BatchStatusResponse*) override;
+  grpc::Status DiskDrop(Ctx*, const proto::DiskDropRequest*, proto::BatchStatusResponse*) override;
+  grpc::Status OffloadStart(Ctx*, const proto::OffloadStartRequest*,
+                            proto::OffloadStartResponse*) override;
+  grpc::Status OffloadEnd(Ctx*, const proto::OffloadEndRequest*,
+                          proto::BatchStatusResponse*) override;
+  grpc::Status PromoteEnd(Ctx*, const proto::PromoteEndRequest*,
+                          proto::BatchStatusResponse*) override;
+  const PromotionTracker& promotions() const { return promotions_; }
+  // Advertised in ListSegments so clients find the fast port; 0: none.
+  void set_fast_port(uint16_t port) { fast_port_.store(port); }
+
+ private:
+  struct RpcMetrics {
+    Counter* calls = nullptr;
+    Counter* keys = nullptr;
+    Counter* key_errors = nullptr;
+    Histogram* seconds = nullptr;
+  };
+  // Counts a call and times it until destroyed.
+  class CallScope {
+   public:
+    CallScope(RpcMetrics& m, size_t keys);
+    ~CallScope();
+    void KeyErrors(size_t n) { errors_ += n; }
+
+   private:
+    RpcMetrics& m_;
+    size_t errors_ = 0;
+    std::chrono::steady_clock::time_point start_;
+  };
+  RpcMetrics& Metrics(const char* method);
+  void FillReplicas(const std::vector<Extent>& extents,
+                    google::protobuf::RepeatedPtrField<proto::Replica>* out) const;
+  void FillDiskReplicas(const std::vector<DiskReplica>& disk,
+                        google::protobuf::RepeatedPtrField<proto::DiskReplica>* out) const;
+
+  MasterState* state_;
+  Evictor* evictor_;
+  MetricsRegistry* registry_;
+  OffloadPlanner planner_;
+  PromotionTracker promotions_;
+  // Fills the answer's promotions: the node's earlier rounds end, due keys start (a logged
+  // PromoteStart, only when there is something to end or start).
+  void StartPromotions(const proto::OffloadStartRequest& req, const std::vector<uint64_t>& own,
+                       proto::OffloadStartResponse* resp);
+  // Each node's disk tier as its last ping reported it: soft state, not in the history.
+  mutable std::mutex disks_mu_;
+  std::unordered_map<std::string, proto::DiskStats> disks_;
+  std::atomic<uint16_t> fast_port_{0};
+  // Filled in the constructor, read-only after; std::less<> finds a method name without
+  // building a std::string on every call.
+  std::map<std::string, RpcMetrics, std::less<>> rpc_metrics_;
+};
+
+}  // namespace granary::master

@@ -1,0 +1,862 @@
+#include "master/state/master_state.h"
+
+#include <re2/re2.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "master/state/state_codec.h"
+#include "master/state/state_internal.h"
+
+namespace granary::master {
+
+using namespace internal;
+
+namespace {
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace
+
+Status ValidateKey(std::string_view key) {
+  if (key.empty()) return Status(ErrorCode::INVALID_KEY, "key is empty");
+  if (key.size() > kMaxKeyBytes) {
+    return Status(ErrorCode::INVALID_KEY, "key of " + std::to_string(key.size()) +
+                                              " bytes exceeds the limit of " +
+                                              std::to_string(kMaxKeyBytes));
+  }
+  return Status::Ok();
+}
+
+MasterState::MasterState(MasterPolicy policy, const Clock* clock, uint64_t segment_id_base)
+    : policy_(policy),
+      clock_(clock),
+      segment_id_base_(segment_id_base),
+      segments_(segment_id_base),
+      garbage_(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes),
+      next_put_gen_(std::max<uint64_t>(segment_id_base, 1)) {
+  if (policy_.shard_count == 0) policy_.shard_count = 1;
+  shards_.reserve(policy_.shard_count);
+  for (uint32_t i = 0; i < policy_.shard_count; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+void MasterState::AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
+
+OpResult MasterState::Apply(Operation op) {
+  std::lock_guard lock(apply_mu_);
+  op.seq = last_seq_ + 1;
+  op.now_ms = std::max(op.now_ms, last_now_ms_);
+  return ApplyLocked(op);
+}
+
+Result<OpResult> MasterState::Replay(const Operation& op) {
+  std::lock_guard lock(apply_mu_);
+  if (op.seq != last_seq_ + 1) {
+    return Status(ErrorCode::INVALID_PARAMS, "operation " + std::to_string(op.seq) +
+                                                 " does not follow " + std::to_string(last_seq_));
+  }
+  if (op.now_ms < last_now_ms_) {
+    return Status(ErrorCode::INVALID_PARAMS, "operation " + std::to_string(op.seq) +
+                                                 " goes back in time");
+  }
+  return ApplyLocked(op);
+}
+
+uint64_t MasterState::last_seq() const {
+  std::lock_guard lock(apply_mu_);
+  return last_seq_;
+}
+
+OpResult MasterState::ApplyLocked(const Operation& op) {
+  last_seq_ = op.seq;
+  last_now_ms_ = op.now_ms;
+  const int64_t now = op.now_ms;
+  OpResult result = std::visit(
+      Overloaded{
+          [&](const MountSegmentOp& o) -> OpResult { return ApplyMount(o, now); },
+          [&](const UnmountSegmentOp& o) -> OpResult { return ApplyUnmount(o, now); },
+          [&](const PingOp& o) -> OpResult { return ApplyPing(o, now); },
+          [&](const ExpireClientOp& o) -> OpResult { return ApplyExpireClient(o, now); },
+          [&](const PutStartOp& o) -> OpResult { return ApplyPutStart(o, now); },
+          [&](const PutEndOp& o) -> OpResult { return ApplyPutEnd(o, now); },
+          [&](const PutRevokeOp& o) -> OpResult { return ApplyPutRevoke(o, now); },
+          [&](const GetReplicaListOp& o) -> OpResult { return ApplyGetReplicaList(o, now); },
+          [&](const FinishReadOp& o) -> OpResult { return ApplyFinishRead(o, now); },
+          [&](const RemoveOp& o) -> OpResult { return ApplyRemove(o, now); },
+          [&](const RemoveByRegexOp& o) -> OpResult { return ApplyRemoveByRegex(o, now); },
+          [&](const RemoveAllOp& o) -> OpResult {
+            return ApplyRemoveMatching([](const std::string&) { return true; }, o.force, now);
+          },
+          [&](const EvictOp& o) -> OpResult { return ApplyEvict(o, now); },
+          [&](const SweepOp& o) -> OpResult { return ApplySweep(o, now); },
+          [&](const DemoteStartOp& o) -> OpResult { return ApplyDemoteStart(o, now); },
+          [&](const DemoteEndOp& o) -> OpResult { return ApplyDemoteEnd(o, now); },
+          [&](const DemoteAbortOp& o) -> OpResult { return ApplyDemoteAbort(o, now); },
+          [&](const DiskRegisterOp& o) -> OpResult { return ApplyDiskRegister(o, now); },
+          [&](const DiskDropOp& o) -> OpResult { return ApplyDiskDrop(o, now); },
+          [&](const DiskGarbageAckOp& o) -> OpResult { return ApplyDiskGarbageAck(o); },
+          [&](const PromoteStartOp& o) -> OpResult { return ApplyPromoteStart(o, now); },
+          [&](const PromoteEndOp& o) -> OpResult { return ApplyPromoteEnd(o); },
+          [&](const ReserveOp& o) -> OpResult { return ApplyReserve(o, now); },
+          [&](const PutCommitOp& o) -> OpResult { return ApplyPutCommit(o, now); },
+          [&](const ReleaseReservationsOp& o) -> OpResult { return ApplyReleaseReservations(o); },
+      },
+      op.body);
+  for (const auto& observer : observers_) observer(op, result);
+  return result;
+}
+
+size_t MasterState::ShardOf(std::string_view key) const {
+  return XXH3_64bits(key.data(), key.size()) % shards_.size();
+}
+
+MasterState::ShardGroups::ShardGroups(std::vector<uint64_t> tagged) : tagged_(std::move(tagged)) {
+  std::sort(tagged_.begin(), tagged_.end());  // by shard, then by index: the batch's order
+  indices_.reserve(tagged_.size());
+  for (uint64_t t : tagged_) indices_.push_back(static_cast<uint32_t>(t));
+}
+
+namespace {
+// Between two calls a shard's lock and map header have usually left the cache (a batch of 128
+// touches ~120 of 1024 shards): asking for them while grouping overlaps those misses.
+template <typename Keys, typename ShardOfFn, typename ShardPtrs>
+std::vector<uint64_t> TagAndPrefetch(const Keys& keys, ShardOfFn shard_of, const ShardPtrs& shards) {
+  std::vector<uint64_t> tagged;
+  tagged.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const size_t shard = shard_of(keys[i]);
+    const char* p = reinterpret_cast<const char*>(shards[shard].get());
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+    tagged.push_back(uint64_t{shard} << 32 | i);
+  }
+  return tagged;
+}
+}  // namespace
+
+MasterState::ShardGroups MasterState::GroupByShard(const std::vector<std::string>& keys) const {
+  return ShardGroups(
+      TagAndPrefetch(keys, [this](std::string_view k) { return ShardOf(k); }, shards_));
+}
+
+MasterState::ShardGroups MasterState::GroupByShard(std::span<const std::string_view> keys) const {
+  return ShardGroups(
+      TagAndPrefetch(keys, [this](std::string_view k) { return ShardOf(k); }, shards_));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Segments and clients
+
+MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
+  // A node restarted right after a crash: the new process could create the segment's shared
+  // memory on the same host, which a live owner's exclusive lock on it would have prevented, so
+  // the old owner is gone and its replicas with it. Take over instead of waiting for its TTL.
+  auto existing = segments_.FindByName(op.segment.name);
+  if (existing && existing->client_id != op.client_id && !op.segment.host_id.empty() &&
+      existing->host_id == op.segment.host_id && existing->shm_name == op.segment.shm_name &&
+      existing->token != op.segment.token) {
+    ApplyUnmount(UnmountSegmentOp{"", op.segment.name}, now);
+  }
+  // The same node remounts under a new token (the master lost or replaced its mount, or told it
+  // to remount): replicas quoting the old token are refused by the node now, so they go; the
+  // memory they held is quarantined by the new mount unless it is fresh.
+  if (existing && existing->client_id == op.client_id && existing->token != op.segment.token) {
+    ApplyUnmount(UnmountSegmentOp{"", op.segment.name}, now);
+  }
+  auto id = segments_.Mount(op.client_id, op.segment, now, policy_.mount_quarantine_ms);
+  if (!id.ok()) return {id.status(), 0};
+  std::lock_guard lock(clients_mu_);
+  client_last_seen_ms_[op.client_id] = now;
+  return {Status::Ok(), *id};
+}
+
+UnmountResult MasterState::ApplyUnmount(const UnmountSegmentOp& op, int64_t now) {
+  auto id = segments_.Unmount(op.client_id, op.name);
+  if (!id.ok()) return {id.status(), 0};
+  return {Status::Ok(), DropSegmentReplicas(*id)};
+}
+
+uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
+  uint64_t dropped = 0;
+  auto on_segment = [segment_id](const Extent& e) { return e.segment_id == segment_id; };
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    for (auto it = shard.objects.begin(); it != shard.objects.end();) {
+      ObjectMeta& meta = it->second;
+      auto current = it++;
+      if (meta.committed) {
+        dropped += std::erase_if(meta.committed->replicas, on_segment);
+        // With no copy left in memory or on disk the object is gone.
+        if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
+          UncountCommitted(*meta.committed);
+          meta.committed.reset();
+        }
+      }
+      if (meta.demotion) std::erase_if(meta.demotion->held, on_segment);
+      // The allocation went with the segment. The node checks its segment's token just before
+      // each copy, and publishes a remount's token before asking: a copy under way then ends
+      // well within the remount's quarantine, before this space can be handed out again.
+      if (meta.promotion && on_segment(meta.promotion->extent)) {
+        ClearPromotion(shard, current, /*free_extent=*/false);
+      }
+      if (meta.pending) {
+        dropped += std::erase_if(meta.pending->version.replicas, on_segment);
+        if (meta.pending->version.replicas.empty()) ClearPending(shard, current);
+      }
+      EraseIfEmpty(shard, current);
+    }
+  }
+  DropReservationsOn(segment_id);
+  std::lock_guard lock(deferred_mu_);
+  std::erase_if(deferred_, [&](const DeferredFree& d) { return on_segment(d.extent); });
+  return dropped;
+}
+
+PingResult MasterState::ApplyPing(const PingOp& op, int64_t now) {
+  if (op.client_id.empty()) return {};
+  bool need_remount = false;
+  {
+    std::lock_guard lock(clients_mu_);
+    auto [it, inserted] = client_last_seen_ms_.try_emplace(op.client_id, now);
+    it->second = now;
+    need_remount = inserted;
+  }
+  // A mount the caller believes it holds but the master does not (expired and taken by another,
+  // remounted under a newer token, or lost with a master restart) must be mounted again.
+  for (const auto& mount : op.mounts) {
+    auto held = segments_.FindByName(mount.name);
+    if (!held || held->client_id != op.client_id || held->token != mount.token) {
+      need_remount = true;
+    }
+  }
+  return {need_remount};
+}
+
+ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int64_t now) {
+  {
+    std::lock_guard lock(clients_mu_);
+    auto it = client_last_seen_ms_.find(op.client_id);
+    // A ping that raced the decision to expire wins.
+    if (it == client_last_seen_ms_.end() || it->second + policy_.client_ttl_ms > now) return {};
+    client_last_seen_ms_.erase(it);
+  }
+  // Its unfinished puts can never end: a new put of those keys takes them over at once. Its
+  // demotions are given up, and its disk replicas are out of reach until it registers them again.
+  // They are not disk garbage: a node back on the same disk re-attaches the copies of versions
+  // still committed, and the copies of anything else are refused then (its disk is known).
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    for (std::string_view key : shard.pending_keys) {
+      ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      if (meta.pending->client_id == op.client_id) meta.pending->writer_expired = true;
+    }
+    std::vector<std::string> demoting;
+    for (std::string_view key : shard.demoting_keys) {
+      if (shard.objects.find(std::string(key))->second.demotion->node_id == op.client_id) {
+        demoting.emplace_back(key);
+      }
+    }
+    std::sort(demoting.begin(), demoting.end());  // frees in key order: deterministic
+    for (const auto& key : demoting) ResolveDemotion(shard, shard.objects.find(key), now);
+    for (auto it = shard.objects.begin(); disk_replica_count_ > 0 && it != shard.objects.end();) {
+      auto current = it++;
+      ObjectMeta& meta = current->second;
+      if (!meta.committed) continue;
+      disk_replica_count_ -= std::erase_if(
+          meta.committed->disk, [&](const DiskReplica& d) { return d.node_id == op.client_id; });
+      if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
+        UncountCommitted(*meta.committed);
+        meta.committed.reset();  // nothing holds it any more (its memory was freed before)
+        meta.readers.clear();
+        EraseIfEmpty(shard, current);
+      }
+    }
+  }
+  ExpireClientResult result;
+  for (const auto& name : segments_.NamesOf(op.client_id)) {
+    if (ApplyUnmount(UnmountSegmentOp{"", name}, now).status.ok()) result.unmounted.push_back(name);
+  }
+  return result;
+}
+
+std::vector<std::string> MasterState::SilentClients(int64_t now_ms) const {
+  std::lock_guard lock(clients_mu_);
+  std::vector<std::string> silent;
+  for (const auto& [id, seen] : client_last_seen_ms_) {
+    if (seen + policy_.client_ttl_ms <= now_ms) silent.push_back(id);
+  }
+  return silent;
+}
+
+size_t MasterState::client_count() const {
+  std::lock_guard lock(clients_mu_);
+  return client_last_seen_ms_.size();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes
+
+std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, int64_t now) {
+  std::vector<PutStartKeyResult> results(op.keys.size());
+  if (op.keys.size() != op.sizes.size()) {
+    Status bad(ErrorCode::INVALID_PARAMS, "keys and sizes differ in length");
+    for (auto& r : results) r.status = bad;
+    return results;
+  }
+  Status batch_error;
+  if (op.client_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+  if (Status s = BatchLimit(op.keys.size()); !s.ok()) batch_error = s;
+  if (op.config.replica_num > kMaxReplicas) {
+    batch_error = Status(ErrorCode::INVALID_PARAMS, "replica_num " +
+                                                        std::to_string(op.config.replica_num) +
+                                                        " exceeds " + std::to_string(kMaxReplicas));
+  }
+  if (Status s = PersistenceError(op.config.persistence); !s.ok()) batch_error = s;
+  if (!batch_error.ok()) {
+    for (auto& r : results) r.status = batch_error;
+    return results;
+  }
+  const SegmentTable::Placement order = segments_.PlacementOrder(op.config.preferred_segments);
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now);
+    }
+  }
+  return results;
+}
+
+PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, uint64_t size,
+                                        const PutStartOp& op, const SegmentTable::Placement& order,
+                                        size_t rotation, int64_t now) {
+  if (Status s = ValidateKey(key); !s.ok()) return {s, {}};
+  if (size == 0) return {Status(ErrorCode::INVALID_PARAMS, "object size is 0"), {}};
+  if (size > kMaxObjectBytes) {
+    return {Status(ErrorCode::INVALID_PARAMS, "object size " + std::to_string(size) +
+                                                  " exceeds the maximum of " +
+                                                  std::to_string(kMaxObjectBytes)),
+            {}};
+  }
+  auto it = shard.objects.find(key);
+  if (Status s = MayWrite(shard, it, op.upsert, now); !s.ok()) return {s, {}};
+
+  // Preferred segments keep their order; the rest rotate per key so a batch spreads out.
+  const std::vector<uint64_t>& ids = order.ids;
+  std::vector<uint64_t> candidates(ids.begin(), ids.begin() + order.preferred);
+  size_t rest = ids.size() - order.preferred;
+  for (size_t j = 0; j < rest; ++j) candidates.push_back(ids[order.preferred + (rotation + j) % rest]);
+
+  uint32_t wanted = std::max<uint32_t>(op.config.replica_num, 1);
+  std::vector<Extent> extents;
+  std::vector<uint64_t> used;
+  for (uint32_t r = 0; r < wanted; ++r) {
+    auto extent = segments_.AllocateOn(candidates, size, used, now);
+    if (!extent) break;
+    used.push_back(extent->segment_id);
+    extents.push_back(*extent);
+  }
+  if (extents.empty()) {
+    if (it != shard.objects.end()) EraseIfEmpty(shard, it);
+    return {Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                   "no segment has " + std::to_string(size) + " free bytes"),
+            {}};
+  }
+  if (it == shard.objects.end()) it = shard.objects.try_emplace(key).first;
+  PendingWrite pending;
+  pending.client_id = op.client_id;
+  pending.gen = next_put_gen_++;
+  const uint64_t gen = pending.gen;
+  pending.version.size = size;
+  pending.version.replicas = extents;
+  pending.version.persistence = op.config.persistence;
+  pending.pin.hard = op.config.with_hard_pin;
+  pending.pin.soft = op.config.with_soft_pin;
+  pending.pin.soft_ttl_ms =
+      op.config.soft_pin_ttl_ms > 0 ? op.config.soft_pin_ttl_ms : policy_.soft_pin_ttl_ms;
+  pending.start_ms = now;
+  SetPending(shard, it, std::move(pending));
+  return {Status::Ok(), std::move(extents), gen};
+}
+
+std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
+  if (op.checksums.size() != op.keys.size() || op.put_gens.size() != op.keys.size()) {
+    std::fill(results.begin(), results.end(),
+              Status(ErrorCode::INVALID_PARAMS, "keys, checksums and put generations differ in length"));
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (!meta.pending) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being written");
+        continue;
+      }
+      if (meta.pending->client_id != op.client_id) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may end a put");
+        continue;
+      }
+      if (meta.pending->gen != op.put_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT,
+                            "put generation " + std::to_string(op.put_gens[i]) +
+                                " is not the pending one: another put of this key took over");
+        continue;
+      }
+      CommitVersion(shard, it, std::move(*meta.pending), op.checksums[i], i, now);
+    }
+  }
+  return results;
+}
+
+Status MasterState::MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now) {
+  if (it == shard.objects.end()) return Status::Ok();
+  ObjectMeta& meta = it->second;
+  if (meta.pending) {
+    if (!meta.pending->writer_expired &&
+        now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
+      return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being written");
+    }
+    // A zombie put: its writer may still scribble into the old extents until the release
+    // timeout, so they are not reused before then.
+    FreeLater(meta.pending->version.replicas,
+              meta.pending->start_ms + policy_.put_release_timeout_ms, now);
+    ClearPending(shard, it);
+  }
+  if (meta.committed && !upsert) return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists");
+  return Status::Ok();
+}
+
+void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pending,
+                                uint64_t checksum, size_t index, int64_t now) {
+  ObjectMeta& meta = it->second;
+  const std::string& key = it->first;
+  if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
+    disk_replica_count_ -= meta.committed->disk.size();
+    AddGarbage(key, meta.committed->disk);  // stale copies: their nodes delete them
+    if (meta.demotion) {  // ...nor the demotion copying them to disk
+      auto& held = meta.demotion->held;
+      held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
+      meta.demotion->hold_until_ms =
+          std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+    } else {
+      FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
+    }
+    UncountCommitted(*meta.committed);
+    meta.committed.reset();
+  } else {  // a new object enters its queue (an upsert keeps its place)
+    meta.in_main = policy_.eviction_policy == EvictionPolicy::kS3Fifo && GhostTake(key);
+    meta.reads = 0;
+    meta.queue_stamp = QueueStamp(now, index);
+  }
+  ClearPending(shard, it);
+  meta.committed = std::move(pending.version);
+  meta.committed->checksum = checksum;
+  meta.committed->gen = pending.gen;
+  CountCommitted(*meta.committed);
+  meta.hard_pinned = pending.pin.hard;
+  meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
+  meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
+  meta.last_access_ms = now;
+}
+
+std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
+  if (op.put_gens.size() != op.keys.size()) {
+    std::fill(results.begin(), results.end(),
+              Status(ErrorCode::INVALID_PARAMS, "keys and put generations differ in length"));
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (!meta.pending) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being written");
+        continue;
+      }
+      if (meta.pending->client_id != op.client_id) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may revoke a put");
+        continue;
+      }
+      if (meta.pending->gen != op.put_gens[i]) {
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT,
+                            "put generation " + std::to_string(op.put_gens[i]) +
+                                " is not the pending one: another put of this key took over");
+        continue;
+      }
+      if (op.after_transfer_error) {
+        // Bytes of the failed transfer may still reach the node: nobody gets this space before
+        // the data plane has given up on them.
+        FreeLater(meta.pending->version.replicas, SaturatingAdd(now, policy_.write_quarantine_ms),
+                  now);
+      } else {
+        FreeExtents(meta.pending->version.replicas);  // the writer says it no longer writes
+      }
+      ClearPending(shard, it);
+      EraseIfEmpty(shard, it);
+    }
+  }
+  return results;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads
+
+std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaListOp& op,
+                                                            int64_t now) {
+  std::vector<ReadKeyResult> results(op.keys.size());
+  Status batch_error = BatchLimit(op.keys.size());
+  if (op.client_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
+  if (!batch_error.ok()) {
+    for (auto& r : results) r.status = batch_error;
+    return results;
+  }
+  const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
+  FindEach(keys, [&](size_t i, ObjectMeta* found) {
+    ReadKeyResult& out = results[i];
+    if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
+      out.status = s;
+      return;
+    }
+    if (found == nullptr) {
+      out.status = NotFound(op.keys[i]);
+      return;
+    }
+    ObjectMeta& meta = *found;
+    if (!meta.committed) {
+      out.status = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
+      return;
+    }
+    meta.DropExpiredLocks(now);
+    auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
+                               [&](const ReadLock& l) { return l.client_id == op.client_id; });
+    if (holder == meta.readers.end()) {
+      meta.readers.push_back({op.client_id, 1, now + policy_.lease_ttl_ms});
+    } else {
+      holder->count++;
+      holder->expiry_ms = now + policy_.lease_ttl_ms;
+    }
+    meta.last_access_ms = now;
+    if (meta.reads < kMaxQueueReads) meta.reads++;
+    if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = SaturatingAdd(now, meta.soft_pin_ttl_ms);
+    out.size = meta.committed->size;
+    out.checksum = meta.committed->checksum;
+    out.replicas = meta.committed->replicas;
+    out.disk = meta.committed->disk;
+    out.version_gen = meta.committed->gen;
+  });
+  return results;
+}
+
+std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
+  const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
+  FindEach(keys, [&](size_t i, ObjectMeta* found) {
+    if (found == nullptr) {
+      results[i] = NotFound(op.keys[i]);
+      return;
+    }
+    ObjectMeta& meta = *found;
+    auto holder = std::find_if(meta.readers.begin(), meta.readers.end(), [&](const ReadLock& l) {
+      return l.client_id == op.client_id && l.expiry_ms > now;
+    });
+    if (holder == meta.readers.end()) {
+      results[i] = Status(ErrorCode::LEASE_EXPIRED, "no live read lock held by this client");
+      return;
+    }
+    if (--holder->count == 0) meta.readers.erase(holder);
+  });
+  return results;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Removal and eviction
+
+void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
+  ObjectMeta& meta = it->second;
+  disk_replica_count_ -= meta.committed->disk.size();
+  AddGarbage(it->first, meta.committed->disk);  // their nodes delete them
+  if (meta.demotion) {  // a demotion may still read them: they go when it resolves
+    auto& held = meta.demotion->held;
+    held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
+    meta.demotion->hold_until_ms = std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+  } else if (meta.IsReadLocked(now)) {
+    FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
+  } else {
+    FreeExtents(meta.committed->replicas);
+  }
+  UncountCommitted(*meta.committed);
+  meta.committed.reset();
+  meta.readers.clear();
+  EraseIfEmpty(shard, it);
+}
+
+std::vector<Status> MasterState::ApplyRemove(const RemoveOp& op, int64_t now) {
+  std::vector<Status> results(op.keys.size());
+  if (Status limit = BatchLimit(op.keys.size()); !limit.ok()) {
+    std::fill(results.begin(), results.end(), limit);
+    return results;
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
+        results[i] = s;
+        continue;
+      }
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) {
+        results[i] = NotFound(op.keys[i]);
+        continue;
+      }
+      ObjectMeta& meta = it->second;
+      if (!meta.committed) {
+        results[i] = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
+        continue;
+      }
+      if (!op.force && meta.IsReadLocked(now)) {
+        results[i] = Status(ErrorCode::OBJECT_HAS_LEASE, "object is being read");
+        continue;
+      }
+      DropCommitted(shard, it, now);
+    }
+  }
+  return results;
+}
+
+RemoveCountResult MasterState::ApplyRemoveMatching(
+    const std::function<bool(const std::string&)>& match, bool force, int64_t now) {
+  RemoveCountResult result;
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    // Key order, not the hash map's: the order of frees decides the allocators' later choices,
+    // and a replica of this state (snapshot-loaded) iterates its maps differently.
+    std::vector<std::string> matched;
+    for (const auto& [key, meta] : shard.objects) {
+      if (match(key)) matched.push_back(key);
+    }
+    std::sort(matched.begin(), matched.end());
+    for (const auto& key : matched) {
+      auto it = shard.objects.find(key);
+      ObjectMeta& meta = it->second;
+      if (!meta.committed || (!force && meta.IsReadLocked(now))) {
+        result.skipped++;
+        continue;
+      }
+      DropCommitted(shard, it, now);
+      result.removed++;
+    }
+  }
+  return result;
+}
+
+RemoveCountResult MasterState::ApplyRemoveByRegex(const RemoveByRegexOp& op, int64_t now) {
+  auto re = CompilePattern(op.pattern);
+  if (!re.ok()) return {re.status(), 0, 0};
+  const RE2& pattern = **re;
+  return ApplyRemoveMatching(
+      [&](const std::string& key) { return RE2::PartialMatch(key, pattern); }, op.force, now);
+}
+
+EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
+  EvictResult result;
+  const bool s3fifo = policy_.eviction_policy == EvictionPolicy::kS3Fifo;
+  // GroupByShard keeps the op's order within a shard, so repeated requeues apply in order.
+  for (const auto& [shard_index, indices] : GroupByShard(op.requeue)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.requeue[i]);
+      if (it == shard.objects.end() || !it->second.committed) continue;
+      ObjectMeta& meta = it->second;
+      if (meta.reads == 0) continue;
+      if (meta.in_main) {
+        meta.reads--;
+      } else {
+        meta.in_main = true;
+        meta.reads = 0;
+      }
+      meta.queue_stamp = QueueStamp(now, i);
+    }
+  }
+  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+    Shard& shard = *shards_[shard_index];
+    std::lock_guard lock(shard.mu);
+    for (size_t i : indices) {
+      auto it = shard.objects.find(op.keys[i]);
+      if (it == shard.objects.end()) continue;
+      ObjectMeta& meta = it->second;
+      if (!meta.IsEvictable(now, op.allow_soft_pinned)) continue;
+      // Read since the evictor chose it: under s3fifo that earns it another pass.
+      if (s3fifo && meta.reads > 0 && !op.whole_run) continue;
+      const bool leaves = meta.committed->disk.empty();  // else it stays, on disk
+      if (s3fifo && !meta.in_main && leaves) GhostAdd(op.keys[i]);
+      result.objects++;
+      result.bytes += EvictMemory(shard, it, now);
+    }
+  }
+  return result;
+}
+
+void MasterState::GhostAdd(const std::string& key) {
+  const uint64_t hash = XXH3_64bits(key.data(), key.size());
+  GhostStripe& g = ghost_[hash >> 60];  // the shard takes the low bits
+  std::lock_guard lock(g.mu);
+  const uint64_t entry = g.next++;
+  g.fifo.emplace_back(hash, entry);
+  g.live[hash] = entry;
+  // The ghost covers eviction_ghost_ratio x the objects held, spread over the stripes.
+  const uint64_t held = committed_count_.load(std::memory_order_relaxed);
+  const uint64_t limit = static_cast<uint64_t>(policy_.eviction_ghost_ratio *
+                                               static_cast<double>(held) / kGhostStripes) + 1;
+  while (g.fifo.size() > limit) {
+    auto [old_hash, old_entry] = g.fifo.front();
+    g.fifo.pop_front();
+    auto found = g.live.find(old_hash);
+    if (found != g.live.end() && found->second == old_entry) g.live.erase(found);
+  }
+}
+
+bool MasterState::GhostTake(const std::string& key) {
+  const uint64_t hash = XXH3_64bits(key.data(), key.size());
+  GhostStripe& g = ghost_[hash >> 60];
+  std::lock_guard lock(g.mu);
+  return g.live.erase(hash) > 0;
+}
+
+size_t MasterState::ghost_count() const {
+  size_t total = 0;
+  for (const auto& g : ghost_) {
+    std::lock_guard lock(g.mu);
+    total += g.live.size();
+  }
+  return total;
+}
+
+SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
+  SweepResult result;
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    std::vector<std::string> expired;
+    for (std::string_view key : shard.pending_keys) {
+      const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      if (meta.pending->start_ms + policy_.put_release_timeout_ms <= now) {
+        expired.emplace_back(key);
+      }
+    }
+    std::sort(expired.begin(), expired.end());  // free order is state: never the set's order
+    for (const auto& key : expired) {
+      auto it = shard.objects.find(key);
+      FreeExtents(it->second.pending->version.replicas);
+      ClearPending(shard, it);
+      EraseIfEmpty(shard, it);
+      result.discarded_puts++;
+    }
+    // A demotion that has not ended within the release timeout is given up: its node is stuck.
+    std::vector<std::string> stalled;
+    for (std::string_view key : shard.demoting_keys) {
+      const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      if (meta.demotion->start_ms + policy_.put_release_timeout_ms <= now) stalled.emplace_back(key);
+    }
+    std::sort(stalled.begin(), stalled.end());
+    for (const auto& key : stalled) {
+      ResolveDemotion(shard, shard.objects.find(key), now);
+      result.aborted_demotions++;
+    }
+  }
+  result.expired_reservations = ExpireReservations(now);
+  std::vector<Extent> due;
+  {
+    std::lock_guard lock(deferred_mu_);
+    auto split = std::stable_partition(deferred_.begin(), deferred_.end(),
+                                       [now](const DeferredFree& d) { return d.release_at_ms > now; });
+    for (auto it = split; it != deferred_.end(); ++it) due.push_back(it->extent);
+    deferred_.erase(split, deferred_.end());
+  }
+  FreeExtents(due);
+  result.freed_extents = due.size();
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping helpers (caller holds the shard lock)
+
+void MasterState::SetPending(Shard& shard, ObjectIter it, PendingWrite pending) {
+  if (!it->second.pending) {
+    shard.pending_keys.insert(std::string_view(it->first));
+    pending_count_++;
+  }
+  it->second.pending = std::move(pending);
+}
+
+void MasterState::ClearPending(Shard& shard, ObjectIter it) {
+  if (!it->second.pending) return;
+  shard.pending_keys.erase(std::string_view(it->first));
+  it->second.pending.reset();
+  pending_count_--;
+}
+
+void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
+  if (it->second.committed || it->second.pending || it->second.demotion || it->second.promotion) {
+    return;
+  }
+  shard.objects.erase(it);
+}
+
+void MasterState::FreeExtents(const std::vector<Extent>& extents) {
+  for (const auto& e : extents) segments_.Free(e);
+}
+
+void MasterState::FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms,
+                            int64_t now) {
+  if (release_at_ms <= now) {
+    FreeExtents(extents);
+    return;
+  }
+  std::lock_guard lock(deferred_mu_);
+  for (const auto& e : extents) deferred_.push_back({e, release_at_ms});
+}
+
+size_t MasterState::deferred_free_count() const {
+  std::lock_guard lock(deferred_mu_);
+  return deferred_.size();
+}
+
+}  // namespace granary::master
+

@@ -1,0 +1,502 @@
+// master/state/master_state.h - the master's metadata: segments, objects, clients, and the one function
+// that changes them.
+//
+// Promise: Apply(op) is the only mutation. Operations are applied one at a time in one total
+// order: Apply numbers each (seq 1, 2, 3...), stamps a wall-clock time no earlier than the
+// previous operation's, and its effect is a function of the state and the operation alone (no
+// hash-map iteration order, no clock read, no randomness), so replaying the stream, or loading a
+// snapshot and replaying what followed it, gives a state with the same Digest().
+// Queries run concurrently with Apply: objects live in shards (each with its own mutex), segments
+// in a SegmentTable; queries take those locks and never change anything (an existence check is
+// not a read: it takes no lock and does not refresh recency).
+// Lock order: apply -> shard -> segment table -> segment; clients_mu_, deferred_mu_, disk_mu_ and
+// the ghost stripes' mutexes are leaves. Observers run under the apply lock, in sequence order.
+// Ownership: MasterState owns everything below it; results are copies.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/clock.h"
+#include "granary/status.h"
+#include "master/state/disk_garbage.h"
+#include "master/state/object_meta.h"
+#include "master/state/operations.h"
+#include "master/space/segment_table.h"
+
+namespace granary::master {
+
+// lru: least recently read first. s3fifo: new objects enter a small probation FIFO; read ones move
+// to the main FIFO, unread ones leave (their keys kept in a ghost list, so a re-put goes straight
+// to main); the main FIFO gives each read object another pass (S3-FIFO, Yang et al., SOSP'23).
+enum class EvictionPolicy { kLru, kS3Fifo };
+
+// Timeouts and policies; defaults are Mooncake Store's (shared/MOONCAKE-API.md).
+struct MasterPolicy {
+  int64_t lease_ttl_ms = 10'000;
+  // A remounted segment (not fresh) allocates nothing for this long: readers of the old mount
+  // finish or abandon within their lease, and the old mount's TCP writers are refused by token.
+  int64_t mount_quarantine_ms = 10'000;
+  // Space of a put revoked after a transfer error waits this long before reuse: its bytes may
+  // still sit in socket buffers on their way to the node (2x the node's data idle timeout).
+  int64_t write_quarantine_ms = 120'000;
+  int64_t soft_pin_ttl_ms = 30 * 60'000;
+  int64_t client_ttl_ms = 10'000;
+  int64_t put_discard_timeout_ms = 30'000;
+  int64_t put_release_timeout_ms = 600'000;
+  // Reserved space (ReserveOp): each reservation's lease, and the most one client may hold.
+  // An expired reservation's space is reused no sooner than put_release_timeout_ms after its
+  // grant, nor write_quarantine_ms after its expiry (its writer may be paused mid-copy).
+  int64_t reservation_ttl_ms = 60'000;
+  uint64_t reservation_max_bytes = 256ull << 20;
+  double eviction_high_watermark = 0.90;
+  double eviction_ratio = 0.05;
+  bool allow_evict_soft_pinned = true;
+  // s3fifo by default: it doubles lru's prefix hit rate on a conversation trace at 1M tokens
+  // (docs/trace-replay.md).
+  EvictionPolicy eviction_policy = EvictionPolicy::kS3Fifo;
+  double eviction_small_ratio = 0.10;  // s3fifo: probation queue's share of the evictable bytes
+  double eviction_ghost_ratio = 4.0;   // s3fifo: keys remembered after eviction, x objects held
+  uint32_t shard_count = 1024;
+  // Disk copies waiting for their node to delete them (master/state/disk_garbage.h): beyond either
+  // bound the oldest are forgotten (counted), which only leaks their disk space.
+  uint64_t disk_garbage_max_entries = 1 << 20;
+  uint64_t disk_garbage_max_key_bytes = 256 << 20;
+};
+
+// Limits on what a caller may ask for; beyond them a request is INVALID_KEY / INVALID_PARAMS.
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 40;  // 1 TiB
+inline constexpr size_t kMaxBatchKeys = 65'536;
+inline constexpr uint32_t kMaxReplicas = 64;
+inline constexpr size_t kMaxPatternBytes = 4096;
+inline constexpr size_t kMaxQueryReplyBytes = 64 << 20;  // keys in one QueryByRegex answer
+
+struct ObjectStat {
+  bool committed = false;
+  bool pending = false;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::vector<Extent> replicas;
+  uint32_t read_locks = 0;
+  bool hard_pinned = false;
+  bool soft_pinned = false;
+  int64_t idle_ms = 0;
+  uint64_t put_gen = 0;  // of the pending write, if any
+  std::vector<DiskReplica> disk;
+  bool demoting = false;
+  bool promoting = false;  // a node is copying it from disk back into memory
+};
+
+struct ObjectSummaryRow {
+  std::string key;
+  uint64_t size = 0;
+  uint32_t replica_count = 0;
+};
+
+struct QueryResult {
+  std::vector<ObjectSummaryRow> objects;
+  bool truncated = false;
+};
+
+class MasterState {
+ public:
+  // segment_id_base: the first segment id, and the first name of puts, reservations and versions
+  // (part of the initial state: a standby replaying this master's operations must start from the
+  // same base). The default, the wall clock in ms << 16, makes a restarted master's names higher
+  // than any an earlier master handed out: a stale PutEnd, commit or release names nothing of
+  // the new master's, and of two disk copies of a key the newer version has the higher gen.
+  MasterState(MasterPolicy policy, const Clock* clock,
+              uint64_t segment_id_base = SegmentTable::DefaultSegmentIdBase());
+  MasterState(const MasterState&) = delete;
+  MasterState& operator=(const MasterState&) = delete;
+
+  // The single mutation point (the leader's path): gives op the next sequence number and a time
+  // of max(op.now_ms, the previous operation's), applies it, and shows it to every observer.
+  OpResult Apply(Operation op);
+  // A standby's path: applies an operation of another master's history as it is. Its seq must
+  // be last_seq() + 1 and its time no earlier than the previous one (else INVALID_PARAMS and
+  // nothing changes).
+  Result<OpResult> Replay(const Operation& op);
+  using Observer = std::function<void(const Operation&, const OpResult&)>;
+  // Observers see every applied operation, in order, under the apply lock: keep them short.
+  // Add them before the state is shared between threads.
+  void AddObserver(Observer observer);
+
+  // ---- ordered history ----
+  uint64_t last_seq() const;
+  // The whole state, canonically encoded (objects sorted by key, segments by id, allocators'
+  // internals, queues, ghost, clients, deferred frees, counters) with the last seq it includes.
+  std::string EncodeSnapshot() const;
+  // Replaces this state with a snapshot's. INVALID_PARAMS for malformed bytes or a snapshot made
+  // under another policy (replay would diverge); nothing changes then. Not while others use it.
+  Status LoadSnapshot(std::string_view bytes);
+  // The policy a snapshot was made under (a replica must be built with it before LoadSnapshot).
+  static Result<MasterPolicy> SnapshotPolicy(std::string_view bytes);
+  // XXH3-64 of EncodeSnapshot(): equal digests, equal states.
+  uint64_t Digest() const;
+  struct Fingerprint {
+    uint64_t seq = 0;
+    uint64_t digest = 0;
+  };
+  // The digest and the last seq it covers, taken together.
+  Fingerprint StateFingerprint() const;
+
+  // Typed shorthands: stamp the clock's time on an operation and Apply it.
+  template <typename Body, typename R>
+  R Do(Body body) {
+    return std::get<R>(Apply(Operation{clock_->NowMs(), 0, std::move(body)}));
+  }
+  MountResult Mount(MountSegmentOp op) { return Do<MountSegmentOp, MountResult>(std::move(op)); }
+  UnmountResult Unmount(UnmountSegmentOp op) {
+    return Do<UnmountSegmentOp, UnmountResult>(std::move(op));
+  }
+  PingResult Ping(std::string client_id, std::vector<MountRef> mounts = {}) {
+    return Do<PingOp, PingResult>(PingOp{std::move(client_id), std::move(mounts)});
+  }
+  ExpireClientResult ExpireClient(std::string client_id) {
+    return Do<ExpireClientOp, ExpireClientResult>(ExpireClientOp{std::move(client_id)});
+  }
+  std::vector<PutStartKeyResult> PutStart(PutStartOp op) {
+    return Do<PutStartOp, std::vector<PutStartKeyResult>>(std::move(op));
+  }
+  std::vector<Status> PutEnd(PutEndOp op) { return Do<PutEndOp, std::vector<Status>>(std::move(op)); }
+  std::vector<Status> PutRevoke(PutRevokeOp op) {
+    return Do<PutRevokeOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<ReadKeyResult> GetReplicaList(GetReplicaListOp op) {
+    return Do<GetReplicaListOp, std::vector<ReadKeyResult>>(std::move(op));
+  }
+  std::vector<Status> FinishRead(FinishReadOp op) {
+    return Do<FinishReadOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> Remove(RemoveOp op) { return Do<RemoveOp, std::vector<Status>>(std::move(op)); }
+  RemoveCountResult RemoveByRegex(RemoveByRegexOp op) {
+    return Do<RemoveByRegexOp, RemoveCountResult>(std::move(op));
+  }
+  RemoveCountResult RemoveAll(RemoveAllOp op) {
+    return Do<RemoveAllOp, RemoveCountResult>(std::move(op));
+  }
+  EvictResult Evict(EvictOp op) { return Do<EvictOp, EvictResult>(std::move(op)); }
+  SweepResult Sweep() { return Do<SweepOp, SweepResult>(SweepOp{}); }
+  std::vector<DemoteStartKeyResult> DemoteStart(DemoteStartOp op) {
+    return Do<DemoteStartOp, std::vector<DemoteStartKeyResult>>(std::move(op));
+  }
+  std::vector<Status> DemoteEnd(DemoteEndOp op) {
+    return Do<DemoteEndOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> DemoteAbort(DemoteAbortOp op) {
+    return Do<DemoteAbortOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> DiskRegister(DiskRegisterOp op) {
+    return Do<DiskRegisterOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> DiskDrop(DiskDropOp op) {
+    return Do<DiskDropOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> DiskGarbageAck(DiskGarbageAckOp op) {
+    return Do<DiskGarbageAckOp, std::vector<Status>>(std::move(op));
+  }
+  ReserveResult Reserve(ReserveOp op) { return Do<ReserveOp, ReserveResult>(std::move(op)); }
+  std::vector<Status> PutCommit(PutCommitOp op) {
+    return Do<PutCommitOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<Status> ReleaseReservations(ReleaseReservationsOp op) {
+    return Do<ReleaseReservationsOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<PromoteStartKeyResult> PromoteStart(PromoteStartOp op) {
+    return Do<PromoteStartOp, std::vector<PromoteStartKeyResult>>(std::move(op));
+  }
+  std::vector<Status> PromoteEnd(PromoteEndOp op) {
+    return Do<PromoteEndOp, std::vector<Status>>(std::move(op));
+  }
+
+  // ---- queries ----
+  // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
+  std::vector<int32_t> BatchExist(const std::vector<std::string>& keys) const;
+  // The same on views (the fast port's keys, read in place from the request).
+  std::vector<int32_t> BatchExist(std::span<const std::string_view> keys) const;
+  std::vector<int64_t> BatchGetSize(const std::vector<std::string>& keys) const;
+  // How many leading keys are complete.
+  Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) const;
+  Result<ObjectStat> Stat(const std::string& key) const;
+  Result<QueryResult> QueryByRegex(const std::string& pattern, size_t limit) const;
+  // Clients silent for longer than the client TTL, as of now_ms.
+  std::vector<std::string> SilentClients(int64_t now_ms) const;
+  // The disk's garbage, oldest first, within the bounds (DiskGarbage::Oldest).
+  std::vector<GarbageEntry> DiskGarbageOf(uint64_t disk_id, size_t max_entries,
+                                          size_t max_key_bytes) const;
+  // Whether the disk registered its whole inventory with this state (DiskRegisterOp.complete).
+  bool DiskKnown(uint64_t disk_id) const;
+  // Promotions of `node_id` under way (its next offload round must end them: PromoteStartOp).
+  size_t PromotionsOf(const std::string& node_id) const;
+
+  // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
+  void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
+  size_t shard_count() const { return shards_.size(); }
+
+  SegmentTable& segments() { return segments_; }
+  const SegmentTable& segments() const { return segments_; }
+  const MasterPolicy& policy() const { return policy_; }
+  uint64_t segment_id_base() const { return segment_id_base_; }
+  const Clock* clock() const { return clock_; }
+  uint64_t object_count() const { return committed_count_.load(std::memory_order_relaxed); }
+  // Committed versions whose put chose a persistence of its own: while 0, the offload planner
+  // decides by the master's policy alone and can skip its scan.
+  uint64_t explicit_persistence_count() const {
+    return explicit_persistence_count_.load(std::memory_order_relaxed);
+  }
+  uint64_t pending_count() const { return pending_count_.load(std::memory_order_relaxed); }
+  // Reservations held, and their bytes (ReserveOp).
+  uint64_t reservation_count() const { return reservation_count_.load(std::memory_order_relaxed); }
+  uint64_t reserved_bytes() const { return reserved_bytes_.load(std::memory_order_relaxed); }
+  size_t client_count() const;
+  size_t deferred_free_count() const;
+  size_t ghost_count() const;  // s3fifo: evicted keys remembered
+  size_t disk_garbage_count() const;
+  uint64_t disk_garbage_dropped() const;  // forgotten at the bound
+
+ private:
+  // The objects maps' hash. Our own functor, not std::hash: libstdc++ scans a table of up to 20
+  // entries linearly, comparing every key (most shards hold fewer), and this one is transparent,
+  // so a lookup by string_view copies no key. Not noexcept: that keeps each node's hash cached.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+  };
+  using ObjectMap = std::unordered_map<std::string, ObjectMeta, KeyHash, std::equal_to<>>;
+  struct Shard {
+    mutable std::mutex mu;
+    ObjectMap objects;
+    // Keys with a pending write, and keys being demoted; views into `objects`' keys, so erase
+    // from here first.
+    std::unordered_set<std::string_view> pending_keys;
+    std::unordered_set<std::string_view> demoting_keys;
+    std::unordered_set<std::string_view> promoting_keys;
+  };
+  // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
+  // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata
+  // shard lost a sixth of the hit rate), enough that puts rarely wait. Reads never touch it.
+  static constexpr size_t kGhostStripes = 16;
+  struct GhostStripe {
+    mutable std::mutex mu;
+    std::deque<std::pair<uint64_t, uint64_t>> fifo;  // (key hash, entry number)
+    std::unordered_map<uint64_t, uint64_t> live;     // key hash -> its newest entry number
+    uint64_t next = 0;
+  };
+  using ObjectIter = ObjectMap::iterator;
+  struct DeferredFree {
+    Extent extent;
+    int64_t release_at_ms = 0;
+  };
+
+  OpResult ApplyLocked(const Operation& op);  // caller holds apply_mu_
+  size_t ShardOf(std::string_view key) const;
+  // Key indices grouped by shard, so a batch takes each shard lock once: iterating gives
+  // {shard, indices}, shards ascending, each shard's indices in the batch's order. Two flat
+  // arrays, not a vector per shard: a batch of 128 keys spans ~120 of 1024 shards.
+  class ShardGroups {
+   public:
+    struct Group {
+      size_t shard;
+      std::span<const uint32_t> indices;
+    };
+    class Iterator {
+     public:
+      Iterator(const ShardGroups* g, size_t begin) : g_(g), begin_(begin), end_(RunEnd(begin)) {}
+      Group operator*() const {
+        return {static_cast<size_t>(g_->tagged_[begin_] >> 32),
+                std::span<const uint32_t>(g_->indices_.data() + begin_, end_ - begin_)};
+      }
+      Iterator& operator++() {
+        begin_ = end_;
+        end_ = RunEnd(begin_);
+        return *this;
+      }
+      bool operator==(const Iterator& o) const { return begin_ == o.begin_; }
+
+     private:
+      size_t RunEnd(size_t from) const {
+        size_t e = from;
+        while (e < g_->tagged_.size() && (g_->tagged_[e] >> 32) == (g_->tagged_[from] >> 32)) ++e;
+        return e;
+      }
+      const ShardGroups* g_;
+      size_t begin_;
+      size_t end_;
+    };
+    // tagged: shard << 32 | index, one per key.
+    explicit ShardGroups(std::vector<uint64_t> tagged);
+    Iterator begin() const { return Iterator(this, 0); }
+    Iterator end() const { return Iterator(this, tagged_.size()); }
+
+   private:
+    std::vector<uint64_t> tagged_;   // sorted
+    std::vector<uint32_t> indices_;  // tagged_'s low halves
+  };
+  ShardGroups GroupByShard(const std::vector<std::string>& keys) const;
+  ShardGroups GroupByShard(std::span<const std::string_view> keys) const;
+  // Calls visit(i, keys[i]'s entry or null) for every key, shard by shard (each shard's keys in
+  // the batch's order), with that shard's lock held. The lookups run stage by stage over runs of
+  // up to kLockedShards shards, whose locks are held together (ascending; only these runs hold
+  // more than one shard lock, so no deadlock), so that their cache misses overlap: one find is a
+  // chain of dependent loads (bucket slot, the node before, the node, the key's bytes) that a
+  // call from the network meets cold.
+  static constexpr size_t kLockedShards = 32;  // ThreadSanitizer tracks 64 locks per thread
+  void FindEach(std::span<const std::string_view> keys,
+                const std::function<void(size_t, const ObjectMeta*)>& visit) const;
+  void FindEach(std::span<const std::string_view> keys,
+                const std::function<void(size_t, ObjectMeta*)>& visit);
+  // The staged lookups of one run of shard groups (their locks held): found[i] per key index.
+  void FindRun(std::span<const ShardGroups::Group> run, std::span<const std::string_view> keys,
+               std::vector<const ObjectMeta*>& found) const;
+
+  MountResult ApplyMount(const MountSegmentOp& op, int64_t now);
+  UnmountResult ApplyUnmount(const UnmountSegmentOp& op, int64_t now);
+  PingResult ApplyPing(const PingOp& op, int64_t now);
+  ExpireClientResult ApplyExpireClient(const ExpireClientOp& op, int64_t now);
+  std::vector<PutStartKeyResult> ApplyPutStart(const PutStartOp& op, int64_t now);
+  std::vector<Status> ApplyPutEnd(const PutEndOp& op, int64_t now);
+  std::vector<Status> ApplyPutRevoke(const PutRevokeOp& op, int64_t now);
+  std::vector<ReadKeyResult> ApplyGetReplicaList(const GetReplicaListOp& op, int64_t now);
+  std::vector<Status> ApplyFinishRead(const FinishReadOp& op, int64_t now);
+  std::vector<Status> ApplyRemove(const RemoveOp& op, int64_t now);
+  RemoveCountResult ApplyRemoveMatching(const std::function<bool(const std::string&)>& match,
+                                        bool force, int64_t now);
+  RemoveCountResult ApplyRemoveByRegex(const RemoveByRegexOp& op, int64_t now);
+  EvictResult ApplyEvict(const EvictOp& op, int64_t now);
+  SweepResult ApplySweep(const SweepOp& op, int64_t now);
+  std::vector<DemoteStartKeyResult> ApplyDemoteStart(const DemoteStartOp& op, int64_t now);
+  std::vector<Status> ApplyDemoteEnd(const DemoteEndOp& op, int64_t now);
+  std::vector<Status> ApplyDemoteAbort(const DemoteAbortOp& op, int64_t now);
+  std::vector<Status> ApplyDiskRegister(const DiskRegisterOp& op, int64_t now);
+  std::vector<Status> ApplyDiskDrop(const DiskDropOp& op, int64_t now);
+  std::vector<Status> ApplyDiskGarbageAck(const DiskGarbageAckOp& op);
+  std::vector<PromoteStartKeyResult> ApplyPromoteStart(const PromoteStartOp& op, int64_t now);
+  std::vector<Status> ApplyPromoteEnd(const PromoteEndOp& op);
+  ReserveResult ApplyReserve(const ReserveOp& op, int64_t now);
+  std::vector<Status> ApplyPutCommit(const PutCommitOp& op, int64_t now);
+  std::vector<Status> ApplyReleaseReservations(const ReleaseReservationsOp& op);
+  // Frees or quarantines reservations: on a segment gone with its memory (no free), or whose
+  // lease ended by `now` (quarantined). Returns how many went. Caller holds apply_mu_.
+  size_t DropReservationsOn(uint64_t segment_id);
+  size_t ExpireReservations(int64_t now);
+  void ForgetReservation(std::map<uint64_t, HeldReservation>::iterator it);
+  // Reservation `name`, if held at (segment_id, offset) by client_id; else INVALID_WRITE (not
+  // held there: names alone may be stale) or ILLEGAL_CLIENT. Commit and release both ask.
+  Result<std::map<uint64_t, HeldReservation>::iterator> HeldBy(const std::string& client_id,
+                                                               uint64_t name, uint64_t segment_id,
+                                                               uint64_t offset);
+  // A key's checks before a new version may be written (StartOne, PutCommit): OK, or why not.
+  // Clears a zombie pending write (its space waits for the release timeout).
+  Status MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now);
+  // Makes `pending` the committed version of the key at `it` (PutEnd, PutCommit); index orders
+  // new objects of one batch in their queue.
+  void CommitVersion(Shard& shard, ObjectIter it, PendingWrite pending, uint64_t checksum,
+                     size_t index, int64_t now);
+  // Ends a promotion. free_extent: its allocation goes back (the caller knows the node no longer
+  // writes it); false when it was attached, or its segment is gone with the memory.
+  void ClearPromotion(Shard& shard, ObjectIter it, bool free_extent);
+  // A free segment of `node_id` that can take `size` bytes and stay at or below the eviction
+  // high watermark; nullopt if none.
+  std::optional<Extent> AllocateForPromotion(const std::string& node_id, uint64_t size,
+                                             int64_t now);
+  // The disk must delete this copy: the record no longer names it (disk_mu_ is a leaf).
+  void AddGarbage(uint64_t disk_id, const std::string& key, uint64_t location);
+  void AddGarbage(const std::string& key, const std::vector<DiskReplica>& copies);
+  // The object `key` if `node_id` is demoting its version `version_gen`; else why not
+  // (INVALID_WRITE: no demotion; ILLEGAL_CLIENT: another node's or another version's).
+  Result<ObjectIter> OwnDemotion(Shard& shard, const std::string& key, const std::string& node_id,
+                                 uint64_t version_gen);
+  // Ends the demotion of it (attached or not): its held memory is freed once no read lock can
+  // cover it.
+  void ResolveDemotion(Shard& shard, ObjectIter it, int64_t now);
+  // Eviction of a complete object: its memory goes; the object stays if a disk replica holds it.
+  // Returns the memory bytes freed.
+  uint64_t EvictMemory(Shard& shard, ObjectIter it, int64_t now);
+
+  // Drops every extent on segment_id from every object (its memory is gone).
+  uint64_t DropSegmentReplicas(uint64_t segment_id);
+  PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,
+                             const PutStartOp& op, const SegmentTable::Placement& order,
+                             size_t rotation, int64_t now);
+  // Removes the committed version of a complete object (remove, evict). Locked extents are freed
+  // only once every read lock on them has expired.
+  void DropCommitted(Shard& shard, ObjectIter it, int64_t now);
+  void SetPending(Shard& shard, ObjectIter it, PendingWrite pending);
+  void ClearPending(Shard& shard, ObjectIter it);
+  void EraseIfEmpty(Shard& shard, ObjectIter it);
+  // Every committed version enters and leaves the counters through these two.
+  void CountCommitted(const Version& v) {
+    committed_count_++;
+    if (v.persistence != PutPersistence::kDefault) explicit_persistence_count_++;
+  }
+  void UncountCommitted(const Version& v) {
+    committed_count_--;
+    if (v.persistence != PutPersistence::kDefault) explicit_persistence_count_--;
+  }
+  void FreeExtents(const std::vector<Extent>& extents);
+  // s3fifo ghost: remember a key evicted unread; Take answers whether it was remembered (and
+  // forgets it).
+  void GhostAdd(const std::string& key);
+  bool GhostTake(const std::string& key);
+  void FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms, int64_t now);
+  void EncodeLocked(Encoder& out) const;  // caller holds apply_mu_
+
+  MasterPolicy policy_;
+  const Clock* clock_;
+  uint64_t segment_id_base_;
+  SegmentTable segments_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> committed_count_{0};
+  std::atomic<uint64_t> explicit_persistence_count_{0};
+  std::atomic<uint64_t> pending_count_{0};
+  uint64_t disk_replica_count_ = 0;  // under apply_mu_; lets node expiry skip its scan when 0
+
+  mutable std::mutex clients_mu_;
+  std::unordered_map<std::string, int64_t> client_last_seen_ms_;
+
+  mutable std::mutex deferred_mu_;
+  std::vector<DeferredFree> deferred_;
+
+  std::array<GhostStripe, kGhostStripes> ghost_;
+
+  // Written under apply_mu_; the lock lets the offload RPC and metrics read them meanwhile.
+  mutable std::mutex disk_mu_;
+  DiskGarbage garbage_;
+  std::set<uint64_t> known_disks_;
+
+  // Serialises every mutation: the one total order of the history.
+  mutable std::mutex apply_mu_;
+  uint64_t last_seq_ = 0;
+  int64_t last_now_ms_ = 0;
+  uint64_t next_put_gen_;  // from segment_id_base (at least 1)
+  std::vector<Observer> observers_;
+  // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
+  // client are derived (the cap's check), the atomics are for metrics.
+  std::map<uint64_t, HeldReservation> reservations_;
+  std::unordered_map<std::string, uint64_t> reserved_by_client_;
+  std::unordered_map<uint64_t, uint64_t> reserved_by_segment_;
+  static constexpr uint64_t kMaxReservedShare = 4;  // at most 1/4 of a segment is reserved
+  std::atomic<uint64_t> reservation_count_{0};
+  std::atomic<uint64_t> reserved_bytes_{0};
+};
+
+// Validates a key; OK or INVALID_KEY with the reason.
+Status ValidateKey(std::string_view key);
+
+}  // namespace granary::master

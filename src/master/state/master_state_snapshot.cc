@@ -1,0 +1,316 @@
+// MasterState: canonical snapshots of the whole state, their loading, and the digest.
+#include "master/state/master_state.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "master/state/state_codec.h"
+#include "master/state/state_internal.h"
+
+namespace granary::master {
+
+using namespace internal;
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots
+
+// Everything in the policy decides effects, so a snapshot only loads under the same policy.
+template <typename IO>
+void Fields(IO& io, MasterPolicy& p) {
+  io(p.lease_ttl_ms); io(p.mount_quarantine_ms); io(p.write_quarantine_ms);
+  io(p.soft_pin_ttl_ms); io(p.client_ttl_ms); io(p.put_discard_timeout_ms);
+  io(p.put_release_timeout_ms); io(p.eviction_high_watermark); io(p.eviction_ratio);
+  io(p.allow_evict_soft_pinned);
+  uint8_t policy = static_cast<uint8_t>(p.eviction_policy);
+  io(policy);
+  p.eviction_policy = static_cast<EvictionPolicy>(policy);
+  io(p.eviction_small_ratio); io(p.eviction_ghost_ratio); io(p.shard_count);
+  io(p.disk_garbage_max_entries); io(p.disk_garbage_max_key_bytes);
+  io(p.reservation_ttl_ms); io(p.reservation_max_bytes);
+}
+
+namespace {
+constexpr uint64_t kSnapshotMagic = 0x50414E5352524E47;  // "GNRRSNAP"
+}  // namespace
+
+void MasterState::EncodeLocked(Encoder& out) const {
+  uint64_t magic = kSnapshotMagic, format = kSnapshotFormat;
+  out(magic);
+  out(format);
+  MasterPolicy policy = policy_;
+  out(policy);
+  uint64_t seq = last_seq_, gen = next_put_gen_, base = segment_id_base_;
+  int64_t last_now = last_now_ms_;
+  out(seq);
+  out(last_now);
+  out(gen);
+  out(base);
+  segments_.Encode(out);
+
+  std::vector<std::pair<std::string_view, const ObjectMeta*>> objects;
+  for (const auto& shard : shards_) {
+    std::lock_guard lock(shard->mu);  // held only for TSan's sake: apply_mu_ excludes writers
+    for (const auto& [key, meta] : shard->objects) objects.emplace_back(key, &meta);
+  }
+  std::sort(objects.begin(), objects.end());
+  uint64_t count = objects.size();
+  out(count);
+  for (auto& [key, meta] : objects) {
+    std::string k(key);
+    out(k);
+    out(const_cast<ObjectMeta&>(*meta));  // the Encoder only reads
+  }
+  {
+    std::lock_guard lock(clients_mu_);
+    std::vector<std::pair<std::string, int64_t>> clients(client_last_seen_ms_.begin(),
+                                                         client_last_seen_ms_.end());
+    std::sort(clients.begin(), clients.end());
+    uint64_t n = clients.size();
+    out(n);
+    for (auto& [id, seen] : clients) {
+      out(id);
+      out(seen);
+    }
+  }
+  {
+    std::lock_guard lock(deferred_mu_);
+    uint64_t n = deferred_.size();
+    out(n);
+    for (DeferredFree d : deferred_) {
+      out(d.extent);
+      out(d.release_at_ms);
+    }
+  }
+  for (const auto& g : ghost_) {
+    std::lock_guard lock(g.mu);
+    uint64_t next = g.next, n = g.fifo.size();
+    out(next);
+    out(n);
+    for (auto [hash, entry] : g.fifo) {
+      out(hash);
+      out(entry);
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> live(g.live.begin(), g.live.end());
+    std::sort(live.begin(), live.end());
+    uint64_t m = live.size();
+    out(m);
+    for (auto& [hash, entry] : live) {
+      out(hash);
+      out(entry);
+    }
+  }
+  {
+    std::lock_guard lock(disk_mu_);
+    garbage_.Encode(out);
+    uint64_t n = known_disks_.size();
+    out(n);
+    for (uint64_t disk : known_disks_) out(disk);
+  }
+  uint64_t reservations = reservations_.size();
+  out(reservations);
+  for (const auto& [gen, held] : reservations_) {
+    uint64_t g = gen;
+    out(g);
+    out(const_cast<HeldReservation&>(held));  // the Encoder only reads
+  }
+}
+
+Result<MasterPolicy> MasterState::SnapshotPolicy(std::string_view bytes) {
+  Decoder in(bytes);
+  uint64_t magic = 0, format = 0;
+  MasterPolicy policy;
+  in(magic);
+  in(format);
+  in(policy);
+  if (!in.ok() || magic != kSnapshotMagic || format != kSnapshotFormat) {
+    return Status(ErrorCode::INVALID_PARAMS, "not a master snapshot of a known format");
+  }
+  return policy;
+}
+
+std::string MasterState::EncodeSnapshot() const {
+  std::lock_guard lock(apply_mu_);
+  Encoder out;
+  EncodeLocked(out);
+  return out.Take();
+}
+
+uint64_t MasterState::Digest() const { return StateFingerprint().digest; }
+
+MasterState::Fingerprint MasterState::StateFingerprint() const {
+  std::lock_guard lock(apply_mu_);
+  Encoder out;
+  EncodeLocked(out);
+  return {last_seq_, XXH3_64bits(out.bytes().data(), out.bytes().size())};
+}
+
+Status MasterState::LoadSnapshot(std::string_view bytes) {
+  auto bad = [](const std::string& why) {
+    return Status(ErrorCode::INVALID_PARAMS, "snapshot rejected: " + why);
+  };
+  Decoder in(bytes);
+  uint64_t magic = 0, format = 0;
+  in(magic);
+  in(format);
+  if (!in.ok() || magic != kSnapshotMagic) return bad("not a master snapshot");
+  if (format != kSnapshotFormat) return bad("format " + std::to_string(format) + " unknown");
+  MasterPolicy policy;
+  in(policy);
+  Encoder theirs, ours;
+  MasterPolicy mine = policy_;
+  theirs(policy);
+  ours(mine);
+  if (!in.ok() || theirs.bytes() != ours.bytes()) {
+    return bad("made under another policy (every timeout, eviction setting and the shard count "
+               "must match)");
+  }
+  uint64_t seq = 0, gen = 0, base = 0;
+  int64_t last_now = 0;
+  in(seq);
+  in(last_now);
+  in(gen);
+  in(base);
+  SegmentTable segments(base);
+  if (!in.ok() || !segments.Decode(in)) return bad("malformed segment table");
+
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (uint32_t i = 0; i < policy_.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
+  uint64_t count = 0, committed = 0, pending = 0, disk = 0, explicit_persistence = 0;
+  in(count);
+  for (uint64_t i = 0; i < count && in.ok(); ++i) {
+    std::string key;
+    ObjectMeta meta;
+    in(key);
+    in(meta);
+    if (!in.ok() || !ValidateKey(key).ok() ||
+        (!meta.committed && !meta.pending && !meta.demotion && !meta.promotion)) {
+      return bad("malformed object record");
+    }
+    Shard& shard = *shards[ShardOf(key)];
+    auto [it, inserted] = shard.objects.try_emplace(std::move(key), std::move(meta));
+    if (!inserted) return bad("duplicate key");
+    committed += it->second.committed.has_value();
+    if (it->second.committed) {
+      disk += it->second.committed->disk.size();
+      explicit_persistence += it->second.committed->persistence != PutPersistence::kDefault;
+    }
+    if (it->second.pending) {
+      shard.pending_keys.insert(std::string_view(it->first));
+      pending++;
+    }
+    if (it->second.demotion) shard.demoting_keys.insert(std::string_view(it->first));
+    if (it->second.promotion) shard.promoting_keys.insert(std::string_view(it->first));
+  }
+  uint64_t n = 0;
+  in(n);
+  std::unordered_map<std::string, int64_t> clients;
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    std::string id;
+    int64_t seen = 0;
+    in(id);
+    in(seen);
+    clients[id] = seen;
+  }
+  in(n);
+  std::vector<DeferredFree> deferred;
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    DeferredFree d;
+    in(d.extent);
+    in(d.release_at_ms);
+    deferred.push_back(d);
+  }
+  std::array<std::tuple<uint64_t, std::deque<std::pair<uint64_t, uint64_t>>,
+                        std::unordered_map<uint64_t, uint64_t>>,
+             kGhostStripes>
+      ghost;
+  for (auto& [next, fifo, live] : ghost) {
+    in(next);
+    in(n);
+    for (uint64_t i = 0; i < n && in.ok(); ++i) {
+      uint64_t hash = 0, entry = 0;
+      in(hash);
+      in(entry);
+      fifo.emplace_back(hash, entry);
+    }
+    in(n);
+    for (uint64_t i = 0; i < n && in.ok(); ++i) {
+      uint64_t hash = 0, entry = 0;
+      in(hash);
+      in(entry);
+      live[hash] = entry;
+    }
+  }
+  DiskGarbage garbage(policy_.disk_garbage_max_entries, policy_.disk_garbage_max_key_bytes);
+  if (!in.ok() || !garbage.Decode(in)) return bad("malformed disk garbage");
+  std::set<uint64_t> known_disks;
+  in(n);
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    uint64_t disk = 0;
+    in(disk);
+    known_disks.insert(disk);
+  }
+  std::map<uint64_t, HeldReservation> reservations;
+  std::unordered_map<std::string, uint64_t> reserved_by_client;
+  std::unordered_map<uint64_t, uint64_t> reserved_by_segment;
+  uint64_t reserved_bytes = 0;
+  in(n);
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    uint64_t name = 0;
+    HeldReservation held;
+    in(name);
+    in(held);
+    // Names come from the put generation counter, so each is below the snapshot's next one.
+    if (!in.ok() || held.client_id.empty() || name >= gen ||
+        !reservations.emplace(name, held).second) {
+      return bad("malformed reservation");
+    }
+    reserved_by_client[held.client_id] += held.extent.length;
+    reserved_by_segment[held.extent.segment_id] += held.extent.length;
+    reserved_bytes += held.extent.length;
+  }
+  if (!in.ok() || !in.done()) return bad("malformed or trailing bytes");
+
+  std::lock_guard lock(apply_mu_);
+  // SegmentTable is not movable (mutexes, atomics): re-decode into ours from the same bytes.
+  Encoder table;
+  segments.Encode(table);
+  Decoder again(table.bytes());
+  if (!segments_.Decode(again)) return bad("segment table");
+  segment_id_base_ = base;
+  shards_ = std::move(shards);
+  committed_count_ = committed;
+  explicit_persistence_count_ = explicit_persistence;
+  pending_count_ = pending;
+  disk_replica_count_ = disk;
+  {
+    std::lock_guard clients_lock(clients_mu_);
+    client_last_seen_ms_ = std::move(clients);
+  }
+  {
+    std::lock_guard deferred_lock(deferred_mu_);
+    deferred_ = std::move(deferred);
+  }
+  for (size_t i = 0; i < kGhostStripes; ++i) {
+    std::lock_guard ghost_lock(ghost_[i].mu);
+    ghost_[i].next = std::get<0>(ghost[i]);
+    ghost_[i].fifo = std::move(std::get<1>(ghost[i]));
+    ghost_[i].live = std::move(std::get<2>(ghost[i]));
+  }
+  {
+    std::lock_guard disk_lock(disk_mu_);
+    garbage_ = std::move(garbage);
+    known_disks_ = std::move(known_disks);
+  }
+  reservation_count_ = reservations.size();
+  reserved_bytes_ = reserved_bytes;
+  reservations_ = std::move(reservations);
+  reserved_by_client_ = std::move(reserved_by_client);
+  reserved_by_segment_ = std::move(reserved_by_segment);
+  last_seq_ = seq;
+  last_now_ms_ = last_now;
+  next_put_gen_ = gen;
+  return Status::Ok();
+}
+
+}  // namespace granary::master

@@ -1,0 +1,165 @@
+// master/state/object_meta.h - what the master knows about one key.
+//
+// An object has at most one committed version (readable) and at most one pending write (a put or
+// an upsert between start and end). Keeping both lets an upsert run while readers still see the
+// old bytes; the old extents are retired at commit and freed once no read lock can cover them.
+// Tiers: a version's copies are memory replicas (extents of mounted segments) and disk replicas
+// (the SSD tier: a node's own location). A demotion (the committed version being copied to a
+// node's disk) is tracked apart from the pending write, so an upsert and a demotion of one
+// object run at once: the memory a demotion reads from is held until the demotion resolves, and
+// the disk copy is attached only if the version it copied is still the committed one. A promotion
+// (a disk-only version copied back into memory) is tracked apart the same way.
+// Ownership: held by value in a shard's map; guarded by that shard's mutex.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "master/space/segment_table.h"
+
+namespace granary::master {
+
+// What extents occupy in their segments: the unit eviction counts in, the same as segment usage.
+inline uint64_t OccupiedBytes(const std::vector<Extent>& extents) {
+  uint64_t total = 0;
+  for (const auto& e : extents) total += OffsetAllocator::AllocationSize(e.length);
+  return total;
+}
+
+// S3-FIFO's frequency cap: an object survives at most this many passes of the main queue unread.
+inline constexpr uint8_t kMaxQueueReads = 3;
+
+// A deterministic FIFO position from an operation's time and a key's index in it.
+inline int64_t QueueStamp(int64_t now_ms, size_t index) {
+  return (now_ms << 16) | static_cast<int64_t>(std::min<size_t>(index, 0xFFFF));
+}
+
+// A copy on a node's local disk. The node chose `location` (a bucket and offset, a file...); the
+// master names it back to readers and removals, never interprets it.
+struct DiskReplica {
+  std::string node_id;  // the node process (client id) that holds it
+  uint64_t location = 0;
+  uint64_t length = 0;
+  // The disk itself (a node's --disk-dir), the same across the node's restarts while node_id
+  // changes: a restarted node's copies are found, and told to go, by it.
+  uint64_t disk_id = 0;
+};
+
+// A put's own persistence (ReplicateConfig.persistence): whether the offload planner copies this
+// version to disk. kDefault follows the master's --persistence; the others override it.
+enum class PutPersistence : uint8_t { kDefault = 0, kEager = 1, kLazy = 2, kNone = 3 };
+inline constexpr uint8_t kMaxPutPersistence = 3;
+
+struct Version {
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t gen = 0;               // the put generation that wrote it: names this version
+  std::vector<Extent> replicas;   // memory replicas
+  std::vector<DiskReplica> disk;  // disk replicas
+  // A node's disk evicted a copy of this version: it is not offloaded again (with a disk smaller
+  // than the memory, eager offload would otherwise rewrite what the disk just evicted, forever).
+  bool offload_declined = false;
+  // As its put (or upsert) asked: each version carries its own, an upsert does not inherit it.
+  PutPersistence persistence = PutPersistence::kDefault;
+};
+
+// The committed version `version_gen` being copied to `node_id`'s disk.
+struct Demotion {
+  std::string node_id;
+  uint64_t version_gen = 0;
+  int64_t start_ms = 0;
+  // Memory the demotion may still be reading although the version left it (an upsert committed,
+  // or a remove): freed when the demotion ends, aborts or times out.
+  std::vector<Extent> held;
+  int64_t hold_until_ms = 0;  // read locks the held memory had when it was retired
+  uint64_t disk_id = 0;       // the disk being written
+};
+
+// A disk-only committed version `version_gen` being copied back to memory by `node_id` (the node
+// holding the disk copy at `location`), into `extent` of its own segment: a memory replica that is
+// not complete, never named to a reader, attached by PromoteEnd only if the version is still the
+// committed one. The node is its only writer, so it is freed only when the node says its write is
+// over (PromoteEnd), by the node's next offload round (rounds are serial), or with the segment.
+struct Promotion {
+  std::string node_id;
+  uint64_t version_gen = 0;
+  Extent extent;
+  uint64_t location = 0;  // the disk copy it reads
+  uint64_t round = 0;     // the node's offload round that named it
+  int64_t start_ms = 0;
+};
+
+// Space a client holds for its next puts (ReserveOp): one extent of exactly extent.length bytes,
+// its own until it commits a key into it, releases it, or expires_ms passes.
+struct HeldReservation {
+  std::string client_id;
+  Extent extent;
+  int64_t expires_ms = 0;
+};
+
+struct PinConfig {
+  bool hard = false;
+  bool soft = false;
+  int64_t soft_ttl_ms = 0;
+};
+
+struct PendingWrite {
+  std::string client_id;  // the only client that may end or revoke it...
+  uint64_t gen = 0;       // ...quoting this generation (a later put of the key has another)
+  Version version;
+  PinConfig pin;
+  int64_t start_ms = 0;
+  bool writer_expired = false;  // its client was declared dead: a new put may take the key over
+};
+
+// A read lock held by one client; counted, because a client may read a key from several threads.
+struct ReadLock {
+  std::string client_id;
+  uint32_t count = 0;
+  int64_t expiry_ms = 0;
+};
+
+struct ObjectMeta {
+  std::optional<Version> committed;
+  std::optional<PendingWrite> pending;
+  std::optional<Demotion> demotion;
+  std::optional<Promotion> promotion;
+  std::vector<ReadLock> readers;
+  bool hard_pinned = false;
+  int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this
+  int64_t soft_pin_ttl_ms = 0;    // renewed by each read
+  int64_t last_access_ms = 0;
+  // For the s3fifo eviction policy (kept under both, so switching policy needs no migration).
+  // queue_stamp orders each queue first in, first out: QueueStamp(time it entered, index in its op).
+  int64_t queue_stamp = 0;
+  uint8_t reads = 0;     // reads since it entered its queue, capped at kMaxQueueReads
+  bool in_main = false;  // false: the probation queue new objects enter
+
+  bool IsReadLocked(int64_t now_ms) const {
+    for (const auto& lock : readers) {
+      if (lock.expiry_ms > now_ms) return true;
+    }
+    return false;
+  }
+  int64_t LatestLockExpiry() const {
+    int64_t latest = 0;
+    for (const auto& lock : readers) latest = std::max(latest, lock.expiry_ms);
+    return latest;
+  }
+  void DropExpiredLocks(int64_t now_ms) {
+    std::erase_if(readers, [now_ms](const ReadLock& l) { return l.expiry_ms <= now_ms; });
+  }
+  bool IsSoftPinned(int64_t now_ms) const { return soft_pin_until_ms > now_ms; }
+  // Eviction never takes an object being written, read or demoted, nor a hard-pinned one, nor one
+  // with no memory to free; soft-pinned ones only when the caller has run out of everything else.
+  bool IsEvictable(int64_t now_ms, bool allow_soft_pinned) const {
+    if (!committed || pending || demotion || hard_pinned || IsReadLocked(now_ms)) return false;
+    if (committed->replicas.empty()) return false;  // on disk only: nothing of memory to free
+    return allow_soft_pinned || !IsSoftPinned(now_ms);
+  }
+};
+
+}  // namespace granary::master

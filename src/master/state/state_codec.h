@@ -1,0 +1,139 @@
+// master/state/state_codec.h - field lists of the master's records, for binary_codec.h.
+//
+// Promise: each Fields() names every field that belongs to the state (or to an operation) in a
+// fixed order, so encoding is canonical: equal records give equal bytes, which is what the
+// snapshot digest compares. Adding a field means adding it here (and bumping kSnapshotFormat).
+// Thread safety: pure functions over records the caller owns.
+#pragma once
+
+#include "master/codec/binary_codec.h"
+#include "master/state/object_meta.h"
+#include "master/state/operations.h"
+
+namespace granary::master {
+
+// 2: disk ids of disk replicas and demotions, the disk garbage, the known disks.
+// 3: each version's and each PutStart's persistence (ReplicateConfig.persistence).
+// 4: promotions (disk -> memory) under way.
+// 5: reservations (one-round-trip puts) and their policy.
+inline constexpr uint64_t kSnapshotFormat = 6;  // 6: releases name their place
+
+// One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
+template <typename IO> void Fields(IO& io, PutPersistence& p) {
+  uint8_t raw = static_cast<uint8_t>(p);
+  io(raw);
+  p = static_cast<PutPersistence>(raw);
+}
+
+template <typename IO> void Fields(IO& io, Extent& e) {
+  io(e.segment_id); io(e.offset); io(e.length); io(e.handle);
+}
+template <typename IO> void Fields(IO& io, DiskReplica& d) {
+  io(d.node_id); io(d.location); io(d.length); io(d.disk_id);
+}
+template <typename IO> void Fields(IO& io, Version& v) {
+  io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk); io(v.offload_declined);
+  io(v.persistence);
+  // A state never holds an unknown value (PutStart refuses it): a snapshot that does is malformed.
+  if constexpr (IO::kDecoding) {
+    if (static_cast<uint8_t>(v.persistence) > kMaxPutPersistence) io.Fail();
+  }
+}
+template <typename IO> void Fields(IO& io, Demotion& d) {
+  io(d.node_id); io(d.version_gen); io(d.start_ms); io(d.held); io(d.hold_until_ms); io(d.disk_id);
+}
+template <typename IO> void Fields(IO& io, Promotion& p) {
+  io(p.node_id); io(p.version_gen); io(p.extent); io(p.location); io(p.round); io(p.start_ms);
+}
+template <typename IO> void Fields(IO& io, HeldReservation& r) {
+  io(r.client_id); io(r.extent); io(r.expires_ms);
+}
+template <typename IO> void Fields(IO& io, PinConfig& p) {
+  io(p.hard); io(p.soft); io(p.soft_ttl_ms);
+}
+template <typename IO> void Fields(IO& io, PendingWrite& p) {
+  io(p.client_id); io(p.gen); io(p.version); io(p.pin); io(p.start_ms); io(p.writer_expired);
+}
+template <typename IO> void Fields(IO& io, ReadLock& l) {
+  io(l.client_id); io(l.count); io(l.expiry_ms);
+}
+template <typename IO> void Fields(IO& io, ObjectMeta& m) {
+  io(m.committed); io(m.pending); io(m.demotion); io(m.promotion); io(m.readers); io(m.hard_pinned); io(m.soft_pin_until_ms);
+  io(m.soft_pin_ttl_ms); io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
+}
+
+// ---- operation bodies ----
+template <typename IO> void Fields(IO& io, SegmentSpec& s) {
+  io(s.name); io(s.size); io(s.endpoint); io(s.shm_name); io(s.host_id); io(s.token); io(s.fresh);
+}
+template <typename IO> void Fields(IO& io, PlacementConfig& c) {
+  io(c.replica_num); io(c.with_soft_pin); io(c.with_hard_pin); io(c.preferred_segments);
+  io(c.soft_pin_ttl_ms); io(c.persistence);
+}
+template <typename IO> void Fields(IO& io, MountRef& m) { io(m.name); io(m.token); }
+template <typename IO> void Fields(IO& io, MountSegmentOp& o) { io(o.client_id); io(o.segment); }
+template <typename IO> void Fields(IO& io, UnmountSegmentOp& o) { io(o.client_id); io(o.name); }
+template <typename IO> void Fields(IO& io, PingOp& o) { io(o.client_id); io(o.mounts); }
+template <typename IO> void Fields(IO& io, ExpireClientOp& o) { io(o.client_id); }
+template <typename IO> void Fields(IO& io, PutStartOp& o) {
+  io(o.client_id); io(o.keys); io(o.sizes); io(o.config); io(o.upsert);
+}
+template <typename IO> void Fields(IO& io, PutEndOp& o) {
+  io(o.client_id); io(o.keys); io(o.checksums); io(o.put_gens);
+}
+template <typename IO> void Fields(IO& io, PutRevokeOp& o) {
+  io(o.client_id); io(o.keys); io(o.put_gens); io(o.after_transfer_error);
+}
+template <typename IO> void Fields(IO& io, ReserveOp& o) {
+  io(o.client_id); io(o.size); io(o.count); io(o.preferred_segments);
+}
+template <typename IO> void Fields(IO& io, PutCommitOp& o) {
+  io(o.client_id); io(o.keys); io(o.reservations); io(o.sizes); io(o.checksums); io(o.config);
+  io(o.upsert); io(o.segment_ids); io(o.offsets);
+}
+template <typename IO> void Fields(IO& io, ReleaseReservationsOp& o) {
+  io(o.client_id); io(o.reservations); io(o.segment_ids); io(o.offsets);
+}
+template <typename IO> void Fields(IO& io, GetReplicaListOp& o) { io(o.client_id); io(o.keys); }
+template <typename IO> void Fields(IO& io, FinishReadOp& o) { io(o.client_id); io(o.keys); }
+template <typename IO> void Fields(IO& io, RemoveOp& o) { io(o.keys); io(o.force); }
+template <typename IO> void Fields(IO& io, RemoveByRegexOp& o) { io(o.pattern); io(o.force); }
+template <typename IO> void Fields(IO& io, RemoveAllOp& o) { io(o.force); }
+template <typename IO> void Fields(IO& io, EvictOp& o) {
+  io(o.keys); io(o.allow_soft_pinned); io(o.requeue); io(o.whole_run);
+}
+template <typename IO> void Fields(IO& io, SweepOp&) {}
+template <typename IO> void Fields(IO& io, DemoteStartOp& o) {
+  io(o.node_id); io(o.keys); io(o.disk_id);
+}
+template <typename IO> void Fields(IO& io, DemoteEndOp& o) {
+  io(o.node_id); io(o.keys); io(o.version_gens); io(o.locations); io(o.disk_id);
+}
+template <typename IO> void Fields(IO& io, DemoteAbortOp& o) {
+  io(o.node_id); io(o.keys); io(o.version_gens);
+}
+template <typename IO> void Fields(IO& io, DiskEntry& e) {
+  io(e.key); io(e.size); io(e.checksum); io(e.location);
+}
+template <typename IO> void Fields(IO& io, DiskRegisterOp& o) {
+  io(o.node_id); io(o.entries); io(o.disk_id); io(o.complete);
+}
+template <typename IO> void Fields(IO& io, DiskDropOp& o) {
+  io(o.node_id); io(o.keys); io(o.locations);
+}
+template <typename IO> void Fields(IO& io, DiskGarbageAckOp& o) {
+  io(o.node_id); io(o.disk_id); io(o.ids);
+}
+template <typename IO> void Fields(IO& io, PromoteStartOp& o) {
+  io(o.node_id); io(o.keys); io(o.disk_id); io(o.round);
+}
+template <typename IO> void Fields(IO& io, PromoteEndOp& o) {
+  io(o.node_id); io(o.round); io(o.keys); io(o.version_gens); io(o.copied);
+}
+
+// The operation record of the ordered history: sequence, time, which body, the body.
+std::string EncodeOperation(const Operation& op);
+// INVALID_PARAMS for bytes that are not exactly one well-formed operation.
+Result<Operation> DecodeOperation(std::string_view bytes);
+
+}  // namespace granary::master
