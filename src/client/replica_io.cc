@@ -51,8 +51,9 @@ ReplicaIo::LocalView ReplicaIo::MapLocal(const proto::Replica& replica) {
     std::shared_ptr<transfer::ShmMapping> m = std::move(*mapping);
     if (m->token() != replica.token()) {
       // Either the replica is of an older mount (refused: TCP, where the node refuses it too),
-      // or our mapping is of a file the node has since replaced: drop it and attach the new one.
-      if (attempt == 0 && !m->StillLinked()) {
+      // or our mapping is of a file a remount retired or a restart replaced: drop it (its
+      // memory is nobody's) and attach the one the name refers to now.
+      if (attempt == 0 && (m->retired() || !m->StillLinked())) {
         mappings_->DropIf(local->shm_name, m.get());
         continue;
       }

@@ -7,14 +7,16 @@
 // the mapped segment's size too). A failed shared-memory attach falls back to TCP.
 //
 // Fencing on the shared-memory path: a replica names the token of the mount it was granted
-// under; the segment's header holds the token of the node's current mount. Before any copy the
-// two must be equal, else the mapping is re-attached once if its file is gone (node restarted
-// under the same name) and otherwise the shared-memory path is not used (TCP, where the node
-// refuses the stale token). After a read's copy the header is checked again: a read that
-// overlapped a remount is discarded (SEGMENT_NOT_FOUND), never returned. After a write's copy
-// too: the put fails and is revoked rather than committed. So a thread holding an old replica
-// never writes into a restarted node's new segment, nor into space a remount handed out again
-// (quarantine by the master covers a copy already past its check).
+// under; the header of the mapped file holds the token of the mount its memory belongs to. Before
+// any copy the two must be equal, else the mapping is re-attached once if its file was retired by
+// a remount or is gone (node restarted under the same name), and otherwise the shared-memory path
+// is not used (TCP, where the node refuses the stale token). After a read's copy the header is
+// checked again: a read that overlapped a remount is discarded (SEGMENT_NOT_FOUND), never
+// returned. After a write's copy too: the put fails and is revoked rather than committed. A copy
+// already past its check when a remount comes, paused for however long, still only touches the
+// memory it checked: every mount has its own file (node/shm_segment.h, Renew), and a retired one
+// is never handed out again. So a thread holding an old replica never writes into a restarted
+// node's new segment, nor into space a remount handed out again, without any quarantine.
 // The checksum of a write is that of the caller's bytes (hashed while copying), never that of
 // the shared memory after the copy, which another process may have written meanwhile.
 // Mappings of segments that vanished from the directory, or whose file is gone, are dropped at

@@ -53,11 +53,12 @@ struct DataConn {
   size_t header_got = 0;
   std::vector<uint8_t> body;
   uint64_t done = 0;  // bytes of the body, payload or drain so far
+  uint8_t* target = nullptr;  // a WRITE's first byte, in the memory of the mount that accepted it
   int32_t drain_status = 0;  // the refusal a drained WRITE gets once its payload is gone
 
   transfer::ResponseHeader response;
   std::vector<uint8_t> out;          // a response payload the server built (STAGE_*)
-  const uint8_t* payload = nullptr;  // `out`, a segment range, or null
+  const uint8_t* payload = nullptr;  // `out`, a segment range (its mount's memory), or null
   uint64_t payload_len = 0;
   uint64_t sent = 0;                 // of header + payload
   bool sending_segment = false;      // a READ's answer: counted in bytes_read when complete

@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "common/logging.h"
@@ -69,7 +71,11 @@ bool WouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 }  // namespace
 
 DataServer::DataServer(uint8_t* base, uint64_t size, uint64_t segment_token, Options options)
-    : base_(base), size_(size), token_(segment_token), options_(std::move(options)) {}
+    : base_(base),
+      size_(size),
+      token_(segment_token),
+      fence_slots_(std::make_unique<FenceSlot[]>(std::max<size_t>(options.io_threads, 1))),
+      options_(std::move(options)) {}
 
 DataServer::~DataServer() { Stop(); }
 
@@ -152,7 +158,7 @@ Status DataServer::Start() {
   port_ = bound;
   started_ = true;
   for (size_t i = 0; i < options_.io_threads; ++i) {
-    io_threads_.emplace_back(&DataServer::IoLoop, this);
+    io_threads_.emplace_back(&DataServer::IoLoop, this, &fence_slots_[i]);
   }
   for (size_t i = 0; i < options_.disk_threads; ++i) {
     disk_threads_.emplace_back(&DataServer::DiskLoop, this);
@@ -272,7 +278,47 @@ void DataServer::ExpireDeadlines() {
   }
 }
 
-void DataServer::IoLoop() {
+// Seq_cst on both sides, Dekker's way: this stores the slot then loads the token, SetMount
+// stores the token then loads the slots, so at least one of them sees the other's store: either
+// SetMount waits for this slot, or this thread sees the token has changed and backs off.
+bool DataServer::EnterMount(FenceSlot& slot, uint64_t token) {
+  if (token == 0) return false;  // "no mount": never accepted
+  slot.token.store(token, std::memory_order_seq_cst);
+  if (token_.load(std::memory_order_seq_cst) == token) return true;
+  LeaveMount(slot);
+  return false;
+}
+
+Status DataServer::SetMount(uint8_t* base, uint64_t token) {
+  if (base == nullptr && size_ > 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "data server given a null segment");
+  }
+  std::lock_guard lock(mount_mu_);
+  token_.store(0, std::memory_order_seq_cst);  // from now on every EnterMount fails
+  // Each slot seen empty once is enough: a thread that enters it later sees token 0 and backs
+  // off. A slot is held only across one non-blocking system call, so this takes microseconds.
+  const int64_t deadline = MonotonicNs() + int64_t{kFenceWaitMs} * 1'000'000;
+  const size_t slots = std::max<size_t>(options_.io_threads, 1);
+  for (size_t i = 0; i < slots; ++i) {
+    for (int spins = 0; fence_slots_[i].token.load(std::memory_order_seq_cst) != 0; ++spins) {
+      if (MonotonicNs() >= deadline) {
+        return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                      "data server: an I/O thread stayed inside the previous mount's memory for " +
+                          std::to_string(kFenceWaitMs) + " ms; every request is refused for now");
+      }
+      if (spins < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+  base_.store(base, std::memory_order_release);
+  token_.store(token, std::memory_order_seq_cst);
+  return Status::Ok();
+}
+
+void DataServer::IoLoop(FenceSlot* slot) {
   epoll_event events[kEventsPerWait];
   while (!io_stopping_.load(std::memory_order_acquire)) {
     int n = epoll_wait(epoll_fd_, events, kEventsPerWait, -1);
@@ -287,7 +333,7 @@ void DataServer::IoLoop() {
       if (conn == nullptr) continue;  // closed at its deadline after the event fired
       std::lock_guard lock(conn->mu);
       if (conn->closed) continue;
-      Next next = Drive(*conn);
+      Next next = Drive(*conn, *slot);
       if (next == Next::kClose) {
         Close(*conn);
       } else if (next != Next::kHandedOff) {
@@ -340,7 +386,7 @@ void DataServer::Respond(DataConn& c, ErrorCode status, const uint8_t* payload, 
 }
 
 // Moves the connection forward until the socket would block, it must close, or its turn is up.
-DataServer::Next DataServer::Drive(DataConn& c) {
+DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
   if (MonotonicNs() >= c.deadline_ns.load(std::memory_order_relaxed)) {
     timeouts_++;
     if (c.MidRequest()) errors_++;
@@ -358,7 +404,7 @@ DataServer::Next DataServer::Drive(DataConn& c) {
           c.header_got += static_cast<size_t>(r);
           if (c.header_got < sizeof(RequestHeader)) continue;
           c.header_got = 0;
-          Next next = StartRequest(c);
+          Next next = StartRequest(c, slot);
           if (next == Next::kClose || next == Next::kHandedOff) return next;
           continue;
         }
@@ -369,8 +415,20 @@ DataServer::Next DataServer::Drive(DataConn& c) {
       case Phase::kPayload: {
         const uint64_t left = c.request.length - c.done;
         if (c.phase == Phase::kPayload) {
-          ScopedSegmentWrite payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
-          r = recv(c.fd, base_ + c.request.offset + c.done, left, 0);
+          if (!EnterMount(slot, c.request.segment_token)) {
+            // Remounted since the header: the rest is drained, never stored, and refused.
+            fenced_++;
+            errors_++;
+            c.drain_status = static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND);
+            c.body.resize(std::min<uint64_t>(left, kDrainChunk));
+            c.phase = Phase::kDrain;
+            continue;
+          }
+          {
+            ScopedSegmentWrite payload;  // segment bytes: ordered by the master (common/tsan.h)
+            r = recv(c.fd, c.target + c.done, left, 0);
+          }
+          LeaveMount(slot);
         } else if (c.phase == Phase::kBody) {
           r = recv(c.fd, c.body.data() + c.done, left, 0);
         } else {
@@ -407,10 +465,22 @@ DataServer::Next DataServer::Drive(DataConn& c) {
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = static_cast<size_t>(iovcnt);
+        const bool fenced = c.sending_segment && c.payload_len > 0;
+        if (fenced && !EnterMount(slot, c.request.segment_token)) {
+          // Remounted since the header: refused if nothing went out yet, else cut off (the
+          // answer's header promised bytes that will not come).
+          fenced_++;
+          errors_++;
+          c.sending_segment = false;
+          if (c.sent > 0) return Next::kClose;
+          Respond(c, ErrorCode::SEGMENT_NOT_FOUND, nullptr, 0);
+          continue;
+        }
         {
-          ScopedSegmentRead payload;  // segment bytes: ordered by the master, not here (common/tsan.h)
+          ScopedSegmentRead payload;  // segment bytes: ordered by the master (common/tsan.h)
           r = sendmsg(c.fd, &msg, MSG_NOSIGNAL);  // never SIGPIPE: a vanished peer is an error
         }
+        if (fenced) LeaveMount(slot);
         if (r > 0) {
           c.last_progress_ns = MonotonicNs();
           c.sent += static_cast<uint64_t>(r);
@@ -440,7 +510,7 @@ DataServer::Next DataServer::Drive(DataConn& c) {
 }
 
 // A whole header arrived: checked before any memory is touched.
-DataServer::Next DataServer::StartRequest(DataConn& c) {
+DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   const RequestHeader& h = c.request;
   if (!WellFormed(h)) {
     rejected_frames_++;
@@ -471,12 +541,15 @@ DataServer::Next DataServer::StartRequest(DataConn& c) {
       break;
   }
   // Token first: with a stale token the range means nothing here. Overflow-safe range check.
+  // The memory is the accepting mount's, read inside the fence so the two belong together.
   ErrorCode refusal = ErrorCode::OK;
-  const uint64_t current = token_.load(std::memory_order_acquire);
-  if (h.segment_token == 0 || h.segment_token != current) {  // 0: not mounted yet
+  uint8_t* base = nullptr;
+  if (!EnterMount(slot, h.segment_token)) {  // token 0 ("not mounted yet") included
     refusal = ErrorCode::SEGMENT_NOT_FOUND;
-  } else if (h.offset > size_ || h.length > size_ - h.offset) {
-    refusal = ErrorCode::INVALID_PARAMS;
+  } else {
+    base = base_.load(std::memory_order_acquire);
+    LeaveMount(slot);
+    if (h.offset > size_ || h.length > size_ - h.offset) refusal = ErrorCode::INVALID_PARAMS;
   }
   const bool is_write = h.opcode == Opcode::kWrite;
   if (refusal != ErrorCode::OK) {
@@ -493,10 +566,11 @@ DataServer::Next DataServer::StartRequest(DataConn& c) {
   }
   if (is_write) {
     c.phase = Phase::kPayload;
+    c.target = base + h.offset;
     if (h.length == 0) Respond(c, ErrorCode::OK, nullptr, 0);
     return Next::kRead;
   }
-  Respond(c, ErrorCode::OK, base_ + h.offset, h.length);
+  Respond(c, ErrorCode::OK, base + h.offset, h.length);
   c.sending_segment = true;
   return Next::kRead;
 }
@@ -609,6 +683,7 @@ DataServer::Stats DataServer::stats() const {
   s.timeouts = timeouts_.load();
   s.disk_bytes_read = disk_bytes_read_.load();
   s.disk_bytes_staged = disk_bytes_staged_.load();
+  s.fenced = fenced_.load();
   return s;
 }
 

@@ -4,11 +4,20 @@
 // Every header is checked before any memory is touched: a malformed one (magic, version, opcode,
 // reserved, length > kMaxRequestBytes) closes that connection only; a well-formed one that is
 // refused (a segment token other than the current mount's, range outside the segment) is answered
-// with an error status and the connection stays usable. The accepted token changes at every
-// mount (SetToken, called by the node before it mounts): a request quoting an older mount's token
-// is refused with SEGMENT_NOT_FOUND, so a late reader or writer of a previous mount never touches
-// memory the master may have handed out again. No byte outside the segment is ever read or written. Bytes move
-// with no staging copy: recv() lands in the segment, send() leaves from it.
+// with an error status and the connection stays usable. No byte outside the segment is ever read
+// or written. Bytes move with no staging copy: recv() lands in the segment, send() leaves from it.
+//
+// Fencing (the mount fence). Each mount has its own token and, from the node, its own memory
+// (SetMount, called by the node before it tells the master about the mount). A request is
+// accepted under the token it quotes, and every recv() into the segment and every send() out of
+// it re-checks, just before the call, that this token is still the current one; SetMount first
+// refuses every token, then waits until no I/O thread is inside such a call, and only then
+// installs the new memory and token. So once SetMount has returned, no byte of a request
+// accepted under an earlier mount is moved, however long its peer paused: the rest of a WRITE's
+// payload is drained (never stored) and the WRITE answered SEGMENT_NOT_FOUND; a READ not yet
+// answered is refused the same way, one caught mid-answer has its connection closed. The wait
+// is for system calls already under way on non-blocking sockets (microseconds), never for a
+// peer; it gives up with an error after kFenceWaitMs (the caller must then not mount).
 //
 // With a disk tier (SetDiskReads), DISK_READ requests are answered from the node's disk
 // (node/disk_read_service.h); without one they are refused with OBJECT_NOT_FOUND. With a staging
@@ -32,11 +41,11 @@
 // Connections beyond max_connections are closed on accept and counted (rejected_connections);
 // each one costs a descriptor, so RLIMIT_NOFILE must allow them (the node raises it).
 //
-// Ownership: the caller owns the segment memory and must keep it mapped until Stop() returns.
-// The server locks nothing on the bytes: the master's protocol guarantees nobody reads a range
-// while it is being written.
-// Thread safety: Start, Stop, SetToken, token, port and stats may be called from any thread; Stop
-// is idempotent and the destructor calls it.
+// Ownership: the caller owns the segment memory: the current mount's until Stop() returns, an
+// earlier mount's until the SetMount that replaced it has returned. The server locks nothing on
+// the bytes: the master's protocol guarantees nobody reads a range while it is being written.
+// Thread safety: Start, Stop, SetMount, SetToken, token, port and stats may be called from any
+// thread (SetMount calls are serialised); Stop is idempotent and the destructor calls it.
 #pragma once
 
 #include <sys/uio.h>
@@ -91,9 +100,14 @@ class DataServer {
     uint64_t timeouts = 0;              // dropped at a deadline (idle or request)
     uint64_t disk_bytes_read = 0;       // payload bytes answered from the disk tier (DISK_READ)
     uint64_t disk_bytes_staged = 0;     // object bytes staged in shared memory (DISK_STAGE)
+    uint64_t fenced = 0;                // requests cut off because their mount was replaced
   };
 
-  // `segment_token` identifies the segment's current mount; requests carrying another are stale.
+  // The longest SetMount waits for I/O threads to leave the old mount's memory.
+  static constexpr int kFenceWaitMs = 5000;
+
+  // `segment_token` identifies the segment's current mount (0: none yet, nothing is accepted);
+  // requests carrying another are stale. `base` holds `size` bytes (so does every later mount's).
   DataServer(uint8_t* base, uint64_t size, uint64_t segment_token, Options options = {});
   ~DataServer();
   DataServer(const DataServer&) = delete;
@@ -109,9 +123,15 @@ class DataServer {
   // joins all threads. Idempotent; returns promptly even when peers are stalled.
   void Stop();
   Stats stats() const;
-  // Accepts `token` from now on, and refuses every other (a request already past its token check
-  // finishes: the caller orders SetToken before handing the memory out again).
-  void SetToken(uint64_t token) { token_.store(token, std::memory_order_release); }
+  // The mount fence (above): refuses every token, waits until no I/O thread moves bytes of an
+  // earlier mount, then serves `base` (size bytes) under `token` (0: refuse everything). On
+  // return the earlier memory is no longer touched and may be unmapped. Errors:
+  // UNAVAILABLE_IN_CURRENT_STATUS if an I/O thread stayed inside the old memory for
+  // kFenceWaitMs (everything is refused then; call again), INVALID_PARAMS for a null base.
+  Status SetMount(uint8_t* base, uint64_t token);
+  // SetMount with the current memory: a new token over the same bytes (tests; a node gives every
+  // mount new memory, node/storage_node.h).
+  Status SetToken(uint64_t token) { return SetMount(base_.load(std::memory_order_acquire), token); }
   uint64_t token() const { return token_.load(std::memory_order_acquire); }
   // Serves DISK_READ from `reads` (borrowed: it must outlive Stop()); null refuses them.
   void SetDiskReads(DiskReadService* reads) { disk_reads_.store(reads, std::memory_order_release); }
@@ -122,16 +142,25 @@ class DataServer {
  private:
   using ConnPtr = std::shared_ptr<DataConn>;
   enum class Next { kRead, kWrite, kClose, kHandedOff };  // after driving a connection
+  // One per I/O thread, on its own cache line: the token of the mount whose memory the thread
+  // is moving bytes of right now, 0 when none (the fence's reader side).
+  struct alignas(64) FenceSlot {
+    std::atomic<uint64_t> token{0};
+  };
 
   void AcceptLoop();
   void AcceptReady();
   void ExpireDeadlines();
-  void IoLoop();
+  void IoLoop(FenceSlot* slot);
   void DiskLoop();
   ConnPtr Find(uint64_t id);
+  // The fence's reader side: true (the slot then holds `token`) if `token` is the current mount's,
+  // so its memory stays in place until LeaveMount; false (the slot left empty) otherwise.
+  bool EnterMount(FenceSlot& slot, uint64_t token);
+  static void LeaveMount(FenceSlot& slot) { slot.token.store(0, std::memory_order_release); }
   // The connection's mutex is held by the caller in all of these.
-  Next Drive(DataConn& c);
-  Next StartRequest(DataConn& c);
+  Next Drive(DataConn& c, FenceSlot& slot);
+  Next StartRequest(DataConn& c, FenceSlot& slot);
   Next FinishBody(DataConn& c);
   void Respond(DataConn& c, ErrorCode status, const uint8_t* payload, uint64_t length);
   void UpdateDeadline(DataConn& c);
@@ -161,9 +190,11 @@ class DataServer {
   bool SendAnswerUntil(DataConn& c, int64_t deadline, uint64_t id, ErrorCode status,
                        const uint8_t* payload, uint64_t length);
 
-  uint8_t* const base_;
+  std::atomic<uint8_t*> base_;  // the current mount's memory; changed only by SetMount
   const uint64_t size_;
   std::atomic<uint64_t> token_;
+  std::unique_ptr<FenceSlot[]> fence_slots_;  // one per I/O thread
+  std::mutex mount_mu_;  // serialises SetMount
   std::atomic<DiskReadService*> disk_reads_{nullptr};
   std::atomic<ShmStaging*> staging_{nullptr};
   std::atomic<uint64_t> next_conn_id_{1};
@@ -200,6 +231,7 @@ class DataServer {
   std::atomic<uint64_t> timeouts_{0};
   std::atomic<uint64_t> disk_bytes_read_{0};
   std::atomic<uint64_t> disk_bytes_staged_{0};
+  std::atomic<uint64_t> fenced_{0};
 };
 
 }  // namespace granary::node

@@ -88,7 +88,7 @@ Result<DiskTierOptions> MakeDiskTierOptions(const DiskTierSettings& settings,
   return options;
 }
 
-Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSegment* segment,
+Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, SegmentSource segment,
                                                  proto::Master::Stub* master,
                                                  std::string node_id) {
   std::unique_ptr<DiskTier> tier(new DiskTier(std::move(options), segment, master,
@@ -117,9 +117,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, ShmSeg
   return tier;
 }
 
-DiskTier::DiskTier(DiskTierOptions options, ShmSegment* segment, proto::Master::Stub* master,
+DiskTier::DiskTier(DiskTierOptions options, SegmentSource segment, proto::Master::Stub* master,
                    std::string node_id)
-    : options_(std::move(options)), segment_(segment), master_(master),
+    : options_(std::move(options)), segment_(std::move(segment)), master_(master),
       node_id_(std::move(node_id)) {}
 
 DiskTier::~DiskTier() { Stop(); }
@@ -338,7 +338,9 @@ Result<size_t> DiskTier::OffloadOnce() {
   if (n == 0) return deleted + promoted;
 
   // Copies straight from the segment: the master holds these versions' memory (a demotion) until
-  // OffloadEnd, and the store checks each against the master's checksum.
+  // OffloadEnd, and the store checks each against the master's checksum. `segment` stays mapped
+  // until the writes are done; a remount meanwhile retires it (zeros: refused by the checksum).
+  const std::shared_ptr<ShmSegment> segment = segment_();
   const uint64_t token = token_.load();
   std::vector<disk::ObjectWrite> writes;
   std::vector<int> write_item;
@@ -346,13 +348,16 @@ Result<size_t> DiskTier::OffloadOnce() {
   for (int i = 0; i < n; ++i) {
     const proto::OffloadItem& item = started.items(i);
     const proto::Replica& src = item.source();
-    const bool in_bounds = src.offset() <= segment_->size() &&
-                           item.size() <= segment_->size() - src.offset() &&
+    const bool in_bounds = src.offset() <= segment->size() &&
+                           item.size() <= segment->size() - src.offset() &&
                            src.length() == item.size();
-    if (!in_bounds || src.token() != token || src.segment_name().empty()) continue;
+    if (!in_bounds || src.token() != token || src.token() != segment->token() ||
+        src.segment_name().empty()) {
+      continue;
+    }
     writes.push_back({item.key(), item.version_gen(),
                       std::span<const std::byte>(
-                          reinterpret_cast<const std::byte*>(segment_->data() + src.offset()),
+                          reinterpret_cast<const std::byte*>(segment->data() + src.offset()),
                           item.size()),
                       item.checksum()});
     write_item.push_back(i);
@@ -424,6 +429,7 @@ size_t DiskTier::Promote(const proto::OffloadStartResponse& started, uint64_t ro
   const int n = started.promotions_size();
   if (n == 0) return 0;
   const uint64_t token = token_.load();
+  const uint64_t segment_size = segment_()->size();  // the same for every mount
   proto::PromoteEndRequest end;
   end.set_client_id(node_id_);
   end.set_round(round);
@@ -438,8 +444,8 @@ size_t DiskTier::Promote(const proto::OffloadStartResponse& started, uint64_t ro
     const proto::PromoteItem& item = started.promotions(i);
     const proto::Replica& dst = item.target();
     bool copied = false;
-    const bool in_bounds = dst.offset() <= segment_->size() &&
-                           item.size() <= segment_->size() - dst.offset() &&
+    const bool in_bounds = dst.offset() <= segment_size &&
+                           item.size() <= segment_size - dst.offset() &&
                            dst.length() == item.size() && item.size() > 0;
     const uint64_t need = disk::DiskStore::ReadBufferSize(item.size());
     if (in_bounds && dst.token() == token && !dst.segment_name().empty() && need > 0) {
@@ -453,14 +459,14 @@ size_t DiskTier::Promote(const proto::OffloadStartResponse& started, uint64_t ro
         std::vector<disk::ReadResult> got = store_->Read(std::span(&request, 1));
         // The store checked the bytes against its record; the record must be the master's
         // version too (a location reused after a restart can hold another one).
-        // The segment's current token, read just before the copy: a remount publishes its new
-        // token before asking the master, so a copy that starts after that is refused, and one
-        // already under way ends long before the remount's quarantine lets the master hand the
-        // space out again. The token taken at the start of the round would not see a remount
-        // that happened during this round's disk reads.
+        // Into the memory whose header carries the allocation's token, looked up just before
+        // the copy (the token taken at the start of the round would miss a remount during this
+        // round's disk reads). Each mount has its own memory: a copy a remount overtakes lands
+        // in the retired memory, which `segment` keeps mapped and no mount names again.
+        const std::shared_ptr<ShmSegment> segment = segment_();
         if (got.size() == 1 && got[0].status.ok() && got[0].size == item.size() &&
-            got[0].checksum == item.checksum() && segment_->token() == dst.token()) {
-          std::memcpy(segment_->data() + dst.offset(), staging.get(), item.size());
+            got[0].checksum == item.checksum() && segment->token() == dst.token()) {
+          std::memcpy(segment->data() + dst.offset(), staging.get(), item.size());
           copied = true;
         } else if (got.size() == 1 && !got[0].status.ok()) {
           GLOG_DEBUG("promotion of {}: {}", item.key(), got[0].status.ToString());

@@ -24,12 +24,16 @@
 //     offset and reports every outcome (PromoteEnd) before the round ends; the master attaches the
 //     memory replica only if the version is still committed. The next round's OffloadStart tells
 //     the master this round's writes are over (what it did not hear of is freed then).
+//     A copy goes into the memory whose header carries the allocation's token, checked just
+//     before the copy: every mount has its own memory (node/shm_segment.h, Renew), so a copy
+//     that a remount overtakes lands in the retired memory, never in the new mount's.
 //   - Disk eviction when the budget is short: victims are chosen (no I/O), the master is told
 //     (DiskDrop) and only then are their files deleted.
 //   - Loads: reads() serves the data plane's DISK_READ (node/disk_read_service.h); a copy a read
 //     finds gone, torn or corrupted is dropped with the master (DiskDrop) by the offload thread.
-// Ownership: owns the DiskStore and the offload thread; borrows the segment and the master stub
-// from StorageNode, which stops this first.
+// Ownership: owns the DiskStore and the offload thread; borrows the master stub from
+// StorageNode, which stops this first, and asks it for the current segment (a shared_ptr, kept
+// for one use: a remount may replace the segment meanwhile).
 // Thread safety: Start/Stop from the node's owner; RegisterInventory from the heartbeat thread
 // (or Start); FillStats from any thread. A registration and an offload round never overlap
 // (round_mu_): a registration's listing of the disk must not name copies a round is deleting.
@@ -37,6 +41,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,8 +81,10 @@ Result<DiskTierOptions> MakeDiskTierOptions(const DiskTierSettings& settings, in
 
 class DiskTier {
  public:
+  // The node's current segment (a remount replaces it); called from the offload thread.
+  using SegmentSource = std::function<std::shared_ptr<ShmSegment>()>;
   // Opens (or recovers) the store. Errors are the store's (a missing or read-only directory...).
-  static Result<std::unique_ptr<DiskTier>> Open(DiskTierOptions options, ShmSegment* segment,
+  static Result<std::unique_ptr<DiskTier>> Open(DiskTierOptions options, SegmentSource segment,
                                                 proto::Master::Stub* master, std::string node_id);
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;
@@ -105,7 +112,7 @@ class DiskTier {
   uint64_t promoted_objects() const { return promoted_.load(); }
 
  private:
-  DiskTier(DiskTierOptions options, ShmSegment* segment, proto::Master::Stub* master,
+  DiskTier(DiskTierOptions options, SegmentSource segment, proto::Master::Stub* master,
            std::string node_id);
   void OffloadLoop();
   // One round: returns how many objects went to disk or were deleted as garbage.
@@ -126,7 +133,7 @@ class DiskTier {
                         const char* what);
 
   DiskTierOptions options_;
-  ShmSegment* segment_;
+  SegmentSource segment_;
   proto::Master::Stub* master_;
   std::string node_id_;
   std::unique_ptr<disk::DiskStore> store_;

@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -305,11 +306,13 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& name, 
   header->token.store(0, std::memory_order_release);
   GLOG_INFO("created shared-memory segment '{}' of {}{}", name, FormatSize(size),
             options.prefault ? " (pages reserved)" : "");
-  return std::unique_ptr<ShmSegment>(new ShmSegment(name, fd, static_cast<uint8_t*>(p), size));
+  return std::unique_ptr<ShmSegment>(
+      new ShmSegment(name, fd, static_cast<uint8_t*>(p), size, options));
 }
 
-ShmSegment::ShmSegment(std::string name, int fd, uint8_t* base, uint64_t size)
+ShmSegment::ShmSegment(std::string name, int fd, uint8_t* base, uint64_t size, Options options)
     : name_(std::move(name)),
+      options_(std::move(options)),
       fd_(fd),
       base_(base),
       data_(base + transfer::kShmHeaderBytes),
@@ -323,6 +326,40 @@ uint64_t ShmSegment::token() const {
 void ShmSegment::PublishToken(uint64_t token) {
   reinterpret_cast<transfer::ShmSegmentHeader*>(base_)->token.store(token,
                                                                      std::memory_order_release);
+}
+
+void ShmSegment::Retire() {
+  // The token first: a client that sees the punched zeros sees the retired token after its copy.
+  PublishToken(transfer::kShmRetiredToken);
+  retired_ = true;
+  // Freed now, not when the last client unmaps: a page fault on the hole later gives a new zero
+  // page (no SIGBUS: the file keeps its size).
+  if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(transfer::kShmHeaderBytes), static_cast<off_t>(size_)) != 0) {
+    GLOG_WARN("cannot release the pages of retired segment '{}': {} (freed when unmapped)", name_,
+              std::strerror(errno));
+  }
+}
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Renew() {
+  Retire();  // first: its pages are free before the successor reserves its own
+  // A temporary name under the common prefix: a crash before the rename leaves an orphan that
+  // ReclaimOrphans removes; short, so any segment name fits.
+  static std::atomic<uint64_t> renewals{0};
+  const std::string temp = std::string(kNamePrefix) + "renew-" + std::to_string(getpid()) + "-" +
+                           std::to_string(renewals.fetch_add(1) + 1);
+  auto next = Create(temp, size_, options_);
+  if (!next.ok()) return next.status();
+  // rename(2) replaces the name atomically: it always refers to a file this node holds locked,
+  // so a node started under the same name meanwhile still finds it taken.
+  const std::string from = std::string(kShmDir) + "/" + temp;
+  const std::string to = std::string(kShmDir) + "/" + name_;
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return SysError("renaming the renewed instance", name_, errno);  // *next unlinks `temp`
+  }
+  (*next)->name_ = name_;
+  GLOG_INFO("shared-memory segment '{}' renewed: a new file for the new mount", name_);
+  return next;
 }
 
 ShmSegment::~ShmSegment() {

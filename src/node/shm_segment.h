@@ -5,14 +5,24 @@
 // then exactly `size` data bytes, and maps it read-write; clients on the same host attach it by
 // name (transfer::ShmMapping) and memcpy object bytes in and out of the data area. data() and
 // size() are the data area: what the master allocates in. PublishToken() writes the token of a
-// new mount into the header; the node calls it before every mount, so a client holding a replica
-// of an older mount (or of an older node process of the same name) sees the mismatch before it
-// copies. The node is the only process that
-// ever unlinks it: the destructor unmaps it and unlinks the name (if the name still refers to this
-// segment). A segment of the same name left behind by a crashed node is unlinked and recreated;
-// one still held by a live node (it keeps an exclusive flock on its descriptor) is refused with
-// SEGMENT_ALREADY_EXISTS, so two nodes configured with the same name cannot share memory by
-// accident.
+// mount into the header before the node tells the master, so a client holding a replica of
+// another mount (or of an older node process of the same name) sees the mismatch before it
+// copies. The node is the only process that ever unlinks it: the destructor unmaps it and unlinks
+// the name (if the name still refers to this segment). A segment of the same name left behind by
+// a crashed node is unlinked and recreated; one still held by a live node (it keeps an exclusive
+// flock on its descriptor) is refused with SEGMENT_ALREADY_EXISTS, so two nodes configured with
+// the same name cannot share memory by accident.
+//
+// One file per mount (Renew). A same-host client copies with memcpy, and nothing stops a client
+// paused between its token check and the end of its copy: it may resume after any delay. So a
+// remount never reuses memory an earlier mount handed out: Renew() retires this file (its header
+// token becomes transfer::kShmRetiredToken for good and its data pages are punched out, freeing
+// them at once even while clients still map it) and makes a new file of the same size under the
+// same name (created under a temporary "granary-renew-*" name, then renamed over the old one, so
+// the name always refers to a file this node holds locked). A late writer of an earlier mount
+// then only touches the retired file, which nobody reads: readers check the token, and no mount
+// will ever name it again. Its pages come back only where such a writer writes, until the last
+// client unmaps it.
 //
 // /dev/shm is a tmpfs: its pages are allocated on first touch, and a touch that finds the tmpfs
 // full raises SIGBUS in whichever process touched it (the node's data server, or a client
@@ -40,7 +50,8 @@
 // Ownership: ShmSegment owns the mapping, the descriptor and the name.
 // Thread safety: immutable after Create except the header token (atomic); data(), token() and
 // PublishToken() may be used from any thread (the bytes are coordinated by the master's
-// protocol, not by this class).
+// protocol, not by this class). Retire and Renew: from the owner's thread, once nobody in this
+// process still uses the bytes for a mount (the node fences its data server first).
 #pragma once
 
 #include <chrono>
@@ -93,6 +104,8 @@ class ShmSegment {
   static Result<ShmSpace> StatSpace(const std::string& dir);
   // The prefix of every node's segment file ("granary-" + segment name).
   static constexpr std::string_view kNamePrefix = "granary-";
+  // Where shm_open keeps its files (glibc): Renew renames in it.
+  static constexpr std::string_view kShmDir = "/dev/shm";
   // Unlinks orphaned segment files (see above); returns how many. Never throws; errors on one
   // file skip that file. Any thread.
   static size_t ReclaimOrphans(const std::string& shm_dir = "/dev/shm",
@@ -109,13 +122,25 @@ class ShmSegment {
   // The token in the header (0 until the first PublishToken).
   uint64_t token() const;
   // Stores `token` in the header (release): from now on, clients holding replicas with another
-  // token refuse to copy through this segment.
+  // token refuse to copy through this segment. Not after Retire.
   void PublishToken(uint64_t token);
+  // Marks this memory as no mount's (kShmRetiredToken, final) and punches its data pages out of
+  // the file (they read as zeros afterwards). Idempotent.
+  void Retire();
+  bool retired() const { return retired_; }
+  // Retires this file and returns its successor: a new file of the same size and options under
+  // the same name (token 0, nothing in it). This object then keeps only the retired file (unmapped
+  // when it is destroyed; its name is not touched). On error the name still refers to this
+  // (retired) file and Renew may be called again. Errors: those of Create, and INTERNAL_ERROR if
+  // the new file cannot take the name.
+  Result<std::unique_ptr<ShmSegment>> Renew();
 
  private:
-  ShmSegment(std::string name, int fd, uint8_t* base, uint64_t size);
+  ShmSegment(std::string name, int fd, uint8_t* base, uint64_t size, Options options);
 
   std::string name_;
+  Options options_;  // what Renew makes the successor with
+  bool retired_ = false;
   int fd_;  // kept open: its flock tells other nodes this segment is alive
   uint8_t* base_;  // the whole mapping: header + data
   uint8_t* data_;

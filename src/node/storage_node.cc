@@ -10,6 +10,7 @@
 #include "common/host.h"
 #include "common/logging.h"
 #include "proto/rpc_util.h"
+#include "transfer/shm_mapping.h"
 
 namespace granary::node {
 namespace {
@@ -87,7 +88,10 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   auto segment = ShmSegment::Create(ShmNameFor(o.segment_name), o.segment_size, o.prefault);
   if (!segment.ok()) return segment.status();
   node->segment_ = std::move(*segment);
-  if (o.prefault) node->populator_.Start(node->segment_->data(), node->segment_->size());
+  if (o.prefault) {
+    node->populator_ = std::make_unique<SegmentPopulator>();
+    node->populator_->Start(node->segment_->data(), node->segment_->size());
+  }
 
   DataServer::Options server_options;
   server_options.host = o.listen_host;
@@ -106,7 +110,8 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
 
   node->master_ = proto::Master::NewStub(rpc::MakeChannel(o.master_address));
   if (!o.disk.store.dir.empty()) {
-    auto tier = DiskTier::Open(o.disk, node->segment_.get(), node->master_.get(), node->client_id_);
+    auto tier = DiskTier::Open(o.disk, [n = node.get()] { return n->segment(); },
+                               node->master_.get(), node->client_id_);
     if (!tier.ok()) return tier.status();
     node->disk_ = std::move(*tier);
     if (o.disk_shm_staging_bytes > 0) {
@@ -142,16 +147,22 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
 
 StorageNode::~StorageNode() { Stop(); }
 
+std::shared_ptr<ShmSegment> StorageNode::segment() const {
+  std::lock_guard lock(segment_mu_);
+  return segment_;
+}
+
 proto::SegmentSpec StorageNode::Spec() const {
+  const std::shared_ptr<ShmSegment> segment = this->segment();
   proto::SegmentSpec spec;
   spec.set_name(options_.segment_name);
-  spec.set_size(segment_->size());
+  spec.set_size(segment->size());
   spec.set_endpoint(endpoint_);
-  spec.set_shm_name(segment_->name());
+  spec.set_shm_name(segment->name());
   spec.set_host_id(HostId());
   spec.set_token(token_.load());
-  // Only the first mount offers memory nobody has been handed: later ones are quarantined.
-  spec.set_fresh(!maybe_mounted_);
+  // Mount() sends only memory nobody was handed: new at start, renewed at every remount.
+  spec.set_fresh(true);
   return spec;
 }
 
@@ -159,12 +170,37 @@ Status StorageNode::Mount() {
   // A new token for every attempt, published before the master can hand out space under it:
   // the header first (same-host clients), then the data server (TCP clients).
   uint64_t token = 0;
-  while (token == 0 || token == token_.load()) token = RandomU64() | 1;  // never 0: "no token"
+  while (token == 0 || token == transfer::kShmRetiredToken || token == token_.load()) {
+    token = RandomU64() | 1;  // never 0 ("no token") nor the retired mark
+  }
   // Not mounted under the new token until the master says so (mounted() waits on this).
   mounted_ = false;
   token_ = token;
-  segment_->PublishToken(token);
-  server_->SetToken(token);
+  std::shared_ptr<ShmSegment> segment = this->segment();
+  if (offered_) {
+    // The memory may have been handed out under an earlier token: fence it, then replace it.
+    // Fence first: from here on no data-plane byte of an earlier mount moves (data_server.h).
+    if (Status s = server_->SetMount(segment->data(), 0); !s.ok()) return s;
+    populator_.reset();  // it would fault the retired pages back in
+    auto renewed = segment->Renew();
+    if (!renewed.ok()) {
+      GLOG_ERROR("segment {} cannot get new memory for its remount: {}", options_.segment_name,
+                 renewed.status().ToString());
+      return renewed.status();  // refusing every request meanwhile; the next heartbeat retries
+    }
+    segment = std::move(*renewed);
+    {
+      std::lock_guard lock(segment_mu_);
+      segment_ = segment;  // the retired file is unmapped once the disk tier lets it go too
+    }
+    offered_ = false;
+    if (options_.prefault) {
+      populator_ = std::make_unique<SegmentPopulator>();
+      populator_->Start(segment->data(), segment->size());
+    }
+  }
+  segment->PublishToken(token);
+  if (Status s = server_->SetMount(segment->data(), token); !s.ok()) return s;
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
   proto::ReMountSegmentRequest req;
@@ -173,8 +209,8 @@ Status StorageNode::Mount() {
   proto::ReMountSegmentResponse resp;
   grpc::Status rpc_status = master_->ReMountSegment(&ctx, req, &resp);
   // Unless the master was unreachable, it may have mounted this memory (a timed-out reply) and
-  // handed it out: every later mount is then a remount, quarantined by the master.
-  if (rpc_status.error_code() != grpc::StatusCode::UNAVAILABLE) maybe_mounted_ = true;
+  // handed it out: the next mount then renews it first.
+  if (rpc_status.error_code() != grpc::StatusCode::UNAVAILABLE) offered_ = true;
   if (Status s = rpc::FromGrpc(rpc_status, "mount"); !s.ok()) return s;
   if (resp.results_size() != 1) return Status(ErrorCode::INTERNAL_ERROR, "malformed mount reply");
   Status s = rpc::FromCode(resp.results(0).code(), resp.results(0).message());
@@ -219,7 +255,7 @@ void StorageNode::HeartbeatLoop() {
     } else if (resp.status() == proto::PingResponse::NEED_REMOUNT) {
       Status s = Mount();
       if (s.ok()) {
-        GLOG_INFO("segment {} remounted (new token)", options_.segment_name);
+        GLOG_INFO("segment {} remounted (new token, new memory)", options_.segment_name);
       } else {
         GLOG_WARN("remount of {} failed: {}", options_.segment_name, s.ToString());
       }
@@ -255,7 +291,8 @@ void StorageNode::Stop() {
     mounted_ = false;
   }
   if (server_) server_->Stop();
-  populator_.Stop();
+  populator_.reset();
+  std::lock_guard lock(segment_mu_);
   segment_.reset();  // unlinks the shm
 }
 

@@ -6,12 +6,18 @@
 // had declared this node dead, or holds the segment under another token) and keeps retrying
 // while the master is unreachable. Stop() unmounts, stops serving and unlinks the segment.
 //
-// Every mount attempt has its own random token (never 0). Before sending it, the node writes it
-// into the segment's shared-memory header and makes the data server accept it (and refuse every
-// other), so a reader or writer still holding a replica of a previous mount is refused by the
-// data server and by same-host clients' header check. The first mount attempt of the process is
-// sent with fresh=true (the memory was never handed to anyone); every later one with fresh=false
-// (late readers and writers of an earlier mount may exist: the master quarantines that space).
+// Every mount attempt has its own random token (never 0) and, once an earlier attempt may have
+// reached a master, its own memory. Before sending a remount the node (1) fences its data server
+// (node/data_server.h: no byte of a request accepted under the old token moves any more, however
+// long its peer paused; a stalled peer is not waited for), (2) renews the segment
+// (node/shm_segment.h: the old file is retired, its pages released, and a new file takes the
+// name), then (3) writes the new token into the new header and has the data server serve the new
+// memory under it. A same-host client paused mid-memcpy under the old token writes only into the
+// retired file, and a TCP writer's late payload is drained, never stored. So nothing of an
+// earlier mount can touch the memory the master hands out under the new one, and every mount is
+// sent fresh=true: the master needs no quarantine to make it safe. A remount costs the renewal
+// (releasing the old pages and, with prefault, reserving the new ones) and the segment's bytes,
+// whose replicas the master has dropped anyway.
 // A heartbeat that reaches the master again after an outage does not remount by itself: Ping
 // carries the mounts, and only NEED_REMOUNT makes a new token.
 //
@@ -21,7 +27,8 @@
 // Used by granary-node and, embedded, by a client that contributes memory.
 // With prefault, the segment's reserved pages are also zeroed in the background right after
 // Create (SegmentPopulator), so the first clients do not pay for it.
-// Ownership: owns the segment, the data server and the heartbeat thread.
+// Ownership: owns the segment (the current file; a retired one lives on only while the disk tier
+// finishes a copy with it), the data server and the heartbeat thread.
 // Thread safety: Start/Stop from one thread; the accessors from any.
 #pragma once
 
@@ -84,7 +91,8 @@ class StorageNode {
   uint16_t port() const { return server_->port(); }
   // The token of the current (last attempted) mount.
   uint64_t token() const { return token_.load(); }
-  ShmSegment& segment() { return *segment_; }
+  // The current segment file; a remount replaces it (the old one is retired).
+  std::shared_ptr<ShmSegment> segment() const;
   DataServer& server() { return *server_; }
   // The master confirmed the mount under the current token (false while a remount is in flight).
   bool mounted() const { return mounted_.load(); }
@@ -94,7 +102,8 @@ class StorageNode {
  private:
   explicit StorageNode(StorageNodeOptions options);
   proto::SegmentSpec Spec() const;
-  // Takes a new token (header, data server, then the master). Heartbeat thread, or Start().
+  // Takes a new token (fence and renewal if needed, header, data server, then the master).
+  // Heartbeat thread, or Start().
   Status Mount();
   void HeartbeatLoop();
 
@@ -102,11 +111,13 @@ class StorageNode {
   std::string client_id_;
   std::string endpoint_;
   std::atomic<uint64_t> token_{0};
-  // Some mount attempt may have reached the master: later mounts are not fresh. Start() and then
-  // the heartbeat thread only.
-  bool maybe_mounted_ = false;
-  std::unique_ptr<ShmSegment> segment_;
-  SegmentPopulator populator_;  // prefault only; stopped before segment_ goes
+  // A mount attempt under the current memory may have reached a master: the next one renews the
+  // memory first. Start() and then the heartbeat thread only.
+  bool offered_ = false;
+  mutable std::mutex segment_mu_;  // guards segment_ (swapped by a remount)
+  std::shared_ptr<ShmSegment> segment_;
+  // Prefault only: populates the current segment; stopped before it is retired or goes.
+  std::unique_ptr<SegmentPopulator> populator_;
   std::unique_ptr<ShmStaging> staging_;  // outlives server_ (declared before it)
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<DiskTier> disk_;

@@ -45,11 +45,16 @@ void MappingWarmer::Run() {
     uint64_t offset = 0;
     while (!stopping_ && offset < job.size) {
       std::shared_ptr<ShmMapping> mapping = job.mapping.lock();  // held for one step only
-      if (!mapping) break;
+      if (!mapping || mapping->retired()) break;  // a retired file's pages must stay released
       const uint64_t len = std::min(kStep, job.size - offset);
       lock.unlock();
       const auto start = std::chrono::steady_clock::now();
-      const bool ok = madvise(mapping->data() + offset, len, MADV_POPULATE_READ) == 0;
+      bool ok = madvise(mapping->data() + offset, len, MADV_POPULATE_READ) == 0;
+      if (mapping->retired()) {
+        // Retired during this step: give back what it faulted in (nobody's bytes).
+        (void)madvise(mapping->data() + offset, len, MADV_REMOVE);
+        ok = false;
+      }
       const auto took = std::chrono::steady_clock::now() - start;
       mapping.reset();  // unmapped here if it was dropped meanwhile
       lock.lock();

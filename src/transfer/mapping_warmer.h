@@ -9,9 +9,10 @@
 // Promise: Warm(mapping) queues it; one background thread populates it front to back (the low
 // offsets a fresh master hands out first) in steps of kStep with MADV_POPULATE_READ. It holds a
 // mapping only for one step, so a dropped mapping is unmapped at most one step later and its
-// warm-up stops. It never writes a byte and never raises SIGBUS: where a page cannot be backed
-// (a full /dev/shm under a node that did not prefault) madvise fails and that mapping's warm-up
-// ends. A kernel without MADV_POPULATE_READ (before 5.14) warms nothing. Populating allocates the
+// warm-up stops; so does that of a file a remount retired (node/shm_segment.h), whose pages a step
+// under way gives back (MADV_REMOVE: nobody's bytes). It never writes a byte of a live segment
+// and never raises SIGBUS: where a page cannot be backed (a full /dev/shm under a node that did
+// not prefault) madvise fails and that mapping's warm-up ends. A kernel without MADV_POPULATE_READ (before 5.14) warms nothing. Populating allocates the
 // pages of a segment its node did not prefault, as the client's own writes would.
 // The thread first calibrates the process's copy routine (common/copy.h, a few milliseconds).
 // Thread safety: Warm and stats from any thread; the destructor stops the thread and joins it

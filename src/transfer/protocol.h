@@ -13,7 +13,10 @@
 // Refusals (ResponseHeader::status, length 0), checked in this order:
 //   SEGMENT_NOT_FOUND (-101)  segment_token is not the node's current mount's: the client's
 //                             metadata is stale (the node restarted or remounted); refresh it
-//                             from the master.
+//                             from the master. Also the answer to a WRITE whose mount was
+//                             replaced while its payload arrived (the rest is drained, never
+//                             stored), and to a READ replaced before its answer started; one
+//                             replaced mid-answer has its connection closed (node/data_server.h).
 //   INVALID_PARAMS    (-600)  offset > segment size or length > size - offset (overflow-safe;
 //                             a range ending exactly at the segment's end is valid).
 // Closing without an answer (malformed header, not a refusal): magic != kRequestMagic,

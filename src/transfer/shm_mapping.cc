@@ -73,6 +73,11 @@ Result<std::unique_ptr<ShmMapping>> ShmMapping::Attach(const std::string& name,
                       std::to_string(kShmLayoutVersion) +
                       " (another program's file, or a node of another version)");
   }
+  if (header->token.load(std::memory_order_acquire) == kShmRetiredToken) {
+    munmap(p, map_size);
+    return Status(ErrorCode::SEGMENT_NOT_FOUND, "shared-memory segment '" + name +
+                                                    "' is being remounted (its memory retired)");
+  }
   return std::unique_ptr<ShmMapping>(new ShmMapping(name, p, expected_size, st.st_dev, st.st_ino));
 }
 

@@ -2,19 +2,22 @@
 //
 // Layout of a segment file (/dev/shm/<name>): a ShmSegmentHeader in its first kShmHeaderBytes,
 // then the data area of `data size` bytes, the range the master allocates in (offset 0 of a
-// replica is the first data byte). The header carries the token of the node's CURRENT mount,
-// which the node rewrites (before mounting) at every mount; a replica names the token of the
-// mount it was granted under.
+// replica is the first data byte). The header carries the token of the mount this file's memory
+// belongs to; a replica names the token of the mount it was granted under. A node gives every
+// remount a new file under the same name (node/shm_segment.h, Renew): the old file's token
+// becomes kShmRetiredToken for good, its pages are released, and the name then refers to the new
+// file. A mapping of the old file is a dead copy: nothing the master hands out is in it.
 //
 // Promise: Attach() maps an existing segment (made by the node's node::ShmSegment) read-write, so a
 // client on the same host moves bytes with memcpy: puts write into it, gets read from it. It never
 // creates, resizes or unlinks the segment; the node alone owns its lifetime. Attach checks the
-// header (magic, layout version, sizes) and refuses anything else. A mapping outlives the name
-// (the kernel keeps the pages until the last munmap), so after a node restart a cached mapping is
-// a dead copy; its header token then never changes again, and StillLinked() says false. Callers
-// (client::ReplicaIo) compare token() with the replica's token before a copy, and for reads again
-// after it, so a stale replica never moves bytes in a remounted or restarted segment; they drop
-// mappings whose file is gone (ShmMappingCache::Retain).
+// header (magic, layout version, sizes) and refuses anything else, a retired file included. A
+// mapping outlives the name (the kernel keeps the file until the last munmap), so after a remount
+// or a node restart a cached mapping is a dead copy: its token is retired or never changes again,
+// and StillLinked() says false. Callers (client::ReplicaIo) compare token() with the replica's
+// token before a copy, and for reads again after it, so a stale replica never moves bytes of a
+// newer mount; a copy paused past that check lands in (or reads) the dead copy only. They drop
+// mappings whose file is gone (ShmMappingCache::Retain, and ReplicaIo on a token mismatch).
 // SIGBUS: if the node did not prefault its segment and /dev/shm fills up, the first write to a
 // page not yet backed kills the writer with SIGBUS; nodes sharing memory with clients should
 // prefault (see node/shm_segment.h).
@@ -54,12 +57,14 @@ inline Status ValidateShmName(std::string_view name) {
 inline constexpr uint64_t kShmHeaderBytes = 4096;  // the data area starts page-aligned
 inline constexpr uint64_t kShmMagic = 0x314D485359524E47;  // "GNRYSHM1"
 inline constexpr uint32_t kShmLayoutVersion = 1;
+// The token of a file whose memory a remount retired (no mount's, ever again); never a mount's.
+inline constexpr uint64_t kShmRetiredToken = ~uint64_t{0};
 struct ShmSegmentHeader {
   uint64_t magic;
   uint32_t layout_version;
   uint32_t header_bytes;      // kShmHeaderBytes: where the data area starts
   uint64_t data_bytes;        // size of the data area (the size the master knows)
-  std::atomic<uint64_t> token;  // the node's current mount; 0 before its first mount
+  std::atomic<uint64_t> token;  // this memory's mount; 0 before it, kShmRetiredToken after it
   uint64_t owner_pid;         // informational: the node process that created the file
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the token is shared between processes");
@@ -68,9 +73,10 @@ static_assert(sizeof(ShmSegmentHeader) <= kShmHeaderBytes);
 class ShmMapping {
  public:
   // Maps the segment "/<name>" whose data area is `expected_size` bytes. SEGMENT_NOT_FOUND if no
-  // such segment exists on this host; INVALID_PARAMS if the name is invalid, its data size is not
-  // `expected_size` (both named) or its header is not a Granary segment header of this layout;
-  // TRANSFER_FAIL for other failures (e.g. permission: segments are mode 0600, same user only).
+  // such segment exists on this host, or if it is a retired file (caught mid-remount);
+  // INVALID_PARAMS if the name is invalid, its data size is not `expected_size` (both named) or
+  // its header is not a Granary segment header of this layout; TRANSFER_FAIL for other failures
+  // (e.g. permission: segments are mode 0600, same user only).
   static Result<std::unique_ptr<ShmMapping>> Attach(const std::string& name,
                                                     uint64_t expected_size);
   ~ShmMapping();
@@ -81,8 +87,10 @@ class ShmMapping {
   std::byte* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
-  // The token of the node's current mount of this segment, read now (acquire).
+  // The token of the mount this memory belongs to, read now (acquire); kShmRetiredToken once a
+  // remount retired it.
   uint64_t token() const { return header_->token.load(std::memory_order_acquire); }
+  bool retired() const { return token() == kShmRetiredToken; }
   // True while /dev/shm/<name> is still the file this mapping maps (the node has not unlinked
   // it or been replaced by a newer node of the same name). Costs an open and an fstat.
   bool StillLinked() const;

@@ -221,7 +221,7 @@ class ChaosTest : public StoreTest {
   }
 
   // SIGSTOP for longer than the client TTL (2 s): the master declares the node dead and drops
-  // its replicas; once resumed, the node remounts (quarantined).
+  // its replicas; once resumed, the node remounts (new token, new memory: the mount fence).
   ::testing::AssertionResult StopNode() {
     size_t i = PickNode();
     Millis stopped = UniformMs(3000, 4500);
@@ -449,8 +449,8 @@ class ChaosTest : public StoreTest {
     return ::testing::AssertionSuccess();
   }
 
-  // The store takes and serves new objects after the chaos (bounded retries: remounted segments
-  // are quarantined for a second).
+  // The store takes and serves new objects after the chaos (bounded retries: a node may still be
+  // remounting).
   ::testing::AssertionResult ServesAgain() {
     auto client = cluster_.MakeClient(false);
     if (!client) return ::testing::AssertionFailure() << "no client";

@@ -188,8 +188,8 @@ TEST_F(DiskTierTest, ADiskOnlyObjectReadPromoteAfterTimesComesBackToMemory) {
     ASSERT_TRUE(st.ok());
     ASSERT_TRUE(st->replicas.empty()) << k << " is in memory after a master restart";
   }
-  // The remounted segment takes no allocation during its quarantine (--mount-quarantine 1s);
-  // a promotion due then would be refused and wait for two more reads.
+  // A promotion due while the segment takes no allocation would be refused and wait for two more
+  // reads; a remount is fresh (no quarantine), so this pause is only slack.
   std::this_thread::sleep_for(Millis(1500));
 
   const uint64_t before = client->Stats().disk_bytes_read;
@@ -702,8 +702,8 @@ TEST_F(DiskTierTest, AnEmbeddedNodesDiskTierServesAnotherClientAfterAMasterResta
     EXPECT_EQ(*got[i], testdata::Pattern(keys[i], (i + 1) * 53 * KiB)) << keys[i];
   }
   EXPECT_EQ(reader->Stats().disk_bytes_read, total) << "the bytes did not come from the disk";
-  // The embedded node runs the same tier, promotion included: a second read (after the remounted
-  // segment's quarantine, --mount-quarantine 1s) brings keys[0] back into its memory.
+  // The embedded node runs the same tier, promotion included: a second read (once the segment is
+  // remounted) brings keys[0] back into its memory.
   std::this_thread::sleep_for(Millis(1500));
   auto second = reader->Get(keys[0]);
   ASSERT_TRUE(second.ok()) << second.status().ToString();

@@ -12,8 +12,10 @@
 #include <thread>
 
 #include "../tools/test_pattern.h"
+#include "../unit/dataplane/raw_conn.h"
 #include "node/storage_node.h"
 #include "store_fixture.h"
+#include "transfer/protocol.h"
 #include "transfer/tcp_transport.h"
 
 namespace granary::it {
@@ -28,9 +30,82 @@ bool FileExists(const std::string& path) {
 
 class FencingTest : public StoreTest {};
 
-// A remount (here: the master restarted and answers NEED_REMOUNT) takes a new token: the node
-// publishes it in its segment header and its data server, tells the master, and from then on
-// refuses a late write that quotes the previous mount's token, leaving the bytes untouched.
+// The token the master lists for `segment` now; 0 if it lists none (or does not answer).
+uint64_t ListedToken(StoreCluster& cluster, const std::string& segment) {
+  auto stub = pb::Master::NewStub(MakeChannel(cluster.master_address()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  pb::ListSegmentsResponse list;
+  if (!stub->ListSegments(&ctx, pb::ListSegmentsRequest(), &list).ok()) return 0;
+  for (const auto& info : list.segments()) {
+    if (info.name() == segment) return info.token();
+  }
+  return 0;
+}
+
+// BatchPutStart of one key of `size` bytes, one replica: the range a writer is granted.
+std::optional<pb::Replica> GrantRange(StoreCluster& cluster, const std::string& key,
+                                      uint64_t size) {
+  pb::BatchPutStartRequest req;
+  req.set_client_id("fencing-test-writer");
+  req.add_keys(key);
+  req.add_sizes(size);
+  req.mutable_config()->set_replica_num(1);
+  pb::BatchPutStartResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!cluster.master().stub()->BatchPutStart(&ctx, req, &resp).ok() ||
+      resp.results_size() != 1 || resp.results(0).code() != 0 ||
+      resp.results(0).replicas_size() != 1) {
+    return std::nullopt;
+  }
+  return resp.results(0).replicas(0);
+}
+
+// After a master restart the node remounts with a new token; waits (bounded) and returns it.
+uint64_t WaitForRemount(StoreCluster& cluster, const std::string& segment, uint64_t old_token) {
+  uint64_t token = 0;
+  WaitUntil(
+      [&] {
+        token = ListedToken(cluster, segment);
+        return token != 0 && token != old_token;
+      },
+      Millis(10'000), Millis(50));
+  return token != old_token ? token : 0;
+}
+
+// A client whose puts take the two calls: no space reserved ahead, so on a new master its first
+// put gets the segment's first free range.
+ClientOptions TwoCallPuts() {
+  ClientOptions options;
+  options.reserve_bytes = 0;
+  return options;
+}
+
+// Another client's put of `value` once the remounted segment takes objects (bounded), and where
+// it landed.
+::testing::AssertionResult PutAfterRemount(Client& client, const std::string& key,
+                                           const Bytes& value, ReplicaInfo* where) {
+  Status put = Status(ErrorCode::INTERNAL_ERROR, "not tried");
+  WaitUntil(
+      [&] {
+        put = client.Put(key, ByteSpan(value));
+        return put.ok();
+      },
+      Millis(15'000), Millis(100));
+  if (!put.ok()) return ::testing::AssertionFailure() << "put after the remount: " << put.ToString();
+  auto stat = client.Stat(key);
+  if (!stat.ok() || stat->replicas.size() != 1) {
+    return ::testing::AssertionFailure() << "stat: " << stat.status().ToString();
+  }
+  *where = stat->replicas[0];
+  return ::testing::AssertionSuccess();
+}
+
+// A remount (here: the master restarted and answers NEED_REMOUNT) takes a new token and new
+// memory: the node publishes the token in the new segment file's header and its data server,
+// tells the master, and from then on refuses a late write that quotes the previous mount's token;
+// nothing of the previous mount is in the new memory.
 TEST_F(FencingTest, RemountTakesANewTokenAndRefusesThePreviousMountsWrites) {
   ASSERT_TRUE(cluster_.Start(0, 0));
   node::StorageNodeOptions options;
@@ -46,7 +121,7 @@ TEST_F(FencingTest, RemountTakesANewTokenAndRefusesThePreviousMountsWrites) {
   ASSERT_TRUE(node->mounted());
   const uint64_t first = node->token();
   ASSERT_NE(first, 0u);
-  EXPECT_EQ(node->segment().token(), first) << "the shm header does not carry the mount's token";
+  EXPECT_EQ(node->segment()->token(), first) << "the shm header does not carry the mount's token";
   EXPECT_EQ(node->server().token(), first);
 
   transfer::TcpTransport::Options tcp_options;
@@ -59,21 +134,23 @@ TEST_F(FencingTest, RemountTakesANewTokenAndRefusesThePreviousMountsWrites) {
   ASSERT_TRUE(WaitUntil([&] { return node->token() != first && node->mounted(); }, Millis(10'000)))
       << "the node did not remount with a new token after the master restarted";
   const uint64_t second = node->token();
-  EXPECT_EQ(node->segment().token(), second);
+  EXPECT_EQ(node->segment()->token(), second);
   EXPECT_EQ(node->server().token(), second);
 
-  // A writer of the previous mount, late: refused, and the segment is as it was.
+  // A writer of the previous mount, late: refused, and the new memory is untouched (zeros: the
+  // remount's memory is new, nothing of the previous mount is in it).
   const Bytes late = testdata::Pattern("fence-late", 64 * KiB);
   Status refused = tcp.Write({node->endpoint(), first, 4096, late.size()}, ByteSpan(late));
   EXPECT_EQ(refused.code(), ErrorCode::SEGMENT_NOT_FOUND) << refused.ToString();
-  EXPECT_EQ(std::memcmp(node->segment().data() + 4096, before.data(), before.size()), 0)
-      << "a write quoting the previous mount's token changed the segment";
+  const Bytes zeros(before.size(), std::byte{0});
+  EXPECT_EQ(std::memcmp(node->segment()->data() + 4096, zeros.data(), zeros.size()), 0)
+      << "the new mount's memory holds bytes of the previous mount";
   Bytes out(before.size());
   EXPECT_EQ(tcp.Read({node->endpoint(), first, 4096, out.size()}, MutableByteSpan(out)).code(),
             ErrorCode::SEGMENT_NOT_FOUND);
   // The current mount's token works.
   ASSERT_TRUE(tcp.Read({node->endpoint(), second, 4096, out.size()}, MutableByteSpan(out)).ok());
-  EXPECT_EQ(out, before);
+  EXPECT_EQ(out, zeros);
 
   // The master holds the segment under the new token.
   grpc::ClientContext ctx;
@@ -83,6 +160,127 @@ TEST_F(FencingTest, RemountTakesANewTokenAndRefusesThePreviousMountsWrites) {
   ASSERT_EQ(list.segments_size(), 1);
   EXPECT_EQ(list.segments(0).token(), second);
   node->Stop();
+}
+
+// The mount fence, TCP side (node/data_server.h). A writer sends a WRITE's header and half its
+// payload, then pauses; the master restarts (kill -9), the node remounts, and another client puts
+// an object into the very same range of the segment. When the paused writer sends the other
+// half - still within its request's deadline, so only the fence can stop it - none of it may
+// land: the other object reads back byte-exact. The remount itself does not wait for the paused
+// peer. (Before the fence, the data server checked the token once, at the header, and the second
+// half overwrote the other object: lost, failing its checksum on every read.)
+TEST_F(FencingTest, TcpWriterPausedMidPayloadAcrossAMasterRestartCannotOverwriteTheNextPut) {
+  ASSERT_TRUE(cluster_.Start(0, 0));
+  // A request deadline far beyond this test's steps: the paused write stays alive until it
+  // resumes, as it may in production (10 s plus its bytes at 1 MiB/s; longer than a quarantine).
+  ASSERT_TRUE(cluster_.AddNode(8 * MiB, "", {"--data-request-timeout", "120s", "--prefault=false"}));
+  const std::string segment = cluster_.node(0).name();
+  constexpr uint64_t kSize = 1 * MiB;
+  auto granted = GrantRange(cluster_, "paused-tcp", kSize);
+  ASSERT_TRUE(granted.has_value());
+  const pb::Replica range = *granted;
+  ASSERT_EQ(range.segment_name(), segment);
+
+  const std::string& endpoint = range.endpoint();
+  granary::testing::RawConn conn(static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1))));
+  ASSERT_TRUE(conn.connected());
+  transfer::RequestHeader header;
+  header.opcode = transfer::Opcode::kWrite;
+  header.request_id = 1;
+  header.segment_token = range.token();
+  header.offset = range.offset();
+  header.length = kSize;
+  const Bytes stale = testdata::Pattern("paused-tcp-late-bytes", kSize);
+  const auto header_sent = std::chrono::steady_clock::now();
+  ASSERT_TRUE(conn.SendHeader(header));
+  ASSERT_TRUE(conn.Send(stale.data(), kSize / 2));
+  std::this_thread::sleep_for(Millis(300));  // the node takes the header and the first half
+
+  ASSERT_TRUE(cluster_.RestartMaster());
+  const auto restarted = std::chrono::steady_clock::now();
+  const uint64_t token = WaitForRemount(cluster_, segment, range.token());
+  ASSERT_NE(token, 0u) << "the node did not remount after the master restarted";
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted, Millis(5000))
+      << "the remount waited for the paused writer";
+
+  auto other = cluster_.MakeClient(false, TwoCallPuts());
+  ASSERT_NE(other, nullptr);
+  const Bytes value = testdata::Pattern("put-after-remount", kSize);
+  ReplicaInfo where;
+  ASSERT_TRUE(PutAfterRemount(*other, "after-remount", value, &where));
+  // The same range as the paused write's, or this test would prove nothing.
+  ASSERT_EQ(where.segment_name, segment);
+  ASSERT_EQ(where.offset, range.offset());
+
+  ASSERT_LT(std::chrono::steady_clock::now() - header_sent, Millis(100'000))
+      << "too slow: the paused write's own deadline could have cut it off";
+  ASSERT_TRUE(conn.Send(stale.data() + kSize / 2, kSize - kSize / 2));  // the writer resumes
+  auto answer = conn.RecvResponse();
+  ASSERT_TRUE(answer.has_value()) << "no answer to the paused write";
+  EXPECT_EQ(answer->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND))
+      << "the paused write was not refused";
+
+  auto reader = cluster_.MakeClient(false);
+  ASSERT_NE(reader, nullptr);
+  auto got = reader->Get("after-remount");
+  ASSERT_TRUE(got.ok()) << "the other client's object is lost: " << got.status().ToString();
+  EXPECT_EQ(testdata::FirstDifference(*got, value), -1);
+}
+
+// The mount fence, same-host side (node/shm_segment.h, Renew). A client process copying a put
+// into the node's shared memory passes the token check, copies half, and is paused (SIGSTOP);
+// the master restarts, the node remounts, and another client puts an object into the same range.
+// When the paused process resumes, the rest of its memcpy must not touch the new mount's objects:
+// nothing can stop a paused process, so the remount gave the segment a new file and the late
+// bytes land in the retired one.
+TEST_F(FencingTest, SameHostWriterPausedMidCopyAcrossAMasterRestartCannotOverwriteTheNextPut) {
+  ASSERT_TRUE(cluster_.Start(1, 8 * MiB));
+  const std::string segment = cluster_.node(0).name();
+  const uint64_t first_token = ListedToken(cluster_, segment);
+  ASSERT_NE(first_token, 0u);
+  constexpr uint64_t kSize = 1 * MiB;
+  TempDir dir("granary-it-shm-pause");
+  ChildProcess writer;
+  std::string error;
+  ASSERT_TRUE(writer.Start(BinaryPath("granary-test-worker"),
+                           {"shm-put-paused", "--master", cluster_.master_address(), "--key",
+                            "paused-shm", "--size", std::to_string(kSize)},
+                           dir.File("writer.log"), &error))
+      << error;
+  ASSERT_TRUE(WaitForLog(writer, "copied half", Millis(10'000))) << writer.LogContents();
+  ASSERT_TRUE(writer.WaitStopped(Millis(5000))) << "the writer did not pause itself";
+  std::smatch m;
+  const std::string said = writer.LogContents();
+  ASSERT_TRUE(std::regex_search(said, m, std::regex("segment (\\S+) offset (\\d+)"))) << said;
+  ASSERT_EQ(m[1].str(), segment);
+  const uint64_t offset = std::stoull(m[2].str());
+
+  ASSERT_TRUE(cluster_.RestartMaster());
+  ASSERT_NE(WaitForRemount(cluster_, segment, first_token), 0u)
+      << "the node did not remount after the master restarted";
+
+  auto other = cluster_.MakeClient(true, TwoCallPuts());
+  ASSERT_NE(other, nullptr);
+  const Bytes value = testdata::Pattern("shm-put-after-remount", kSize);
+  ReplicaInfo where;
+  ASSERT_TRUE(PutAfterRemount(*other, "after-remount", value, &where));
+  ASSERT_EQ(where.segment_name, segment);
+  ASSERT_EQ(where.offset, offset) << "not the paused copy's range: the test would prove nothing";
+
+  ASSERT_TRUE(writer.Kill(SIGCONT));  // the paused process finishes its memcpy
+  auto exited = writer.Wait(Millis(10'000));
+  ASSERT_TRUE(exited.has_value() && exited->Succeeded()) << writer.LogContents();
+  EXPECT_NE(writer.LogContents().find("remounted during the write"), std::string::npos)
+      << writer.LogContents();
+
+  for (bool shm : {true, false}) {
+    auto reader = cluster_.MakeClient(shm);
+    ASSERT_NE(reader, nullptr);
+    auto got = reader->Get("after-remount");
+    ASSERT_TRUE(got.ok()) << "the other client's object is lost (" << (shm ? "shm" : "tcp")
+                          << "): " << got.status().ToString();
+    EXPECT_EQ(testdata::FirstDifference(*got, value), -1);
+  }
 }
 
 // A long-lived client keeps no mapping of a segment that is gone: once the master no longer lists

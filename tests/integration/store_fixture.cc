@@ -118,11 +118,12 @@ StoreCluster::~StoreCluster() {
   return ::testing::AssertionSuccess();
 }
 
-::testing::AssertionResult StoreCluster::AddNode(uint64_t segment_size, const std::string& name_in) {
+::testing::AssertionResult StoreCluster::AddNode(uint64_t segment_size, const std::string& name_in,
+                                                std::vector<std::string> extra_flags) {
   nodes_.push_back(std::make_unique<NodeProcess>(name_in.empty() ? UniqueName("it-node") : name_in,
                                                  segment_size, dir_.path()));
   NodeProcess& n = *nodes_.back();
-  if (auto started = n.Start(master_address()); !started) return started;
+  if (auto started = n.Start(master_address(), std::move(extra_flags)); !started) return started;
   const std::string name = n.name();
   if (!WaitForSegments(
           [&](const std::vector<std::string>& names) {

@@ -83,8 +83,10 @@ class StoreCluster {
   // {"--lease-ttl", "3s"}) and `nodes` nodes of `segment_size` bytes each.
   ::testing::AssertionResult Start(size_t nodes, uint64_t segment_size,
                                    const std::map<std::string, std::string>& master_overrides = {});
-  // Adds one more node (started and visible in ListSegments), named `name` or a unique name.
-  ::testing::AssertionResult AddNode(uint64_t segment_size, const std::string& name = "");
+  // Adds one more node (started and visible in ListSegments), named `name` or a unique name,
+  // with `extra_flags` after the usual ones (NodeProcess::Start).
+  ::testing::AssertionResult AddNode(uint64_t segment_size, const std::string& name = "",
+                                     std::vector<std::string> extra_flags = {});
 
   MasterProcess& master() { return master_; }
   std::string master_address() const { return master_.address(); }

@@ -729,7 +729,7 @@ TEST_F(StoreTest, MasterRestartNodesRemountAndServiceResumes) {
       }
     }
   }
-  // The remounted segments take new objects once their quarantine (1 s here) has passed.
+  // The remounted segments take new objects (at once: nodes remount fresh memory, no quarantine).
   EXPECT_TRUE(WaitUntil(
       [&] {
         const std::vector<std::byte> probe(4096, std::byte{7});

@@ -11,12 +11,22 @@
 //                                                    back and compare byte for byte.
 //   chaos --master A --id I --dir D ...              the chaos test's mixed load until D/stop
 //                                                    exists (tests/tools/chaos_worker.h).
+//   shm-put-paused --master A --key K --size N       a same-host writer paused mid-copy:
+//                                                    BatchPutStart (raw gRPC), map the replica's
+//                                                    segment, check its token as the client
+//                                                    does, memcpy the first half, print "copied
+//                                                    half", stop itself (SIGSTOP), and on
+//                                                    SIGCONT memcpy the second half, then print
+//                                                    whether the mount changed meanwhile.
 //
 // Exit codes: 0 done, 2 bad usage, 3 an RPC failed or answered an error, 4 wrong bytes read back,
-// 5 a required shared-memory mapping was not made. The hang subcommands exit 6 if nobody killed
+// 5 a required shared-memory mapping was not made (or the segment was not of the replica's mount). The hang subcommands exit 6 if nobody killed
 // them within --max-hang (a safety net: a crashed test must not leave them behind forever).
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstring>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -30,6 +40,7 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "chaos_worker.h"
 #include "test_pattern.h"
+#include "transfer/shm_mapping.h"
 
 namespace {
 
@@ -136,6 +147,64 @@ int GetAndHang(const std::string& master, const std::vector<std::string>& keys, 
   }
   std::printf("locked (lease %llu ms)\n", static_cast<unsigned long long>(resp.lease_ttl_ms()));
   return HangUntilKilled(max_hang_s);
+}
+
+// The client's same-host write (client/replica_io.cc), cut in two by a pause: the token check
+// before the copy, the copy itself, the check after it. The value is Pattern("paused-" + key).
+int ShmPutPaused(const std::string& master, const std::string& key, uint64_t size) {
+  auto stub = Stub(master);
+  pb::BatchPutStartRequest req;
+  req.set_client_id(ClientId("shm-put"));
+  req.add_keys(key);
+  req.add_sizes(size);
+  req.mutable_config()->set_replica_num(1);
+  pb::BatchPutStartResponse resp;
+  grpc::ClientContext ctx;
+  Deadline(ctx, 10'000);
+  grpc::Status s = stub->BatchPutStart(&ctx, req, &resp);
+  if (!s.ok() || resp.results_size() != 1 || resp.results(0).code() != 0 ||
+      resp.results(0).replicas_size() != 1) {
+    std::fprintf(stderr, "BatchPutStart failed: %s\n",
+                 !s.ok() ? s.error_message().c_str()
+                         : (resp.results_size() == 1 ? resp.results(0).message().c_str() : "?"));
+    return kExitRpc;
+  }
+  const pb::Replica replica = resp.results(0).replicas(0);
+  pb::ListSegmentsResponse list;
+  grpc::ClientContext list_ctx;
+  Deadline(list_ctx, 10'000);
+  if (!stub->ListSegments(&list_ctx, pb::ListSegmentsRequest(), &list).ok()) return kExitRpc;
+  std::string shm_name;
+  uint64_t segment_size = 0;
+  for (const auto& info : list.segments()) {
+    if (info.segment_id() == replica.segment_id()) {
+      shm_name = info.shm_name();
+      segment_size = info.size();
+    }
+  }
+  auto mapping = granary::transfer::ShmMapping::Attach(shm_name, segment_size);
+  if (!mapping.ok()) {
+    std::fprintf(stderr, "attach %s: %s\n", shm_name.c_str(), mapping.status().ToString().c_str());
+    return kExitNoShm;
+  }
+  if ((*mapping)->token() != replica.token() || replica.offset() > segment_size ||
+      size > segment_size - replica.offset()) {
+    std::fprintf(stderr, "the replica is not of the segment's current mount\n");
+    return kExitNoShm;
+  }
+  const std::vector<std::byte> value = granary::testdata::Pattern("paused-" + key, size);
+  std::byte* dst = (*mapping)->data() + replica.offset();
+  const uint64_t half = size / 2;
+  std::memcpy(dst, value.data(), half);
+  std::printf("copied half: segment %s offset %llu length %llu\n", replica.segment_name().c_str(),
+              static_cast<unsigned long long>(replica.offset()),
+              static_cast<unsigned long long>(size));
+  std::fflush(stdout);
+  raise(SIGSTOP);  // the pause: SIGCONT resumes the copy where it stopped
+  std::memcpy(dst + half, value.data() + half, size - half);
+  const bool remounted = (*mapping)->token() != replica.token();
+  std::printf("%s\n", remounted ? "remounted during the write" : "copied under the same mount");
+  return kExitOk;
 }
 
 bool MapsSharedSegment() {
@@ -272,6 +341,12 @@ int main(int argc, char** argv) {
   chaos->add_option("--max-size", chaos_options.max_size)->check(CLI::Range(64u, 1u << 30));
   chaos->add_flag("--no-shm", chaos_no_shm, "use TCP even on this host");
 
+  auto* shm_put = app.add_subcommand("shm-put-paused",
+                                     "same-host put that stops itself halfway through its copy");
+  shm_put->add_option("--master", master)->required();
+  shm_put->add_option("--key", key)->required();
+  shm_put->add_option("--size", size)->required()->check(CLI::Range(uint64_t{2}, uint64_t{1} << 30));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -284,6 +359,7 @@ int main(int argc, char** argv) {
   if (put->parsed()) return PutStartAndHang(master, key, size, replicas, max_hang_s);
   if (get->parsed()) return GetAndHang(master, get_keys, max_hang_s);
   if (reserve->parsed()) return ReserveAndHang(master, size, reserve_count, max_hang_s);
+  if (shm_put->parsed()) return ShmPutPaused(master, key, size);
   if (chaos->parsed()) {
     chaos_options.use_shm = !chaos_no_shm;
     if (chaos_options.min_size > chaos_options.max_size) {

@@ -125,5 +125,36 @@ TEST_F(ReplicaIoTest, ReplicaOfAPreviousMountIsRefusedAfterARemount) {
   EXPECT_EQ(io_.Stats().shm_mappings, 1u);
 }
 
+// A remount as a node does it (ShmSegment::Renew: a new file under the same name, the old one
+// retired): the client's cached mapping of the retired file is dropped and the new file mapped at
+// the first copy of the new mount; a replica of the previous mount moves nothing in either.
+TEST_F(ReplicaIoTest, RenewedSegmentIsMappedAfreshAndTheRetiredMappingDropped) {
+  const std::string name = UniqueName("renew");
+  auto seg = Segment(name, 0xB1);
+  ASSERT_NE(seg, nullptr);
+  directory_.Learn(9, {name, kSegSize, 0xB1});
+  const std::vector<std::byte> bytes(1000, std::byte{0x44});
+  ASSERT_TRUE(io_.Write(MakeReplica(9, 0xB1, 500, bytes.size()), {ByteSpan(bytes)}).ok());
+  EXPECT_EQ(io_.Stats().shm_mappings, 1u);
+
+  auto renewed = seg->Renew();
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  std::unique_ptr<node::ShmSegment> next = std::move(*renewed);
+  next->PublishToken(0xB2);
+  directory_.Learn(9, {name, kSegSize, 0xB2});
+  const std::vector<std::byte> late(1000, std::byte{0x55});
+  EXPECT_FALSE(io_.Write(MakeReplica(9, 0xB1, 500, late.size()), {ByteSpan(late)}).ok());
+  const std::vector<std::byte> current(1000, std::byte{0x66});
+  ASSERT_TRUE(io_.Write(MakeReplica(9, 0xB2, 500, current.size()), {ByteSpan(current)}).ok())
+      << "the renewed file was not mapped";
+  EXPECT_EQ(std::memcmp(next->data() + 500, current.data(), current.size()), 0);
+  EXPECT_EQ(io_.Stats().shm_mappings, 1u) << "the retired file's mapping was kept";
+  std::vector<std::byte> out(1000);
+  EXPECT_FALSE(io_.Read(MakeReplica(9, 0xB1, 500, out.size()), {MutableByteSpan(out)}).ok());
+  auto now = io_.Read(MakeReplica(9, 0xB2, 500, out.size()), {MutableByteSpan(out)});
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ(out, current);
+}
+
 }  // namespace
 }  // namespace granary

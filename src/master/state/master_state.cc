@@ -200,8 +200,8 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
       }
       if (meta.demotion) std::erase_if(meta.demotion->held, on_segment);
       // The allocation went with the segment. The node checks its segment's token just before
-      // each copy, and publishes a remount's token before asking: a copy under way then ends
-      // well within the remount's quarantine, before this space can be handed out again.
+      // each copy, and a remount gives the segment new memory: a copy under way lands in the
+      // old mount's memory, never in space a later mount hands out (node/disk_tier.h).
       if (meta.promotion && on_segment(meta.promotion->extent)) {
         ClearPromotion(shard, current, /*free_extent=*/false);
       }

@@ -49,7 +49,8 @@ enum class EvictionPolicy { kLru, kS3Fifo };
 struct MasterPolicy {
   int64_t lease_ttl_ms = 10'000;
   // A remounted segment (not fresh) allocates nothing for this long: readers of the old mount
-  // finish or abandon within their lease, and the old mount's TCP writers are refused by token.
+  // finish or abandon within their lease. A writer paused longer is not bounded by it, so
+  // granary-node mounts new memory every time, always fresh (the mount fence, storage_node.h).
   int64_t mount_quarantine_ms = 10'000;
   // Space of a put revoked after a transfer error waits this long before reuse: its bytes may
   // still sit in socket buffers on their way to the node (2x the node's data idle timeout).

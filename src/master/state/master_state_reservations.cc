@@ -8,7 +8,10 @@
 // before each copy, and the space waits until put_release_timeout_ms after the grant (at least
 // write_quarantine_ms), as long as a two-call put's whose writer went silent; or (d)
 // with its segment's memory (unmount): a remount carries a new token, which a writer checks
-// before each copy, and the remount's own quarantine covers a copy under way.
+// before each copy, and a copy already under way, however long it pauses, only reaches the old
+// mount's memory: the node fences its data server and gives the remount new memory
+// (node/storage_node.h), so it mounts fresh. A remount that is not fresh is quarantined
+// (mount_quarantine_ms), which bounds late readers but not a writer paused longer.
 #include <algorithm>
 
 #include "master/state/master_state.h"

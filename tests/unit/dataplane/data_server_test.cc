@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -126,6 +127,7 @@ class DataServerTest : public ::testing::Test {
   }
 
   std::vector<uint8_t> memory_;
+  std::vector<uint8_t> second_mount_;  // a remount's memory, for the fence tests
   std::unique_ptr<DataServer> server_;
 };
 
@@ -260,7 +262,7 @@ TEST_F(DataServerTest, WrongTokenIsRefusedAndConnectionStaysUsable) {
 TEST_F(DataServerTest, RemountRefusesThePreviousMountsToken) {
   StartServer();
   constexpr uint64_t kNewToken = kToken ^ 0xfeedULL;
-  server_->SetToken(kNewToken);
+  ASSERT_TRUE(server_->SetToken(kNewToken).ok());
   EXPECT_EQ(server_->token(), kNewToken);
   RawConn conn(server_->port());
   std::vector<uint8_t> before(seg(), seg() + kSegSize);
@@ -283,11 +285,102 @@ TEST_F(DataServerTest, RemountRefusesThePreviousMountsToken) {
   EXPECT_EQ(ok->status, 0);
   EXPECT_EQ(std::memcmp(seg() + 100, payload.data(), payload.size()), 0);
 
-  server_->SetToken(0);
+  ASSERT_TRUE(server_->SetToken(0).ok());
   ASSERT_TRUE(conn.SendHeader(Header(Opcode::kRead, 0, 8, 0, 6)));
   auto zero = conn.RecvResponse();
   ASSERT_TRUE(zero.has_value());
   EXPECT_EQ(zero->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND));
+}
+
+// The mount fence (data_server.h): a WRITE accepted under a mount and paused mid-payload across
+// a remount (new memory, new token, as a node does) never stores another byte, wherever: its
+// rest is drained and it is answered SEGMENT_NOT_FOUND. The remount does not wait for the paused
+// writer. The connection stays usable, and serves the new mount's memory.
+TEST_F(DataServerTest, WritePausedMidPayloadAcrossARemountStoresNothingMore) {
+  StartServer();
+  RawConn conn(server_->port());
+  std::vector<uint8_t> payload(300000, 0xEE);  // the rest is larger than the drain scratch
+  const size_t half = 100000;
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 0, payload.size(), kToken, 11)));
+  ASSERT_TRUE(conn.Send(payload.data(), half));
+  // The server stores the first half as it arrives (recv() straight into the segment).
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (std::memcmp(seg(), payload.data(), half) != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(std::memcmp(seg(), payload.data(), half), 0) << "the first half never landed";
+
+  constexpr uint64_t kNewToken = kToken ^ 0xbeefULL;
+  second_mount_.assign(kSegSize, 0);
+  const auto remount = Clock::now();
+  Status fenced = server_->SetMount(second_mount_.data(), kNewToken);
+  ASSERT_TRUE(fenced.ok()) << fenced.ToString();
+  EXPECT_LT(SecondsSince(remount), 1.0) << "the remount waited for a paused peer";
+  // The new mount's space is handed out and written; so is the old memory, as if reused.
+  std::memset(second_mount_.data(), 0x11, kSegSize);
+  std::memset(seg(), 0x22, kSegSize);
+
+  ASSERT_TRUE(conn.Send(payload.data() + half, payload.size() - half));  // the writer resumes
+  auto answer = conn.RecvResponse();
+  ASSERT_TRUE(answer.has_value()) << "the connection should stay usable";
+  EXPECT_EQ(answer->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND));
+  EXPECT_EQ(answer->request_id, 11u);
+  EXPECT_EQ(std::count(second_mount_.begin(), second_mount_.end(), 0x11), int64_t{kSegSize})
+      << "the paused write reached the new mount's memory";
+  EXPECT_EQ(std::count(seg(), seg() + kSegSize, 0x22), int64_t{kSegSize})
+      << "the paused write kept storing into the old mount's memory";
+  EXPECT_EQ(server_->stats().fenced, 1u);
+
+  // The same connection, the new token: it lands in the new memory.
+  std::vector<uint8_t> next(4096, 0x33);
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 8192, next.size(), kNewToken, 12)));
+  ASSERT_TRUE(conn.Send(next.data(), next.size()));
+  auto ok = conn.RecvResponse();
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_EQ(std::memcmp(second_mount_.data() + 8192, next.data(), next.size()), 0);
+  server_->Stop();  // before second_mount_ goes
+}
+
+// The read side of the fence: a READ whose answer a stalled peer does not take (its socket
+// buffers full) does not hold a remount up; once the peer reads again it gets what was sent
+// before the remount and then the connection closes, never a byte sent after it.
+TEST_F(DataServerTest, ReadStalledMidAnswerAcrossARemountIsCutOff) {
+  constexpr uint64_t kBig = 64 * kSegSize;  // far more than loopback's socket buffers hold
+  std::vector<uint8_t> first(kBig);
+  for (uint64_t i = 0; i < kBig; ++i) first[i] = static_cast<uint8_t>(i * 13 + 1);
+  std::vector<uint8_t> second(kBig, 0x44);
+  DataServer big(first.data(), kBig, kToken);
+  ASSERT_TRUE(big.Start().ok());
+  RawConn conn(big.port());
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kRead, 0, kBig, kToken, 21)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server fills the buffers
+
+  const auto remount = Clock::now();
+  Status fenced = big.SetMount(second.data(), kToken + 2);
+  ASSERT_TRUE(fenced.ok()) << fenced.ToString();
+  EXPECT_LT(SecondsSince(remount), 1.0) << "the remount waited for a stalled reader";
+  std::memset(first.data(), 0x55, kBig);  // the old memory, reused (or punched) after the fence
+
+  auto rh = conn.RecvResponse();
+  ASSERT_TRUE(rh.has_value());
+  EXPECT_EQ(rh->status, 0);
+  ASSERT_EQ(rh->length, kBig);
+  std::vector<uint8_t> got(kBig);
+  uint64_t received = 0;
+  while (received < kBig) {
+    ssize_t r = recv(conn.fd(), got.data() + received, kBig - received, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    received += static_cast<uint64_t>(r);
+  }
+  EXPECT_LT(received, kBig) << "the whole answer came, partly sent after the remount";
+  for (uint64_t i = 0; i < received; ++i) {
+    ASSERT_EQ(got[i], static_cast<uint8_t>(i * 13 + 1)) << "byte " << i << " was sent after "
+                                                           "the remount";
+  }
+  EXPECT_EQ(big.stats().fenced, 1u);
+  big.Stop();
 }
 
 TEST_F(DataServerTest, RefusedWritePayloadIsDrained) {

@@ -1,6 +1,7 @@
 // Tests of node::ShmSegment (the node's side) and transfer::ShmMapping (a client's side).
 #include "node/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -252,6 +253,73 @@ TEST(ShmMappingTest, HeaderTokenIsPublishedAndReplacedFilesAreDetected) {
   ASSERT_TRUE(fresh.ok());
   EXPECT_EQ((*fresh)->token(), 0x3333u);
   EXPECT_TRUE((*fresh)->StillLinked());
+}
+
+// The mount fence on the same-host path: a remount gives the segment a new file under the same
+// name. A client paused mid-copy with a mapping of the old file resumes into memory nobody will
+// hand out again, never into the new mount's; the old file's pages are released at once even
+// though the client still maps it; and the node still holds the name (a second node of the same
+// name is refused).
+TEST(ShmSegmentTest, RenewGivesANewFileAndALateWriterOnlyTouchesTheRetiredOne) {
+  const std::string name = UniqueName("renew");
+  constexpr uint64_t kSize = 8 * kMiB;
+  auto seg = ShmSegment::Create(name, kSize, /*prefault=*/true);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  (*seg)->PublishToken(0x1111);
+  auto late = ShmMapping::Attach(name, kSize);  // a same-host writer of the first mount
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  ASSERT_EQ((*late)->token(), 0x1111u);  // its check before the copy passes
+  std::memset((*late)->data(), 0x77, kSize / 2);  // the first half of its copy
+  const int old_fd = open(("/dev/shm/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(old_fd, 0);
+
+  auto renewed = (*seg)->Renew();
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  std::unique_ptr<ShmSegment> next = std::move(*renewed);
+  EXPECT_TRUE((*seg)->retired());
+  EXPECT_EQ((*late)->token(), transfer::kShmRetiredToken);
+  EXPECT_TRUE((*late)->retired());
+  EXPECT_FALSE((*late)->StillLinked()) << "the name should refer to the new file";
+  EXPECT_EQ(next->name(), name);
+  EXPECT_EQ(next->size(), kSize);
+  EXPECT_EQ(next->token(), 0u);
+  // The retired file's data pages went back to the system although a client maps it.
+  struct stat st {};
+  ASSERT_EQ(fstat(old_fd, &st), 0);
+  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, kShmHeaderBytes + 64 * 1024)
+      << "the retired file still holds its pages";
+  close(old_fd);
+  // With prefault the new file reserves its pages like the first did.
+  ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kSize);
+
+  next->PublishToken(0x2222);  // the new mount; the master hands its space out
+  std::memset(next->data(), 0x11, kSize);
+  std::memset((*late)->data() + kSize / 2, 0x77, kSize / 2);  // the writer resumes
+  for (uint64_t i = 0; i < kSize; i += 4096) {
+    ASSERT_EQ(next->data()[i], 0x11) << "a late writer of the old mount reached the new one";
+  }
+  // A new attach gets the new file; a retired one is refused.
+  auto now = ShmMapping::Attach(name, kSize);
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ((*now)->token(), 0x2222u);
+  EXPECT_EQ(static_cast<uint8_t>((*now)->data()[0]), 0x11);
+  // The node still holds the name: another node of the same name is refused.
+  auto twin = ShmSegment::Create(name, kSize);
+  EXPECT_EQ(twin.status().code(), ErrorCode::SEGMENT_ALREADY_EXISTS) << twin.status().ToString();
+  // The retired object goes without touching the name; the current one unlinks it.
+  seg = Result<std::unique_ptr<ShmSegment>>(Status(ErrorCode::INTERNAL_ERROR, "reset"));
+  EXPECT_TRUE(ShmExists(name));
+  next.reset();
+  EXPECT_FALSE(ShmExists(name));
+  // No temporary file was left behind.
+  const std::string temp_prefix = "granary-renew-" + std::to_string(getpid()) + "-";
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) {
+      EXPECT_NE(std::string(e->d_name).rfind(temp_prefix, 0), 0u) << e->d_name;
+    }
+    closedir(dir);
+  }
 }
 
 TEST(ShmMappingTest, CacheRetainDropsMappingsOfVanishedAndReplacedSegments) {
