@@ -37,7 +37,11 @@ enum class ErrorCode : int32_t {
   CHECKSUM_MISMATCH = -801,
   RPC_FAIL = -900,
   RPC_TIMEOUT = -901,
+  // High availability (docs/ha.md).
+  ETCD_OPERATION_ERROR = -1000,    // etcd answered an error or could not be reached
+  ETCD_TRANSACTION_FAIL = -1002,   // a guarded etcd transaction did not hold
   UNAVAILABLE_IN_CURRENT_STATUS = -1010,
+  UNAVAILABLE_IN_CURRENT_MODE = -1011,  // this master is not the leader (a standby, or stepped down)
 };
 
 // The code's name, e.g. "OBJECT_NOT_FOUND"; "UNKNOWN_ERROR" for a number that is not a code.
