@@ -58,6 +58,35 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                  0, 1'000'000);
   schema.AddUint("shard_count", &c->shard_count, "metadata shards, each with its own lock", 1024,
                  1 << 20);
+  schema.AddString("etcd", &c->etcd,
+                   "HA: etcd endpoints HOST:PORT[;HOST:PORT...]; masters of one cluster elect a "
+                   "leader there and the others stand by (docs/ha.md). Empty: run alone");
+  schema.AddString("cluster_id", &c->cluster_id,
+                   "HA: the cluster's name: its keys live under /granary/<cluster_id>/ in etcd");
+  schema.AddString("advertise", &c->advertise,
+                   "HA: this master's gRPC address as nodes, clients and other masters reach it "
+                   "(default host:port; required when host is 0.0.0.0)");
+  schema.AddUint("sync_standbys", &c->sync_standbys,
+                 "HA: 1: a reply that changes the state waits until the synchronous standby has "
+                 "the operation (no acknowledged put is lost by a failover); 0: asynchronous "
+                 "(a failover may lose the last operations)",
+                 0, 1);
+  schema.AddBool("allow_serving_alone", &c->allow_serving_alone,
+                 "HA, sync_standbys 1: with no synchronous standby to be had for standby_timeout, "
+                 "serve asynchronously instead of refusing changes (reported in /metrics)");
+  schema.AddDurationMs("leader_lease", &c->leader_lease_ms,
+                       "HA: the etcd lease of a master (whole seconds; etcd may grant more): a "
+                       "dead leader is replaced about this long after it died");
+  schema.AddDurationMs("lease_margin", &c->lease_margin_ms,
+                       "HA: a leader stops serving this long before etcd could expire its lease");
+  schema.AddDurationMs("sync_timeout", &c->sync_timeout_ms,
+                       "HA: how long a reply waits for the synchronous standby before it fails "
+                       "(outcome unknown to the caller)");
+  schema.AddDurationMs("standby_timeout", &c->standby_timeout_ms,
+                       "HA: a standby (or leader) silent this long on the history stream is "
+                       "dropped; another standby becomes synchronous");
+  schema.AddSize("replication_log_bytes", &c->replication_log_bytes,
+                 "HA: recent history kept for standbys that reconnect (older: a snapshot)");
 }
 
 Status ValidateMasterConfig(const MasterConfig& c) {
@@ -79,6 +108,32 @@ Status ValidateMasterConfig(const MasterConfig& c) {
   }
   if (auto persistence = ParsePersistence(c.persistence); !persistence.ok()) {
     return persistence.status();
+  }
+  if (!c.etcd.empty()) {
+    if (c.cluster_id.empty() || c.cluster_id.find('/') != std::string::npos) {
+      return Status(ErrorCode::INVALID_PARAMS, "cluster_id must be non-empty and without '/'");
+    }
+    if (c.advertise.empty() && (c.host == "0.0.0.0" || c.host == "::" || c.host.empty())) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "--advertise HOST:PORT is needed with --etcd when binding " + c.host +
+                        ": other masters, nodes and clients must know where to reach this one");
+    }
+    if (c.leader_lease_ms < 1000) {
+      return Status(ErrorCode::INVALID_PARAMS, "leader_lease must be at least 1s (etcd counts "
+                                               "leases in whole seconds)");
+    }
+    if (c.lease_margin_ms <= 0 || c.lease_margin_ms >= c.leader_lease_ms) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "lease_margin must be positive and shorter than leader_lease");
+    }
+    for (auto [v, name] : {std::pair{c.sync_timeout_ms, "sync_timeout"},
+                           {c.standby_timeout_ms, "standby_timeout"}}) {
+      if (Status s = positive(v, name); !s.ok()) return s;
+    }
+    if (!c.fast_path) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "--etcd needs the fast port (standbys stream the history over it)");
+    }
   }
   if (p.put_release_timeout_ms < p.put_discard_timeout_ms) {
     return Status(ErrorCode::INVALID_PARAMS,

@@ -33,6 +33,18 @@ struct MasterConfig {
   // 0 disables promotion.
   uint64_t promote_after = 2;
 
+  // High availability (docs/ha.md). Empty etcd: this master runs alone, as before.
+  std::string etcd;                  // "HOST:PORT[;HOST:PORT...]" (an etcd:// prefix is accepted)
+  std::string cluster_id = "granary";
+  std::string advertise;             // gRPC address others reach (default host:port)
+  uint64_t sync_standbys = 1;        // 1: replies wait for the synchronous standby; 0: async
+  bool allow_serving_alone = false;  // sync 1 with no standby to be had: serve async, not refuse
+  int64_t leader_lease_ms = 2000;
+  int64_t lease_margin_ms = 500;
+  int64_t sync_timeout_ms = 3000;
+  int64_t standby_timeout_ms = 1000;
+  uint64_t replication_log_bytes = 256ull << 20;
+
   OffloadPolicy EffectiveOffload() const {
     OffloadPolicy o;
     auto parsed = ParsePersistence(persistence);  // validated by ValidateMasterConfig

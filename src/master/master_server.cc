@@ -32,6 +32,28 @@ Status MasterServer::Start() {
     history_ = std::move(*history);
     state_->AddObserver([h = history_.get()](const Operation& op, const OpResult&) { h->Append(op); });
   }
+  if (!config_.etcd.empty()) {
+    ha::HaOptions o;
+    o.etcd_endpoints = etcd::EtcdEndpointsOf(config_.etcd).value_or(config_.etcd);
+    o.cluster_id = config_.cluster_id;
+    o.sync_standbys = static_cast<uint32_t>(config_.sync_standbys);
+    o.allow_serving_alone = config_.allow_serving_alone;
+    o.leader_lease = std::chrono::milliseconds(config_.leader_lease_ms);
+    o.lease_margin = std::chrono::milliseconds(config_.lease_margin_ms);
+    o.sync_timeout = std::chrono::milliseconds(config_.sync_timeout_ms);
+    o.standby_timeout = std::chrono::milliseconds(config_.standby_timeout_ms);
+    o.log_bytes = config_.replication_log_bytes;
+    coordinator_ = std::make_unique<ha::Coordinator>(state_.get(), std::move(o), &metrics_);
+    // Before anything can apply: every operation, the leader's or a replayed one, goes to the
+    // log standbys stream from.
+    state_->AddObserver([c = coordinator_.get()](const Operation& op, const OpResult&) {
+      c->Record(op);
+    });
+    service_->set_gate(coordinator_.get());
+    service_->set_cluster_status([c = coordinator_.get()](proto::ClusterStatusResponse* out) {
+      c->FillClusterStatus(out);
+    });
+  }
   grpc::ServerBuilder builder;
   int selected = 0;
   std::string address = config_.host + ":" + std::to_string(config_.port);
@@ -55,6 +77,11 @@ Status MasterServer::Start() {
   grpc_port_ = static_cast<uint16_t>(selected);
   if (config_.fast_path) {
     fast_ = std::make_unique<FastServer>(service_.get(), &metrics_);
+    if (coordinator_) {
+      fast_->set_stream_handler([c = coordinator_.get()](int fd, std::string_view request) {
+        c->streams().Serve(fd, request);
+      });
+    }
     if (Status s = fast_->Start(config_.host, config_.fast_port); !s.ok()) {
       fast_.reset();
       grpc_->Shutdown();
@@ -88,6 +115,19 @@ Status MasterServer::Start() {
     grpc_.reset();
     return s;
   }
+  if (coordinator_) {
+    const std::string advertise = config_.advertise.empty()
+                                      ? config_.host + ":" + std::to_string(grpc_port_)
+                                      : config_.advertise;
+    coordinator_->SetEndpoints(advertise, fast_ ? fast_->port() : 0, http_.port());
+    if (Status s = coordinator_->Start(); !s.ok()) {
+      http_.Stop();
+      if (fast_) fast_->Stop();
+      grpc_->Shutdown();
+      grpc_.reset();
+      return s;
+    }
+  }
   {
     std::lock_guard lock(mu_);
     started_ = true;
@@ -111,6 +151,7 @@ void MasterServer::Shutdown() {
   }
   cv_.notify_all();
   if (housekeeping_.joinable()) housekeeping_.join();
+  if (coordinator_) coordinator_->Stop();  // a leader hands over before its ports close
   http_.Stop();
   if (fast_) {
     service_->set_fast_port(0);
@@ -131,6 +172,11 @@ void MasterServer::HousekeepingLoop() {
     cv_.wait_for(lock, kHousekeepingTick, [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
+    // Only the leader changes the state; a standby's follows the stream.
+    if (coordinator_ && !coordinator_->Enter(false).ok()) {
+      lock.lock();
+      continue;
+    }
     for (const auto& client : state_->SilentClients(clock_->NowMs())) {
       auto expired = state_->ExpireClient(client);
       if (!expired.unmounted.empty()) {
@@ -145,6 +191,7 @@ void MasterServer::HousekeepingLoop() {
     if (evicted.objects > 0) {
       GLOG_DEBUG("evicted {} objects, {} bytes", evicted.objects, evicted.bytes);
     }
+    if (coordinator_) coordinator_->Exit();
     lock.lock();
   }
 }
@@ -258,6 +305,7 @@ std::string MasterServer::StatusJson() const {
                         {"replicas", u.replica_count}});
   }
   doc["segments"] = std::move(segments);
+  if (coordinator_) doc["ha"] = coordinator_->StatusJson();
   return doc.dump(2) + "\n";
 }
 

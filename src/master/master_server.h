@@ -3,6 +3,8 @@
 //
 // Promise: Start() returns once both ports listen (or says why not); Shutdown() stops everything
 // and may be called from any thread, including a signal-watching one; the destructor calls it.
+// With --etcd (HA), every call passes the coordinator's gate (only the leader serves) and the
+// housekeeping runs only while this master leads; Shutdown() first hands leadership over.
 // Used by granary-master and, in one process with a node, by `granary-node --standalone`.
 // Ownership: owns the state, the services and their threads.
 #pragma once
@@ -21,6 +23,7 @@
 #include "common/metrics.h"
 #include "master/policy/evictor.h"
 #include "master/service/fast_server.h"
+#include "master/ha/coordinator.h"
 #include "master/history/history_file.h"
 #include "master/master_config.h"
 #include "master/service/master_service.h"
@@ -44,6 +47,8 @@ class MasterServer {
   uint16_t http_port() const { return http_.port(); }
   uint16_t fast_port() const { return fast_ ? fast_->port() : 0; }  // 0: fast path off
   MasterState& state() { return *state_; }
+  // HA (--etcd): this master's part in the cluster; null when it runs alone.
+  ha::Coordinator* coordinator() { return coordinator_.get(); }
   // The /status document (JSON).
   std::string StatusJson() const;
 
@@ -58,6 +63,7 @@ class MasterServer {
   MetricsRegistry metrics_;
   std::unique_ptr<MasterService> service_;
   std::unique_ptr<HistoryFile> history_;
+  std::unique_ptr<ha::Coordinator> coordinator_;
   std::unique_ptr<grpc::Server> grpc_;
   // Lives and dies with grpc_: a master that serves gRPC serves the fast port, and no other.
   std::unique_ptr<FastServer> fast_;

@@ -36,9 +36,12 @@ enum class Method : uint8_t {
   kReserve = 8,
   kPutCommit = 9,
   kReleaseReservations = 10,
+  // Not a call: a standby master's request to stream the leader's ordered history; the
+  // connection then carries that stream (master/ha/stream_wire.h) until either side closes it.
+  kReplicate = 11,
   kHello = 0xF0,  // reserved, not served yet
 };
-inline constexpr uint8_t kMethodCount = 11;  // one past the highest call number
+inline constexpr uint8_t kMethodCount = 12;  // one past the highest call number
 
 inline const char* MethodName(Method m) {
   switch (m) {
@@ -52,6 +55,7 @@ inline const char* MethodName(Method m) {
     case Method::kReserve: return "Reserve";
     case Method::kPutCommit: return "BatchPutCommit";
     case Method::kReleaseReservations: return "ReleaseReservations";
+    case Method::kReplicate: return "Replicate";
     case Method::kHello: return "Hello";
   }
   return nullptr;
@@ -59,6 +63,9 @@ inline const char* MethodName(Method m) {
 
 // flags: a reply has kReply; kError means the body is a UTF-8 message, not a response message.
 // A reply with method 0 and kError is the server refusing a connection before reading from it.
+// An error body "granary:<code>:<message>" (proto/rpc_util.h) is the master answering the call
+// with that code as a whole (e.g. a standby's UNAVAILABLE_IN_CURRENT_MODE); the connection stays
+// usable.
 inline constexpr uint16_t kReply = 1;
 inline constexpr uint16_t kError = 2;
 

@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "granary/status.h"
 
@@ -33,9 +35,43 @@ inline void SetDeadline(grpc::ClientContext& ctx, int timeout_ms) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
 }
 
+// A Granary error a whole call ends with (the master refusing it, e.g. a standby's
+// UNAVAILABLE_IN_CURRENT_MODE), carried in the gRPC status: "granary:<code>:<message>", so the
+// client gets the code back (FromGrpc). A refusal applied nothing (FAILED_PRECONDITION); any
+// other code means the call may have been applied (ABORTED).
+inline constexpr std::string_view kCodePrefix = "granary:";
+inline grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE ||
+                       s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  return grpc::Status(refused ? grpc::StatusCode::FAILED_PRECONDITION : grpc::StatusCode::ABORTED,
+                      std::string(kCodePrefix) + std::to_string(static_cast<int32_t>(s.code())) +
+                          ":" + s.message());
+}
+
+// "granary:<code>:<message>" -> that Status; anything else -> nullopt.
+inline std::optional<Status> ParseCodedMessage(std::string_view text) {
+  if (text.substr(0, kCodePrefix.size()) != kCodePrefix) return std::nullopt;
+  text.remove_prefix(kCodePrefix.size());
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon > 12) return std::nullopt;
+  int32_t code = 0;
+  bool negative = text[0] == '-';
+  for (size_t i = negative ? 1 : 0; i < colon; ++i) {
+    if (text[i] < '0' || text[i] > '9') return std::nullopt;
+    code = code * 10 + (text[i] - '0');
+  }
+  if (negative) code = -code;
+  if (code == 0) return std::nullopt;
+  return Status(ErrorCodeFromInt(code), std::string(text.substr(colon + 1)));
+}
+
 // A failed RPC (the call itself, not a per-key code) as a Status.
 inline Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
+  if (auto coded = ParseCodedMessage(s.error_message())) {
+    return Status(coded->code(), what + ": " + coded->message());
+  }
   ErrorCode code = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? ErrorCode::RPC_TIMEOUT
                                                                          : ErrorCode::RPC_FAIL;
   return Status(code, what + ": " + s.error_message());

@@ -297,7 +297,11 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string
       return false;
     }
     calls_[method]->Inc();  // method < kMethodCount: only known methods reach here
-    (void)(service_->*handler)(nullptr, req, resp);
+    const grpc::Status handled = (service_->*handler)(nullptr, req, resp);
+    if (!handled.ok()) {  // the call as a whole was answered with a code: the connection is fine
+      const std::string& msg = handled.error_message();
+      return SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+    }
     const size_t size = resp->ByteSizeLong();
     if (size > fast::kMaxFastReply) {  // the client would refuse it, as gRPC's would
       GLOG_WARN("fast port: {} reply of {} bytes is over the cap; closing the connection",
@@ -338,6 +342,16 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string
       return call(&S::BatchPutCommit);
     case fast::Method::kReleaseReservations:
       return call(&S::ReleaseReservations);
+    case fast::Method::kReplicate: {
+      calls_[method]->Inc();
+      if (!stream_handler_) {
+        const std::string msg = "granary:-1011:this master streams no history";
+        (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+        return false;
+      }
+      stream_handler_(fd, body);
+      return false;  // the stream ended: so does the connection
+    }
     case fast::Method::kHello:
       break;
   }

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,11 @@ class FastServer {
   Status Start(const std::string& host, uint16_t port);
   void Stop();
   uint16_t port() const { return port_; }
+  // Serves fast::Method::kReplicate: called on the connection's thread with the connection and
+  // the request's body; the connection is closed when it returns. Unset: such a request is
+  // answered with an error. Set before Start.
+  using StreamHandler = std::function<void(int fd, std::string_view request)>;
+  void set_stream_handler(StreamHandler handler) { stream_handler_ = std::move(handler); }
 
  private:
   struct Connection {
@@ -69,6 +75,7 @@ class FastServer {
 
   MasterService* service_;
   Options options_;
+  StreamHandler stream_handler_;
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};

@@ -1,5 +1,6 @@
 #include "master/service/master_service.h"
 #include "master/service/rpc_results.h"
+#include "proto/rpc_util.h"
 
 #include <algorithm>
 
@@ -17,7 +18,7 @@ const char* const kMethods[] = {
     "BatchFinishRead", "BatchExist",        "BatchGetSize",    "BatchPrefixMatch",
     "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll",
     "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd",
-    "Reserve",       "BatchPutCommit",      "ReleaseReservations"};
+    "Reserve",       "BatchPutCommit",      "ReleaseReservations", "ClusterStatus"};
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
   return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token(), s.fresh()};
@@ -53,6 +54,27 @@ MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegist
     m.seconds = registry_->AddHistogram("granary_master_rpc_seconds", "RPC service time", bounds,
                                         labels);
   }
+}
+
+grpc::Status MasterService::Admission::refusal() const { return rpc::ToGrpc(entry_); }
+
+grpc::Status MasterService::Admission::Finish() {
+  if (!gate_) return grpc::Status::OK;
+  // Counted, not compared by seq: the state may have gone back to an earlier seq since this
+  // thread's last call (a snapshot loaded), so the new operation can have that call's number.
+  if (kind_ == CallKind::kUpdate && MasterState::AppliedOnThisThread() != applied_before_) {
+    if (Status s = gate_->Commit(MasterState::LastSeqOnThisThread()); !s.ok()) {
+      // The operation happened here: never answer with a refusal's code, which tells the client
+      // that nothing was applied (it would send the call again to the next leader).
+      if (s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE ||
+          s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS) {
+        s = Status(ErrorCode::RPC_TIMEOUT, s.message());
+      }
+      return rpc::ToGrpc(s);
+    }
+  }
+  set_term_(reply_, gate_->term());
+  return grpc::Status::OK;
 }
 
 MasterService::RpcMetrics& MasterService::Metrics(const char* method) {
@@ -111,40 +133,46 @@ void MasterService::FillDiskReplicas(
 grpc::Status MasterService::MountSegment(Ctx*, const proto::MountSegmentRequest* req,
                                          proto::MountSegmentResponse* resp) {
   CallScope scope(Metrics("MountSegment"), 1);
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   MountResult r = state_->Mount({req->client_id(), FromProto(req->segment())});
   resp->set_code(Code(r.status));
   resp->set_message(r.status.message());
   resp->set_segment_id(r.segment_id);
   resp->set_view_version(state_->segments().view_version());
   scope.KeyErrors(!r.status.ok());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::UnmountSegment(Ctx*, const proto::UnmountSegmentRequest* req,
                                            proto::UnmountSegmentResponse* resp) {
   CallScope scope(Metrics("UnmountSegment"), 1);
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   if (req->client_id().empty()) {  // an empty id is the master's own, never a caller's
     resp->set_code(Code(Status(ErrorCode::INVALID_PARAMS, "")));
     resp->set_message("client id is empty");
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   UnmountResult r = state_->Unmount({req->client_id(), req->name()});
   resp->set_code(Code(r.status));
   resp->set_message(r.status.message());
   resp->set_view_version(state_->segments().view_version());
   scope.KeyErrors(!r.status.ok());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequest* req,
                                            proto::ReMountSegmentResponse* resp) {
   CallScope scope(Metrics("ReMountSegment"), req->segments_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   if (req->client_id().empty()) {
     for (int i = 0; i < req->segments_size(); ++i) {
       SetStatus(Status(ErrorCode::INVALID_PARAMS, "client id is empty"), resp->add_results());
     }
     scope.KeyErrors(req->segments_size());
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   for (const auto& seg : req->segments()) {
     MountResult r = state_->Mount({req->client_id(), FromProto(seg)});
@@ -153,12 +181,14 @@ grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequ
   }
   if (req->segments_size() == 0) state_->Ping(req->client_id());
   resp->set_view_version(state_->segments().view_version());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*,
                                          proto::ListSegmentsResponse* resp) {
   CallScope scope(Metrics("ListSegments"), 0);
+  Admission admission(gate_, CallKind::kQuery, resp);
+  if (!admission.ok()) return admission.refusal();
   std::lock_guard disks_lock(disks_mu_);
   for (const auto& u : state_->segments().Usage()) {
     proto::SegmentInfo* info = resp->add_segments();
@@ -180,7 +210,7 @@ grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*
   }
   resp->set_view_version(state_->segments().view_version());
   resp->set_fast_port(fast_port_.load());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 proto::DiskStats MasterService::DiskTotals() const {
@@ -198,9 +228,11 @@ proto::DiskStats MasterService::DiskTotals() const {
 
 grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::PingResponse* resp) {
   CallScope scope(Metrics("Ping"), 0);
+  Admission admission(gate_, CallKind::kSoft, resp);
+  if (!admission.ok()) return admission.refusal();
   if (req->client_id().empty()) {
     resp->set_code(static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   std::vector<MountRef> mounts;
   for (const auto& m : req->mounts()) mounts.push_back({m.name(), m.token()});
@@ -212,7 +244,7 @@ grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::Pin
   resp->set_code(0);
   resp->set_status(r.need_remount ? proto::PingResponse::NEED_REMOUNT : proto::PingResponse::OK);
   resp->set_view_version(state_->segments().view_version());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 // ---- writes ----
@@ -220,6 +252,8 @@ grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::Pin
 grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartRequest* req,
                                           proto::BatchPutStartResponse* resp) {
   CallScope scope(Metrics("BatchPutStart"), req->keys_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   PutStartOp op{req->client_id(), Keys(req->keys()),
                 std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
                 ToPlacement(req->config()), req->upsert()};
@@ -265,34 +299,40 @@ grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartReques
     errors += !r.status.ok();
   }
   scope.KeyErrors(errors);
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::BatchPutEnd(Ctx*, const proto::BatchPutEndRequest* req,
                                         proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutEnd"), req->keys_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutEnd(
       {req->client_id(), Keys(req->keys()),
        std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
        std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest* req,
                                            proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutRevoke"), req->keys_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutRevoke(
       {req->client_id(), Keys(req->keys()),
        std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end()),
        req->after_transfer_error()});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::Reserve(Ctx*, const proto::ReserveRequest* req,
                                     proto::ReserveResponse* resp) {
   CallScope scope(Metrics("Reserve"), req->count());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   ReserveResult r = state_->Reserve(
       {req->client_id(), req->size(), req->count(),
        std::vector<std::string>(req->preferred_segments().begin(), req->preferred_segments().end())});
@@ -308,12 +348,14 @@ grpc::Status MasterService::Reserve(Ctx*, const proto::ReserveRequest* req,
     if (!one.empty()) out->mutable_replica()->Swap(&one[0]);
   }
   scope.KeyErrors(req->count() - r.granted.size());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::BatchPutCommit(Ctx*, const proto::BatchPutCommitRequest* req,
                                            proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutCommit"), req->keys_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutCommit(
       {req->client_id(), Keys(req->keys()),
        std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
@@ -323,19 +365,21 @@ grpc::Status MasterService::BatchPutCommit(Ctx*, const proto::BatchPutCommitRequ
        std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
        std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::ReleaseReservations(Ctx*, const proto::ReleaseReservationsRequest* req,
                                                 proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("ReleaseReservations"), req->reservations_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   auto statuses = state_->ReleaseReservations(
       {req->client_id(),
        std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
        std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
        std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 // ---- reads ----
@@ -343,6 +387,8 @@ grpc::Status MasterService::ReleaseReservations(Ctx*, const proto::ReleaseReserv
 grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetReplicaListRequest* req,
                                                 proto::BatchGetReplicaListResponse* resp) {
   CallScope scope(Metrics("BatchGetReplicaList"), req->keys_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   auto results = state_->GetReplicaList({req->client_id(), Keys(req->keys())});
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   size_t errors = 0;
@@ -378,56 +424,66 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
   if (!unreadable.empty()) (void)state_->FinishRead({req->client_id(), std::move(unreadable)});
   resp->set_lease_ttl_ms(static_cast<uint64_t>(state_->policy().lease_ttl_ms));
   scope.KeyErrors(errors);
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::BatchFinishRead(Ctx*, const proto::BatchFinishReadRequest* req,
                                             proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchFinishRead"), req->keys_size());
+  Admission admission(gate_, CallKind::kSoft, resp);
+  if (!admission.ok()) return admission.refusal();
   auto statuses = state_->FinishRead({req->client_id(), Keys(req->keys())});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::BatchExist(Ctx*, const proto::BatchExistRequest* req,
                                        proto::BatchExistResponse* resp) {
   CallScope scope(Metrics("BatchExist"), req->keys_size());
+  Admission admission(gate_, CallKind::kQuery, resp);
+  if (!admission.ok()) return admission.refusal();
   // Views into the request: a query keeps no key, so none is copied.
   std::vector<std::string_view> keys(req->keys().begin(), req->keys().end());
   auto results = state_->BatchExist(std::span<const std::string_view>(keys));
   resp->mutable_results()->Add(results.begin(), results.end());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::BatchGetSize(Ctx*, const proto::BatchGetSizeRequest* req,
                                          proto::BatchGetSizeResponse* resp) {
   CallScope scope(Metrics("BatchGetSize"), req->keys_size());
+  Admission admission(gate_, CallKind::kQuery, resp);
+  if (!admission.ok()) return admission.refusal();
   auto results = state_->BatchGetSize(Keys(req->keys()));
   resp->mutable_results()->Add(results.begin(), results.end());
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::BatchPrefixMatch(Ctx*, const proto::BatchPrefixMatchRequest* req,
                                              proto::BatchPrefixMatchResponse* resp) {
   CallScope scope(Metrics("BatchPrefixMatch"), req->keys_size());
+  Admission admission(gate_, CallKind::kQuery, resp);
+  if (!admission.ok()) return admission.refusal();
   auto matched = state_->PrefixMatch(Keys(req->keys()));
   resp->set_code(Code(matched.status()));
   if (!matched.ok()) {
     resp->set_message(matched.status().message());
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   resp->set_matched(*matched);
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req,
                                        proto::StatObjectResponse* resp) {
   CallScope scope(Metrics("StatObject"), 1);
+  Admission admission(gate_, CallKind::kQuery, resp);
+  if (!admission.ok()) return admission.refusal();
   auto stat = state_->Stat(req->key());
   resp->set_code(Code(stat.status()));
   if (!stat.ok()) {
     resp->set_message(stat.status().message());
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   resp->set_state(stat->committed ? (stat->pending ? "COMPLETE+PROCESSING" : "COMPLETE")
                                   : "PROCESSING");
@@ -439,7 +495,7 @@ grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req
   resp->set_hard_pinned(stat->hard_pinned);
   resp->set_soft_pinned(stat->soft_pinned);
   resp->set_idle_ms(static_cast<uint64_t>(std::max<int64_t>(stat->idle_ms, 0)));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 // ---- removal and queries ----
@@ -447,32 +503,38 @@ grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req
 grpc::Status MasterService::BatchRemove(Ctx*, const proto::BatchRemoveRequest* req,
                                         proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchRemove"), req->keys_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   auto statuses = state_->Remove({Keys(req->keys()), req->force()});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::RemoveByRegex(Ctx*, const proto::RegexRequest* req,
                                           proto::RemoveCountResponse* resp) {
   CallScope scope(Metrics("RemoveByRegex"), 0);
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   RemoveCountResult r = state_->RemoveByRegex({req->pattern(), req->force()});
   resp->set_code(Code(r.status));
   resp->set_message(r.status.message());
   resp->set_removed(r.removed);
   resp->set_skipped(r.skipped);
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::QueryByRegex(Ctx*, const proto::RegexRequest* req,
                                          proto::QueryByRegexResponse* resp) {
   CallScope scope(Metrics("QueryByRegex"), 0);
+  Admission admission(gate_, CallKind::kQuery, resp);
+  if (!admission.ok()) return admission.refusal();
   size_t limit = req->limit() ? std::min<size_t>(req->limit(), kDefaultQueryLimit)
                               : kDefaultQueryLimit;
   auto result = state_->QueryByRegex(req->pattern(), limit);
   resp->set_code(Code(result.status()));
   if (!result.ok()) {
     resp->set_message(result.status().message());
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   for (const auto& row : result->objects) {
     proto::ObjectSummary* out = resp->add_objects();
@@ -481,17 +543,34 @@ grpc::Status MasterService::QueryByRegex(Ctx*, const proto::RegexRequest* req,
     out->set_replica_count(row.replica_count);
   }
   resp->set_truncated(result->truncated);
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::RemoveAll(Ctx*, const proto::RemoveAllRequest* req,
                                       proto::RemoveCountResponse* resp) {
   CallScope scope(Metrics("RemoveAll"), 0);
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   RemoveCountResult r = state_->RemoveAll({req->force()});
   resp->set_code(Code(r.status));
   resp->set_removed(r.removed);
   resp->set_skipped(r.skipped);
-  return grpc::Status::OK;
+  return admission.Finish();
+}
+
+// ---- high availability ----
+
+grpc::Status MasterService::ClusterStatus(Ctx*, const proto::ClusterStatusRequest*,
+                                          proto::ClusterStatusResponse* resp) {
+  CallScope scope(Metrics("ClusterStatus"), 0);
+  Admission admission(gate_, CallKind::kQuery, resp);
+  if (!admission.ok()) return admission.refusal();
+  if (cluster_status_) {
+    cluster_status_(resp);
+  } else {
+    resp->set_applied_seq(state_->last_seq());
+  }
+  return admission.Finish();
 }
 
 }  // namespace granary::master

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -19,8 +20,9 @@
 #include "common/metrics.h"
 #include "granary/proto/master.grpc.pb.h"
 #include "master/policy/evictor.h"
-#include "master/state/master_state.h"
 #include "master/policy/offload_planner.h"
+#include "master/service/serving_gate.h"
+#include "master/state/master_state.h"
 #include "master/policy/promotion_tracker.h"
 
 namespace granary::master {
@@ -83,9 +85,17 @@ class MasterService final : public proto::Master::Service {
                           proto::BatchStatusResponse*) override;
   grpc::Status PromoteEnd(Ctx*, const proto::PromoteEndRequest*,
                           proto::BatchStatusResponse*) override;
+  grpc::Status ClusterStatus(Ctx*, const proto::ClusterStatusRequest*,
+                             proto::ClusterStatusResponse*) override;
+  // Fills ClusterStatus's answer (HA); unset: a master running alone. Set before serving.
+  using ClusterStatusSource = std::function<void(proto::ClusterStatusResponse*)>;
+  void set_cluster_status(ClusterStatusSource source) { cluster_status_ = std::move(source); }
   const PromotionTracker& promotions() const { return promotions_; }
   // Advertised in ListSegments so clients find the fast port; 0: none.
   void set_fast_port(uint16_t port) { fast_port_.store(port); }
+  // HA: every call passes this gate (serving_gate.h). Null (the default): every call is served.
+  // Set before serving.
+  void set_gate(ServingGate* gate) { gate_ = gate; }
 
  private:
   struct RpcMetrics {
@@ -107,6 +117,43 @@ class MasterService final : public proto::Master::Service {
     std::chrono::steady_clock::time_point start_;
   };
   RpcMetrics& Metrics(const char* method);
+  // How a call meets the gate: a query reads the state, a soft call changes only what a failover
+  // may lose (liveness, read-lock releases), an update's reply waits for its replication.
+  enum class CallKind { kQuery, kSoft, kUpdate };
+  // One call's passage through the gate: Enter()ed at construction, Exit()ed at destruction;
+  // Finish() commits what the call applied (updates) and stamps the term on the reply.
+  class Admission {
+   public:
+    template <typename Resp>
+    Admission(ServingGate* gate, CallKind kind, Resp* resp)
+        : gate_(gate), kind_(kind), reply_(resp),
+          set_term_([](google::protobuf::Message* m, uint64_t term) {
+            if constexpr (requires { static_cast<Resp*>(m)->set_term(term); }) {
+              static_cast<Resp*>(m)->set_term(term);
+            }
+          }) {
+      if (gate_) {
+        entry_ = gate_->Enter(kind == CallKind::kUpdate);
+        applied_before_ = MasterState::AppliedOnThisThread();
+      }
+    }
+    ~Admission() {
+      if (gate_ && entry_.ok()) gate_->Exit();
+    }
+    Admission(const Admission&) = delete;
+    Admission& operator=(const Admission&) = delete;
+    bool ok() const { return entry_.ok(); }
+    grpc::Status refusal() const;  // the Enter() error, for the caller to return
+    grpc::Status Finish();
+
+   private:
+    ServingGate* gate_;
+    CallKind kind_;
+    google::protobuf::Message* reply_;
+    void (*set_term_)(google::protobuf::Message*, uint64_t);
+    Status entry_;
+    uint64_t applied_before_ = 0;  // operations this thread had applied before the call
+  };
   void FillReplicas(const std::vector<Extent>& extents,
                     google::protobuf::RepeatedPtrField<proto::Replica>* out) const;
   void FillDiskReplicas(const std::vector<DiskReplica>& disk,
@@ -125,6 +172,8 @@ class MasterService final : public proto::Master::Service {
   mutable std::mutex disks_mu_;
   std::unordered_map<std::string, proto::DiskStats> disks_;
   std::atomic<uint16_t> fast_port_{0};
+  ServingGate* gate_ = nullptr;
+  ClusterStatusSource cluster_status_;
   // Filled in the constructor, read-only after; std::less<> finds a method name without
   // building a std::string on every call.
   std::map<std::string, RpcMetrics, std::less<>> rpc_metrics_;

@@ -22,28 +22,34 @@ constexpr size_t kMaxPromotionsPerRound = 256;
 grpc::Status MasterService::DiskRegister(Ctx*, const proto::DiskRegisterRequest* req,
                                          proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("DiskRegister"), req->copies_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   DiskRegisterOp op{req->client_id(), {}, req->disk_id(), req->complete()};
   op.entries.reserve(req->copies_size());
   for (const auto& c : req->copies()) {
     op.entries.push_back({c.key(), c.size(), c.checksum(), c.location()});
   }
   scope.KeyErrors(FillStatuses(state_->DiskRegister(std::move(op)), resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::DiskDrop(Ctx*, const proto::DiskDropRequest* req,
                                      proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("DiskDrop"), req->keys_size());
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   auto statuses = state_->DiskDrop(
       {req->client_id(), Keys(req->keys()),
        std::vector<uint64_t>(req->locations().begin(), req->locations().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest* req,
                                          proto::OffloadStartResponse* resp) {
   CallScope scope(Metrics("OffloadStart"), 0);
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   const uint64_t disk_id = req->disk_id();
   if (disk_id != 0) {
     // Acknowledged first, so the answer does not name them again. Only a real ack is an
@@ -64,16 +70,16 @@ grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest*
   if (req->client_id().empty() || own.empty()) {
     resp->set_code(Code(Status(ErrorCode::ILLEGAL_CLIENT, "")));
     resp->set_message("offload is for a node with a mounted segment");
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   if (!state_->DiskKnown(disk_id)) {
     resp->set_disk_unknown(true);
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   StartPromotions(*req, own, resp);
   const size_t max_keys = std::min(req->max_keys(), kMaxOffloadKeys);
   std::vector<std::string> plan = planner_.Plan(req->client_id(), max_keys, req->max_bytes());
-  if (plan.empty()) return grpc::Status::OK;
+  if (plan.empty()) return admission.Finish();
   std::vector<DemoteStartKeyResult> started =
       state_->DemoteStart({req->client_id(), plan, disk_id});
   std::vector<std::string> unusable;
@@ -101,7 +107,7 @@ grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest*
     *item->mutable_source() = std::move(filled[0]);
   }
   if (!unusable.empty()) state_->DemoteAbort({req->client_id(), unusable, unusable_gens});
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 void MasterService::StartPromotions(const proto::OffloadStartRequest& req,
@@ -145,11 +151,13 @@ grpc::Status MasterService::PromoteEnd(Ctx*, const proto::PromoteEndRequest* req
                                        proto::BatchStatusResponse* resp) {
   const int n = req->keys_size();
   CallScope scope(Metrics("PromoteEnd"), n);
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   if (req->version_gens_size() != n || req->copied_size() != n) {
     std::vector<Status> bad(n, Status(ErrorCode::INVALID_PARAMS,
                                       "keys, version_gens and copied differ in length"));
     scope.KeyErrors(FillStatuses(bad, resp));
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   PromoteEndOp op{req->client_id(), req->round(), Keys(req->keys()),
                   std::vector<uint64_t>(req->version_gens().begin(), req->version_gens().end()),
@@ -157,20 +165,22 @@ grpc::Status MasterService::PromoteEnd(Ctx*, const proto::PromoteEndRequest* req
   op.copied.reserve(n);
   for (bool c : req->copied()) op.copied.push_back(c ? 1 : 0);
   scope.KeyErrors(FillStatuses(state_->PromoteEnd(std::move(op)), resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 grpc::Status MasterService::OffloadEnd(Ctx*, const proto::OffloadEndRequest* req,
                                        proto::BatchStatusResponse* resp) {
   const int n = req->keys_size();
   CallScope scope(Metrics("OffloadEnd"), n);
+  Admission admission(gate_, CallKind::kUpdate, resp);
+  if (!admission.ok()) return admission.refusal();
   std::vector<Status> results(n);
   if (req->version_gens_size() != n || req->locations_size() != n || req->written_size() != n) {
     std::fill(results.begin(), results.end(),
               Status(ErrorCode::INVALID_PARAMS,
                      "keys, version_gens, locations and written differ in length"));
     scope.KeyErrors(FillStatuses(results, resp));
-    return grpc::Status::OK;
+    return admission.Finish();
   }
   DemoteEndOp end{req->client_id(), {}, {}, {}, req->disk_id()};
   DemoteAbortOp abort{req->client_id(), {}, {}};
@@ -196,7 +206,7 @@ grpc::Status MasterService::OffloadEnd(Ctx*, const proto::OffloadEndRequest* req
     for (size_t j = 0; j < aborted.size(); ++j) results[abort_index[j]] = std::move(aborted[j]);
   }
   scope.KeyErrors(FillStatuses(results, resp));
-  return grpc::Status::OK;
+  return admission.Finish();
 }
 
 }  // namespace granary::master

@@ -72,7 +72,17 @@ uint64_t MasterState::last_seq() const {
   return last_seq_;
 }
 
+namespace {
+thread_local uint64_t tls_last_seq = 0;
+thread_local uint64_t tls_applied = 0;
+}  // namespace
+
+uint64_t MasterState::LastSeqOnThisThread() { return tls_last_seq; }
+uint64_t MasterState::AppliedOnThisThread() { return tls_applied; }
+
 OpResult MasterState::ApplyLocked(const Operation& op) {
+  tls_last_seq = op.seq;
+  tls_applied++;
   last_seq_ = op.seq;
   last_now_ms_ = op.now_ms;
   const int64_t now = op.now_ms;

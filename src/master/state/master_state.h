@@ -142,10 +142,23 @@ class MasterState {
   uint64_t last_seq() const;
   // The whole state, canonically encoded (objects sorted by key, segments by id, allocators'
   // internals, queues, ghost, clients, deferred frees, counters) with the last seq it includes.
-  std::string EncodeSnapshot() const;
+  // *seq (if given): the last seq the snapshot includes.
+  std::string EncodeSnapshot(uint64_t* seq = nullptr) const;
   // Replaces this state with a snapshot's. INVALID_PARAMS for malformed bytes or a snapshot made
-  // under another policy (replay would diverge); nothing changes then. Not while others use it.
-  Status LoadSnapshot(std::string_view bytes);
+  // under another policy (replay would diverge); nothing changes then. adopt_policy: take the
+  // snapshot's policy instead of refusing it (a standby runs its leader's policy). Not while
+  // others use it.
+  Status LoadSnapshot(std::string_view bytes, bool adopt_policy = false);
+  // Empties the state, as a new master's with this base (a master that starts a cluster over).
+  // Not while others use it.
+  void ResetEmpty(uint64_t segment_id_base = SegmentTable::DefaultSegmentIdBase());
+  // The seq of the last operation this thread applied (Apply or Replay); 0 if none. A service
+  // call reads it to know which operation its reply must wait for (ServingGate::Commit).
+  static uint64_t LastSeqOnThisThread();
+  // How many operations this thread has applied (Apply or Replay), in every state: a call
+  // compares it before and after to know whether it applied one (seqs may repeat after a
+  // snapshot took the state back).
+  static uint64_t AppliedOnThisThread();
   // The policy a snapshot was made under (a replica must be built with it before LoadSnapshot).
   static Result<MasterPolicy> SnapshotPolicy(std::string_view bytes);
   // XXH3-64 of EncodeSnapshot(): equal digests, equal states.

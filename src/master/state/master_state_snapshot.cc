@@ -129,8 +129,9 @@ Result<MasterPolicy> MasterState::SnapshotPolicy(std::string_view bytes) {
   return policy;
 }
 
-std::string MasterState::EncodeSnapshot() const {
+std::string MasterState::EncodeSnapshot(uint64_t* seq) const {
   std::lock_guard lock(apply_mu_);
+  if (seq) *seq = last_seq_;
   Encoder out;
   EncodeLocked(out);
   return out.Take();
@@ -145,7 +146,13 @@ MasterState::Fingerprint MasterState::StateFingerprint() const {
   return {last_seq_, XXH3_64bits(out.bytes().data(), out.bytes().size())};
 }
 
-Status MasterState::LoadSnapshot(std::string_view bytes) {
+void MasterState::ResetEmpty(uint64_t segment_id_base) {
+  MasterState empty(policy_, clock_, segment_id_base);
+  Status s = LoadSnapshot(empty.EncodeSnapshot());
+  (void)s;  // our own policy and a well-formed snapshot: it loads
+}
+
+Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   auto bad = [](const std::string& why) {
     return Status(ErrorCode::INVALID_PARAMS, "snapshot rejected: " + why);
   };
@@ -161,9 +168,15 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
   MasterPolicy mine = policy_;
   theirs(policy);
   ours(mine);
-  if (!in.ok() || theirs.bytes() != ours.bytes()) {
-    return bad("made under another policy (every timeout, eviction setting and the shard count "
-               "must match)");
+  if (!in.ok()) return bad("malformed policy");
+  if (theirs.bytes() != ours.bytes()) {
+    if (!adopt_policy) {
+      return bad("made under another policy (every timeout, eviction setting and the shard count "
+                 "must match)");
+    }
+    if (policy.shard_count == 0) return bad("malformed policy");
+  } else {
+    policy = policy_;
   }
   uint64_t seq = 0, gen = 0, base = 0;
   int64_t last_now = 0;
@@ -175,7 +188,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
   if (!in.ok() || !segments.Decode(in)) return bad("malformed segment table");
 
   std::vector<std::unique_ptr<Shard>> shards;
-  for (uint32_t i = 0; i < policy_.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
+  for (uint32_t i = 0; i < policy.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
   uint64_t count = 0, committed = 0, pending = 0, disk = 0, explicit_persistence = 0;
   in(count);
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
@@ -187,7 +200,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
         (!meta.committed && !meta.pending && !meta.demotion && !meta.promotion)) {
       return bad("malformed object record");
     }
-    Shard& shard = *shards[ShardOf(key)];
+    Shard& shard = *shards[XXH3_64bits(key.data(), key.size()) % shards.size()];
     auto [it, inserted] = shard.objects.try_emplace(std::move(key), std::move(meta));
     if (!inserted) return bad("duplicate key");
     committed += it->second.committed.has_value();
@@ -241,7 +254,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
       live[hash] = entry;
     }
   }
-  DiskGarbage garbage(policy_.disk_garbage_max_entries, policy_.disk_garbage_max_key_bytes);
+  DiskGarbage garbage(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes);
   if (!in.ok() || !garbage.Decode(in)) return bad("malformed disk garbage");
   std::set<uint64_t> known_disks;
   in(n);
@@ -278,6 +291,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes) {
   Decoder again(table.bytes());
   if (!segments_.Decode(again)) return bad("segment table");
   segment_id_base_ = base;
+  policy_ = policy;
   shards_ = std::move(shards);
   committed_count_ = committed;
   explicit_persistence_count_ = explicit_persistence;
