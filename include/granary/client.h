@@ -48,7 +48,10 @@ struct ReplicateConfig {
 };
 
 struct ClientOptions {
+  // "host:port" of the master, or "etcd://h1:p1[;h2:p2...]": the serving leader of the HA cluster
+  // `cluster_id` that etcd names, followed across failovers (docs/ha.md).
   std::string master_address = "127.0.0.1:50051";
+  std::string cluster_id;          // empty: $GRANARY_CLUSTER_ID, else "granary"
   // > 0: this process contributes a segment of this many bytes (an embedded node).
   uint64_t segment_size = 0;
   std::string segment_name;        // embedded node's segment name (default: hostname-pid-<random>)
@@ -111,6 +114,27 @@ struct ObjectStat {
   bool hard_pinned = false;
   bool soft_pinned = false;
   uint64_t idle_ms = 0;
+};
+
+// Who leads an HA cluster and how far each standby is (docs/ha.md). For a master running
+// alone, ha is false and only applied_seq is set.
+struct StandbyInfo {
+  std::string id;
+  std::string address;
+  bool connected = false;
+  bool synchronous = false;  // the one standby that may take over
+  uint64_t acked_seq = 0;
+  uint64_t lag = 0;          // operations behind the leader
+};
+struct ClusterStatus {
+  bool ha = false;
+  std::string cluster_id;
+  std::string leader_id;
+  std::string leader_address;
+  uint64_t term = 0;
+  uint64_t applied_seq = 0;
+  bool serving_alone = false;
+  std::vector<StandbyInfo> standbys;
 };
 
 // Bytes this client moved, by path: for checking which transport a deployment really uses.
@@ -220,6 +244,8 @@ class Client {
   virtual Result<std::vector<SegmentStatus>> ListSegments() = 0;
   // OK if the master answers.
   virtual Status Health() = 0;
+  // The leader, its term and its standbys (HA); see ClusterStatus.
+  virtual Result<ClusterStatus> Cluster() = 0;
   // This client's id with the master, and the embedded node's segment name (empty if none).
   virtual const std::string& client_id() const = 0;
   virtual const std::string& segment_name() const = 0;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "client/master_link.h"
+#include "client/master_locator.h"
 #include "client/read_releaser.h"
 #include "client/replica_io.h"
 #include "client/reservation_pool.h"
@@ -47,11 +48,11 @@ proto::ReplicateConfig ToProto(const ReplicateConfig& c) {
 
 class ClientImpl final : public Client {
  public:
-  explicit ClientImpl(const ClientOptions& options)
+  ClientImpl(const ClientOptions& options, std::shared_ptr<client::MasterLocator> locator)
       : options_(options),
         client_id_(UniqueProcessId("client")),
-        master_(proto::Master::NewStub(rpc::MakeChannel(options.master_address))),
-        link_(master_.get(), options.master_address, options.rpc_timeout_ms,
+        master_(std::move(locator)),
+        link_(master_, options.rpc_timeout_ms,
               options.use_fast_path ? client::MasterLink::Path::kAuto
                                     : client::MasterLink::Path::kGrpc),
         directory_(master_.get(), HostId(), options.rpc_timeout_ms),
@@ -73,6 +74,7 @@ class ClientImpl final : public Client {
     if (options_.segment_size > 0) {
       node::StorageNodeOptions n;
       n.master_address = options_.master_address;
+      n.cluster_id = options_.cluster_id;
       n.segment_name = options_.segment_name;
       n.segment_size = options_.segment_size;
       n.listen_host = options_.data_host;
@@ -233,9 +235,8 @@ class ClientImpl final : public Client {
     proto::BatchGetSizeRequest req;
     for (const auto& k : keys) req.add_keys(k);
     proto::BatchGetSizeResponse resp;
-    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
-      return master_->BatchGetSize(ctx, req, &resp);
-    }, "get size");
+    Status s = master_->Call(&proto::Master::Stub::BatchGetSize, req, &resp, "get size",
+                              /*idempotent=*/true);
     if (!s.ok() || resp.results_size() != static_cast<int>(keys.size())) {
       return FillResult<uint64_t>(keys.size(), s.ok() ? Malformed() : s);
     }
@@ -254,9 +255,8 @@ class ClientImpl final : public Client {
     proto::BatchPrefixMatchRequest req;
     for (const auto& k : keys) req.add_keys(k);
     proto::BatchPrefixMatchResponse resp;
-    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
-      return master_->BatchPrefixMatch(ctx, req, &resp);
-    }, "prefix match");
+    Status s = master_->Call(&proto::Master::Stub::BatchPrefixMatch, req, &resp, "prefix match",
+                              /*idempotent=*/true);
     if (!s.ok()) return s;
     if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
     return resp.matched();
@@ -265,9 +265,8 @@ class ClientImpl final : public Client {
     proto::StatObjectRequest req;
     req.set_key(std::string(key));
     proto::StatObjectResponse resp;
-    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
-      return master_->StatObject(ctx, req, &resp);
-    }, "stat");
+    Status s = master_->Call(&proto::Master::Stub::StatObject, req, &resp, "stat",
+                              /*idempotent=*/true);
     if (!s.ok()) return s;
     if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
     ObjectStat stat;
@@ -299,8 +298,8 @@ class ClientImpl final : public Client {
     for (const auto& k : keys) req.add_keys(k);
     req.set_force(force);
     proto::BatchStatusResponse resp;
-    Status s = Call([&](grpc::ClientContext* ctx) { return master_->BatchRemove(ctx, req, &resp); },
-                    "remove");
+    Status s = master_->Call(&proto::Master::Stub::BatchRemove, req, &resp, "remove",
+                              /*idempotent=*/false);
     return Statuses(s, resp, keys.size());
   }
   Result<uint64_t> RemoveByRegex(const std::string& pattern, bool force) override {
@@ -309,9 +308,8 @@ class ClientImpl final : public Client {
     req.set_pattern(pattern);
     req.set_force(force);
     proto::RemoveCountResponse resp;
-    Status s = Call([&](grpc::ClientContext* ctx) {
-      return master_->RemoveByRegex(ctx, req, &resp);
-    }, "remove by regex");
+    Status s = master_->Call(&proto::Master::Stub::RemoveByRegex, req, &resp, "remove by regex",
+                              /*idempotent=*/false);
     if (!s.ok()) return s;
     if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
     return resp.removed();
@@ -322,9 +320,8 @@ class ClientImpl final : public Client {
     req.set_pattern(pattern);
     req.set_limit(limit);
     proto::QueryByRegexResponse resp;
-    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
-      return master_->QueryByRegex(ctx, req, &resp);
-    }, "query by regex");
+    Status s = master_->Call(&proto::Master::Stub::QueryByRegex, req, &resp, "query by regex",
+                              /*idempotent=*/true);
     if (!s.ok()) return s;
     if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
     std::vector<ObjectInfo> out;
@@ -336,8 +333,8 @@ class ClientImpl final : public Client {
     proto::RemoveAllRequest req;
     req.set_force(force);
     proto::RemoveCountResponse resp;
-    Status s = Call([&](grpc::ClientContext* ctx) { return master_->RemoveAll(ctx, req, &resp); },
-                    "remove all");
+    Status s = master_->Call(&proto::Master::Stub::RemoveAll, req, &resp, "remove all",
+                              /*idempotent=*/false);
     if (!s.ok()) return s;
     if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
     return resp.removed();
@@ -347,9 +344,8 @@ class ClientImpl final : public Client {
 
   Result<std::vector<SegmentStatus>> ListSegments() override {
     proto::ListSegmentsResponse resp;
-    Status s = CallIdempotent([&](grpc::ClientContext* ctx) {
-      return master_->ListSegments(ctx, proto::ListSegmentsRequest(), &resp);
-    }, "list segments");
+    Status s = master_->Call(&proto::Master::Stub::ListSegments, proto::ListSegmentsRequest(),
+                             &resp, "list segments", /*idempotent=*/true);
     if (!s.ok()) return s;
     std::vector<SegmentStatus> out;
     for (const auto& i : resp.segments()) {
@@ -365,6 +361,25 @@ class ClientImpl final : public Client {
     req.set_client_id(client_id_);
     proto::PingResponse resp;
     return link_.Ping(req, &resp);
+  }
+  Result<ClusterStatus> Cluster() override {
+    proto::ClusterStatusResponse resp;
+    Status s = master_->Call(&proto::Master::Stub::ClusterStatus, proto::ClusterStatusRequest(),
+                             &resp, "cluster status", /*idempotent=*/true);
+    if (!s.ok()) return s;
+    ClusterStatus out;
+    out.ha = resp.ha();
+    out.cluster_id = resp.cluster_id();
+    out.leader_id = resp.member_id();
+    out.leader_address = resp.address();
+    out.term = resp.term();
+    out.applied_seq = resp.applied_seq();
+    out.serving_alone = resp.serving_alone();
+    for (const auto& st : resp.standbys()) {
+      out.standbys.push_back({st.id(), st.address(), st.connected(), st.synchronous(),
+                              st.acked_seq(), st.lag()});
+    }
+    return out;
   }
   const std::string& client_id() const override { return client_id_; }
   const std::string& segment_name() const override { return segment_name_; }
@@ -421,20 +436,6 @@ class ClientImpl final : public Client {
     return out;
   }
 
-  template <typename F>
-  Status Call(F&& rpc_call, const char* what) {
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
-    return rpc::FromGrpc(rpc_call(&ctx), what);
-  }
-  // Queries change nothing, so one retry after a dropped connection is safe.
-  template <typename F>
-  Status CallIdempotent(F&& rpc_call, const char* what) {
-    Status s = Call(rpc_call, what);
-    if (s.code() == ErrorCode::RPC_FAIL) s = Call(rpc_call, what);
-    return s;
-  }
-
   std::vector<Status> PutCore(const std::vector<std::string>& keys,
                               const std::vector<std::vector<ByteSpan>>& parts,
                               const ReplicateConfig& config, bool upsert);
@@ -461,7 +462,7 @@ class ClientImpl final : public Client {
   ClientOptions options_;
   std::string client_id_;
   std::string segment_name_;
-  std::unique_ptr<proto::Master::Stub> master_;
+  std::shared_ptr<client::MasterLocator> master_;  // the master, or the HA cluster's leader
   client::MasterLink link_;  // the hot calls: fast port or gRPC
   SegmentDirectory directory_;
   transfer::ShmMappingCache mappings_;
@@ -898,7 +899,10 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.master_address.empty()) {
     return Status(ErrorCode::INVALID_PARAMS, "master address is empty");
   }
-  auto client = std::make_unique<ClientImpl>(options);
+  auto locator =
+      client::MasterLocator::Create(options.master_address, options.cluster_id, options.rpc_timeout_ms);
+  if (!locator.ok()) return locator.status();
+  auto client = std::make_unique<ClientImpl>(options, std::move(*locator));
   if (Status s = client->Init(); !s.ok()) return s;
   return std::unique_ptr<Client>(std::move(client));
 }

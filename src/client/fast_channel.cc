@@ -1,5 +1,7 @@
 #include "client/fast_channel.h"
 
+#include "proto/rpc_util.h"
+
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -203,6 +205,11 @@ FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32
   }
   const char* body = in.data() + fast::kHeaderSize;
   if (h.flags & fast::kError) {
+    // A coded answer to the whole call: the reply is complete, so the connection is reusable.
+    if (auto coded = rpc::ParseCodedMessage(std::string_view(body, h.body_size))) {
+      *status = *coded;
+      return Stage::kDone;
+    }
     *status = Broken("the master refused the call: " + std::string(body, h.body_size));
     return Stage::kSent;
   }

@@ -1,41 +1,51 @@
 #include "client/master_link.h"
 
+#include <thread>
+
+#include "etcd/cluster_keys.h"
 #include "proto/rpc_util.h"
 
 namespace granary::client {
 
 namespace {
+using SteadyClock = std::chrono::steady_clock;
 // How long a client stays on gRPC after the fast port failed before asking for it again.
 constexpr auto kLookupBackoff = std::chrono::seconds(1);
 // How long a master's answer "no fast port" (--fast-path false) is believed: long enough that a
 // client of such a master does not ask every second, short enough to notice a reconfigured one.
 constexpr auto kNoFastPortRecheck = std::chrono::seconds(30);
+// A leader without a synchronous standby yet refuses changes for a moment (a failover).
+constexpr auto kBusyRetry = std::chrono::milliseconds(50);
 
-// "host:port" or "[v6]:port" -> host; "" for anything else (dns:///, unix:, etcd://).
-std::string HostOf(const std::string& address) {
+// "host:port" or "[v6]:port" -> host; "" for anything else (dns:///, unix:).
+std::string PlainHost(const std::string& address) {
   if (address.find("://") != std::string::npos || address.rfind("unix:", 0) == 0) return "";
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return "";
-  std::string host = address.substr(0, colon);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
+  return etcd::HostOf(address);
 }
 }  // namespace
 
-MasterLink::MasterLink(proto::Master::Stub* stub, std::string master_address, int rpc_timeout_ms,
-                       Path path)
-    : stub_(stub), host_(HostOf(master_address)), timeout_ms_(rpc_timeout_ms), path_(path) {}
+MasterLink::MasterLink(std::shared_ptr<MasterLocator> locator, int rpc_timeout_ms, Path path)
+    : locator_(std::move(locator)), timeout_ms_(rpc_timeout_ms), path_(path) {}
 
-std::shared_ptr<FastChannel> MasterLink::Channel() {
-  if (path_ == Path::kGrpc || host_.empty()) return nullptr;
-  using Clock = std::chrono::steady_clock;
+std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
+  const std::string host = PlainHost(target.address);
+  if (path_ == Path::kGrpc || host.empty()) return nullptr;
   {
     std::unique_lock lock(mu_);
+    if (channel_generation_ != target.generation) {  // a new master: what we knew is void
+      channel_.reset();
+      channel_generation_ = target.generation;
+      next_lookup_ = {};
+    }
+    if (target.fast_port != 0) {  // the leader record named it: no lookup
+      if (!channel_) channel_ = std::make_shared<FastChannel>(host, target.fast_port, timeout_ms_);
+      return channel_;
+    }
     if (looking_up_ && path_ == Path::kFast) {  // benchmarks: wait for the answer, bounded
       looked_up_.wait_for(lock, std::chrono::milliseconds(timeout_ms_),
                           [&] { return !looking_up_; });
     }
-    if (channel_ || looking_up_ || Clock::now() < next_lookup_) return channel_;
+    if (channel_ || looking_up_ || SteadyClock::now() < next_lookup_) return channel_;
     looking_up_ = true;
   }
   // Asked without the lock: a slow or unreachable master must not stall the calls (or Forget)
@@ -43,40 +53,47 @@ std::shared_ptr<FastChannel> MasterLink::Channel() {
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, timeout_ms_);
   proto::ListSegmentsResponse resp;
-  const bool answered = stub_->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp).ok();
+  const bool answered = target.stub->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp).ok();
   std::shared_ptr<FastChannel> found;
   if (answered && resp.fast_port()) {
-    found = std::make_shared<FastChannel>(host_, static_cast<uint16_t>(resp.fast_port()),
+    found = std::make_shared<FastChannel>(host, static_cast<uint16_t>(resp.fast_port()),
                                           timeout_ms_);
   }
   std::lock_guard lock(mu_);
   looking_up_ = false;
-  channel_ = found;  // only a lookup sets channel_, and one runs at a time
-  if (!found) next_lookup_ = Clock::now() + (answered ? kNoFastPortRecheck : kLookupBackoff);
+  if (channel_generation_ == target.generation) {
+    channel_ = found;  // only a lookup sets channel_ for a looked-up port, one at a time
+    if (!found) next_lookup_ = SteadyClock::now() + (answered ? kNoFastPortRecheck : kLookupBackoff);
+  }
   looked_up_.notify_all();
-  return channel_;
+  return found;
 }
 
 void MasterLink::Forget(const std::shared_ptr<FastChannel>& broken) {
   std::lock_guard lock(mu_);
   if (channel_ != broken) return;  // another thread already did
   channel_.reset();
-  next_lookup_ = std::chrono::steady_clock::now() + kLookupBackoff;
+  next_lookup_ = SteadyClock::now() + kLookupBackoff;
 }
 
 uint16_t MasterLink::FastPort() {
-  auto c = Channel();
+  auto target = locator_->Current();
+  if (!target) return 0;
+  auto c = Channel(*target);
   return c ? c->port() : 0;
 }
 
 template <typename Req, typename Resp>
-Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
-                        GrpcMethod<Req, Resp> grpc_method, const char* what) {
-  if (auto channel = Channel()) {
-    bool sent = false;
-    Status s = channel->Call(method, req, resp, idempotent, &sent);
-    if (s.ok() || sent) {
-      if (!s.ok() && s.code() != ErrorCode::RPC_TIMEOUT) Forget(channel);
+Status MasterLink::CallOnce(const Target& target, fast::Method method, const Req& req,
+                            Resp* resp, bool idempotent, GrpcMethod<Req, Resp> grpc_method,
+                            const char* what, SteadyClock::time_point deadline, bool* sent) {
+  *sent = false;
+  if (auto channel = Channel(target)) {
+    Status s = channel->Call(method, req, resp, idempotent, sent);
+    if (s.ok() || *sent) {
+      const bool coded = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE ||
+                         s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+      if (!s.ok() && !coded && s.code() != ErrorCode::RPC_TIMEOUT) Forget(channel);
       return s.ok() ? s : Status(s.code(), std::string(what) + ": " + s.message());
     }
     // Nothing was sent, so gRPC may carry this call. A master over its connection cap is
@@ -88,8 +105,52 @@ Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool id
     return Status(ErrorCode::RPC_FAIL, std::string(what) + ": the master's fast port is unavailable");
   }
   grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_ms_);
-  return rpc::FromGrpc((stub_->*grpc_method)(&ctx, req, resp), what);
+  ctx.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
+  const grpc::Status g = (target.stub.get()->*grpc_method)(&ctx, req, resp);
+  // gRPC's UNAVAILABLE: no connection could carry it.
+  *sent = g.error_code() != grpc::StatusCode::UNAVAILABLE;
+  return rpc::FromGrpc(g, what);
+}
+
+template <typename Req, typename Resp>
+Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
+                        GrpcMethod<Req, Resp> grpc_method, const char* what) {
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms_);
+  Status last;
+  for (int attempt = 0;; ++attempt) {  // bounded by the deadline
+    Status why;
+    auto target = locator_->Current(deadline, &why);
+    if (!target) return attempt == 0 ? Status(why.code(), std::string(what) + ": " + why.message())
+                                     : last;
+    bool sent = false;
+    Status s = CallOnce(*target, method, req, resp, idempotent, grpc_method, what, deadline, &sent);
+    if (s.ok()) {
+      if constexpr (requires { resp->term(); }) {
+        if (!locator_->NoteTerm(resp->term())) {
+          locator_->Stale(target->generation);
+          return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                        std::string(what) + ": answered by a deposed leader (term " +
+                            std::to_string(resp->term()) + ")");
+        }
+      }
+      return s;
+    }
+    last = s;
+    const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE;
+    const bool busy = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS && sent;
+    // An HA cluster's leader that cannot be reached has died or stepped down: the next one may
+    // take the call if it cannot have been applied, or if applying it twice is harmless.
+    const bool lost = locator_->follows_etcd() && (!sent || idempotent);
+    if (refused || (!sent && locator_->follows_etcd())) locator_->Stale(target->generation);
+    if (!(refused || busy || lost) || SteadyClock::now() >= deadline) return s;
+    if (!sent && !refused) {
+      // An unreachable master is left behind by the locator; the failover takes a moment.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } else if (busy) {
+      std::this_thread::sleep_for(kBusyRetry);
+    }
+    resp->Clear();
+  }
 }
 
 Status MasterLink::Ping(const proto::PingRequest& req, proto::PingResponse* resp) {

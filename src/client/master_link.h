@@ -10,7 +10,12 @@
 // one thread asks, other calls go over gRPC (Path::kFast callers wait for the answer instead).
 // Errors come back as the gRPC path reports them (RPC_FAIL, RPC_TIMEOUT), each call bounded by
 // rpc_timeout_ms.
-// Ownership: borrows the gRPC stub (it must outlive the link); owns the fast channel.
+// The master is the locator's (master_locator.h): a call refused as "not the leader" (nothing
+// applied) goes to the leader the locator finds next, within the same deadline; so does one that
+// could not reach an HA cluster's leader, and an idempotent one that reached it and failed. A
+// reply from a lower term than one seen is refused (UNAVAILABLE_IN_CURRENT_MODE). A new leader
+// gets a new fast channel (its port comes in the leader record).
+// Ownership: shares the locator; owns the fast channel.
 // Thread safety: every method from any thread.
 #pragma once
 
@@ -21,6 +26,7 @@
 #include <string>
 
 #include "client/fast_channel.h"
+#include "client/master_locator.h"
 #include "granary/proto/master.grpc.pb.h"
 
 namespace granary::client {
@@ -29,9 +35,7 @@ class MasterLink {
  public:
   enum class Path { kAuto, kGrpc, kFast };  // kFast: fail rather than use gRPC (benchmarks)
 
-  // master_address: the gRPC target "host:port"; the fast port is looked for on that host.
-  MasterLink(proto::Master::Stub* stub, std::string master_address, int rpc_timeout_ms,
-             Path path = Path::kAuto);
+  MasterLink(std::shared_ptr<MasterLocator> locator, int rpc_timeout_ms, Path path = Path::kAuto);
 
   Status Ping(const proto::PingRequest& req, proto::PingResponse* resp);
   Status PutStart(const proto::BatchPutStartRequest& req, proto::BatchPutStartResponse* resp);
@@ -48,25 +52,33 @@ class MasterLink {
 
   // The fast port in use (0: gRPC), asking the master first if nobody has yet.
   uint16_t FastPort();
-  proto::Master::Stub* stub() const { return stub_; }
+  MasterLocator* locator() const { return locator_.get(); }
 
  private:
+  using Target = MasterLocator::Target;
   template <typename Req, typename Resp>
   using GrpcMethod = grpc::Status (proto::Master::Stub::*)(grpc::ClientContext*, const Req&, Resp*);
-  // The one forwarder: the fast port when there is one, else (or when it was not reached) gRPC.
+  // The one forwarder: the current master (looked up again after a refusal or, for an HA
+  // cluster, a master that cannot be reached), then CallOnce.
   template <typename Req, typename Resp>
   Status Call(fast::Method method, const Req& req, Resp* resp, bool idempotent,
               GrpcMethod<Req, Resp> grpc_method, const char* what);
-  std::shared_ptr<FastChannel> Channel();  // null: use gRPC
+  // One call to one master: its fast port when it has one, else (or when it was not reached)
+  // gRPC. *sent: the master may have seen it.
+  template <typename Req, typename Resp>
+  Status CallOnce(const Target& target, fast::Method method, const Req& req, Resp* resp,
+                  bool idempotent, GrpcMethod<Req, Resp> grpc_method, const char* what,
+                  std::chrono::steady_clock::time_point deadline, bool* sent);
+  std::shared_ptr<FastChannel> Channel(const Target& target);  // null: use gRPC
   void Forget(const std::shared_ptr<FastChannel>& broken);
 
-  proto::Master::Stub* stub_;
-  std::string host_;  // empty: the address has no plain host (the fast path is off)
+  std::shared_ptr<MasterLocator> locator_;
   int timeout_ms_;
   Path path_;
   std::mutex mu_;  // guards the fields below; never held across a call to the master
   std::condition_variable looked_up_;  // a lookup ended (Path::kFast callers wait for it)
   std::shared_ptr<FastChannel> channel_;
+  uint64_t channel_generation_ = 0;  // the target channel_ (or the lookup's answer) is for
   bool looking_up_ = false;  // one thread is asking the master for its fast port
   std::chrono::steady_clock::time_point next_lookup_{};
 };

@@ -60,11 +60,9 @@ void SegmentDirectory::Learn(uint64_t segment_id, LocalSegment segment) {
 
 Status SegmentDirectory::Refresh() {
   if (master_ == nullptr) return Status(ErrorCode::RPC_FAIL, "no master");
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, rpc_timeout_ms_);
   proto::ListSegmentsResponse resp;
-  Status s = rpc::FromGrpc(master_->ListSegments(&ctx, proto::ListSegmentsRequest(), &resp),
-                           "list segments");
+  Status s = master_->Call(&proto::Master::Stub::ListSegments, proto::ListSegmentsRequest(), &resp,
+                           "list segments", /*idempotent=*/true, rpc_timeout_ms_);
   std::vector<LocalSegment> live;
   {
     std::lock_guard lock(mu_);

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/master_locator.h"
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
 
@@ -35,7 +36,8 @@ struct LocalSegment {
 
 class SegmentDirectory {
  public:
-  SegmentDirectory(proto::Master::Stub* master, std::string host_id, int rpc_timeout_ms)
+  // master: null for tests without one.
+  SegmentDirectory(MasterLocator* master, std::string host_id, int rpc_timeout_ms)
       : master_(master), host_id_(std::move(host_id)), rpc_timeout_ms_(rpc_timeout_ms) {}
 
   // The shm name and size of segment_id if it is on this host; nullopt if it is remote or
@@ -58,7 +60,7 @@ class SegmentDirectory {
     LocalSegment segment;
     std::string node_id;
   };
-  proto::Master::Stub* master_;
+  MasterLocator* master_;
   std::string host_id_;
   int rpc_timeout_ms_;
   std::mutex mu_;

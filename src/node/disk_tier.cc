@@ -89,7 +89,7 @@ Result<DiskTierOptions> MakeDiskTierOptions(const DiskTierSettings& settings,
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, SegmentSource segment,
-                                                 proto::Master::Stub* master,
+                                                 client::MasterLocator* master,
                                                  std::string node_id) {
   std::unique_ptr<DiskTier> tier(new DiskTier(std::move(options), segment, master,
                                               std::move(node_id)));
@@ -117,7 +117,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options, Segmen
   return tier;
 }
 
-DiskTier::DiskTier(DiskTierOptions options, SegmentSource segment, proto::Master::Stub* master,
+DiskTier::DiskTier(DiskTierOptions options, SegmentSource segment, client::MasterLocator* master,
                    std::string node_id)
     : options_(std::move(options)), segment_(std::move(segment)), master_(master),
       node_id_(std::move(node_id)) {}
@@ -161,10 +161,8 @@ Status DiskTier::RegisterLocked() {
       c->set_checksum(objects[i].checksum);
       c->set_location(objects[i].location);
     }
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
     proto::BatchStatusResponse resp;
-    if (Status s = rpc::FromGrpc(master_->DiskRegister(&ctx, req, &resp), "disk register");
+    if (Status s = master_->Call(&proto::Master::Stub::DiskRegister, req, &resp, "disk register", false, options_.rpc_timeout_ms);
         !s.ok()) {
       return s;
     }
@@ -218,12 +216,11 @@ size_t DiskTier::DropWithMaster(const std::vector<std::pair<std::string, uint64_
       req.add_keys(copies[i].first);
       req.add_locations(copies[i].second);
     }
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
     proto::BatchStatusResponse resp;
-    grpc::Status s = master_->DiskDrop(&ctx, req, &resp);
+    Status s = master_->Call(&proto::Master::Stub::DiskDrop, req, &resp, "disk drop", false,
+                             options_.rpc_timeout_ms);
     if (!s.ok()) {
-      GLOG_WARN("disk drop of {} {} copies: {}", copies.size() - begin, what, s.error_message());
+      GLOG_WARN("disk drop of {} {} copies: {}", copies.size() - begin, what, s.ToString());
       return begin;
     }
   }
@@ -317,9 +314,7 @@ Result<size_t> DiskTier::OffloadOnce() {
   for (uint64_t id : deleted_ids_) req.add_deleted_ids(id);
   proto::OffloadStartResponse started;
   {
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
-    if (Status s = rpc::FromGrpc(master_->OffloadStart(&ctx, req, &started), "offload start");
+    if (Status s = master_->Call(&proto::Master::Stub::OffloadStart, req, &started, "offload start", false, options_.rpc_timeout_ms);
         !s.ok()) {
       return s;  // the acknowledgements go again (an entry acknowledged twice is harmless)
     }
@@ -409,9 +404,7 @@ Result<size_t> DiskTier::OffloadOnce() {
     copied += ok[i];
   }
   proto::BatchStatusResponse ended;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
-  if (Status s = rpc::FromGrpc(master_->OffloadEnd(&ctx, end, &ended), "offload end"); !s.ok()) {
+  if (Status s = master_->Call(&proto::Master::Stub::OffloadEnd, end, &ended, "offload end", false, options_.rpc_timeout_ms); !s.ok()) {
     // Unknown outcome: the copies stay; the next registration (after a remount) settles them.
     return s;
   }
@@ -478,9 +471,7 @@ size_t DiskTier::Promote(const proto::OffloadStartResponse& started, uint64_t ro
     end.add_copied(copied);
   }
   proto::BatchStatusResponse ended;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
-  if (Status s = rpc::FromGrpc(master_->PromoteEnd(&ctx, end, &ended), "promote end"); !s.ok()) {
+  if (Status s = master_->Call(&proto::Master::Stub::PromoteEnd, end, &ended, "promote end", false, options_.rpc_timeout_ms); !s.ok()) {
     // Unknown outcome: the next round's OffloadStart frees what the master did not attach.
     GLOG_DEBUG("promote end: {}", s.ToString());
     return 0;

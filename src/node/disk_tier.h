@@ -51,6 +51,7 @@
 
 #include "disk/disk_store.h"
 #include "node/disk_read_service.h"
+#include "client/master_locator.h"
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
 #include "node/shm_segment.h"
@@ -85,7 +86,7 @@ class DiskTier {
   using SegmentSource = std::function<std::shared_ptr<ShmSegment>()>;
   // Opens (or recovers) the store. Errors are the store's (a missing or read-only directory...).
   static Result<std::unique_ptr<DiskTier>> Open(DiskTierOptions options, SegmentSource segment,
-                                                proto::Master::Stub* master, std::string node_id);
+                                                client::MasterLocator* master, std::string node_id);
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
@@ -112,7 +113,7 @@ class DiskTier {
   uint64_t promoted_objects() const { return promoted_.load(); }
 
  private:
-  DiskTier(DiskTierOptions options, SegmentSource segment, proto::Master::Stub* master,
+  DiskTier(DiskTierOptions options, SegmentSource segment, client::MasterLocator* master,
            std::string node_id);
   void OffloadLoop();
   // One round: returns how many objects went to disk or were deleted as garbage.
@@ -134,7 +135,7 @@ class DiskTier {
 
   DiskTierOptions options_;
   SegmentSource segment_;
-  proto::Master::Stub* master_;
+  client::MasterLocator* master_;
   std::string node_id_;
   std::unique_ptr<disk::DiskStore> store_;
   std::unique_ptr<DiskReadService> reads_;

@@ -20,6 +20,7 @@ namespace {
 
 struct NodeConfig {
   std::string master = "127.0.0.1:50051";
+  std::string cluster_id;
   uint64_t segment_size = 0;  // 0: fit the machine
   std::string host = "127.0.0.1";
   std::string advertise_host;
@@ -69,7 +70,12 @@ int main(int argc, char** argv) {
 
   NodeConfig c;
   ConfigSchema schema("granary-node: contributes a shared-memory segment to a Granary store");
-  schema.AddString("master", &c.master, "master address HOST:PORT");
+  schema.AddString("master", &c.master,
+                   "master address HOST:PORT, or etcd://HOST:PORT[;HOST:PORT...] to follow the "
+                   "leader of an HA cluster (docs/ha.md)");
+  schema.AddString("cluster_id", &c.cluster_id,
+                   "HA: the cluster's name in etcd (with an etcd:// master; default "
+                   "$GRANARY_CLUSTER_ID, else granary)");
   schema.AddSize("segment_size", &c.segment_size,
                  "bytes of DRAM to contribute (e.g. 512MB, 4GiB); 0 fits the machine");
   schema.AddString("host", &c.host, "address to bind the data plane to");
@@ -136,6 +142,7 @@ int main(int argc, char** argv) {
 
   node::StorageNodeOptions options;
   options.master_address = c.master;
+  options.cluster_id = c.cluster_id;
   options.segment_name = c.name;
   options.segment_size = c.segment_size;
   options.listen_host = c.host;

@@ -108,7 +108,9 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   if (Status s = node->server_->Start(); !s.ok()) return s;
   node->endpoint_ = o.advertise_host + ":" + std::to_string(node->server_->port());
 
-  node->master_ = proto::Master::NewStub(rpc::MakeChannel(o.master_address));
+  auto locator = client::MasterLocator::Create(o.master_address, o.cluster_id, o.rpc_timeout_ms);
+  if (!locator.ok()) return locator.status();
+  node->master_ = std::move(*locator);
   if (!o.disk.store.dir.empty()) {
     auto tier = DiskTier::Open(o.disk, [n = node.get()] { return n->segment(); },
                                node->master_.get(), node->client_id_);
@@ -201,17 +203,28 @@ Status StorageNode::Mount() {
   }
   segment->PublishToken(token);
   if (Status s = server_->SetMount(segment->data(), token); !s.ok()) return s;
+  Status found;
+  auto target = master_->Current(
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rpc_timeout_ms), &found);
+  if (!target) return found;
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
   proto::ReMountSegmentRequest req;
   req.set_client_id(client_id_);
   *req.add_segments() = Spec();
   proto::ReMountSegmentResponse resp;
-  grpc::Status rpc_status = master_->ReMountSegment(&ctx, req, &resp);
+  grpc::Status rpc_status = target->stub->ReMountSegment(&ctx, req, &resp);
   // Unless the master was unreachable, it may have mounted this memory (a timed-out reply) and
   // handed it out: the next mount then renews it first.
   if (rpc_status.error_code() != grpc::StatusCode::UNAVAILABLE) offered_ = true;
-  if (Status s = rpc::FromGrpc(rpc_status, "mount"); !s.ok()) return s;
+  Status called = rpc::FromGrpc(rpc_status, "mount");
+  if (called.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE ||
+      rpc_status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      (called.ok() && !master_->NoteTerm(resp.term()))) {
+    master_->Stale(target->generation);  // not the leader (any more): the next try looks again
+    if (called.ok()) called = Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE, "mount: a deposed leader");
+  }
+  if (!called.ok()) return called;
   if (resp.results_size() != 1) return Status(ErrorCode::INTERNAL_ERROR, "malformed mount reply");
   Status s = rpc::FromCode(resp.results(0).code(), resp.results(0).message());
   mounted_ = s.ok();
@@ -238,8 +251,6 @@ void StorageNode::HeartbeatLoop() {
       ShmSegment::ReclaimOrphans();
       last_reclaim_ = std::chrono::steady_clock::now();
     }
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, options_.rpc_timeout_ms);
     proto::PingRequest req;
     req.set_client_id(client_id_);
     proto::MountedSegment* mount = req.add_mounts();
@@ -247,11 +258,10 @@ void StorageNode::HeartbeatLoop() {
     mount->set_token(token_.load());
     if (disk_) disk_->FillStats(req.mutable_disk());
     proto::PingResponse resp;
-    grpc::Status rpc_status = master_->Ping(&ctx, req, &resp);
-    if (!rpc_status.ok()) {
-      if (mounted_.exchange(false)) {
-        GLOG_WARN("master unreachable: {}", rpc_status.error_message());
-      }
+    Status pinged = master_->Call(&proto::Master::Stub::Ping, req, &resp, "ping",
+                                  /*idempotent=*/true, options_.rpc_timeout_ms);
+    if (!pinged.ok()) {
+      if (mounted_.exchange(false)) GLOG_WARN("master unreachable: {}", pinged.ToString());
     } else if (resp.status() == proto::PingResponse::NEED_REMOUNT) {
       Status s = Mount();
       if (s.ok()) {
@@ -277,16 +287,14 @@ void StorageNode::Stop() {
   if (disk_) disk_->Stop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (master_ && mounted_) {
-    grpc::ClientContext ctx;
-    rpc::SetDeadline(ctx, 2000);
     proto::UnmountSegmentRequest req;
     req.set_client_id(client_id_);
     req.set_name(options_.segment_name);
     proto::UnmountSegmentResponse resp;
-    grpc::Status s = master_->UnmountSegment(&ctx, req, &resp);
+    Status s = master_->Call(&proto::Master::Stub::UnmountSegment, req, &resp, "unmount",
+                             /*idempotent=*/false, 2000);
     if (!s.ok() || resp.code() != 0) {
-      GLOG_WARN("unmount of {} failed: {} {}", options_.segment_name, s.error_message(),
-                resp.message());
+      GLOG_WARN("unmount of {} failed: {} {}", options_.segment_name, s.ToString(), resp.message());
     }
     mounted_ = false;
   }

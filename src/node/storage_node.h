@@ -42,6 +42,7 @@
 
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
+#include "client/master_locator.h"
 #include "node/data_server.h"
 #include "node/segment_populator.h"
 #include "node/disk_tier.h"
@@ -51,7 +52,8 @@
 namespace granary::node {
 
 struct StorageNodeOptions {
-  std::string master_address = "127.0.0.1:50051";
+  std::string master_address = "127.0.0.1:50051";  // or etcd://h1:p1[;h2:p2] (HA, docs/ha.md)
+  std::string cluster_id;            // with an etcd address; empty: $GRANARY_CLUSTER_ID or granary
   std::string segment_name;          // default: "<hostname>-<pid>-<random per process>"
   uint64_t segment_size = 0;         // required
   std::string listen_host = "127.0.0.1";
@@ -121,7 +123,7 @@ class StorageNode {
   std::unique_ptr<ShmStaging> staging_;  // outlives server_ (declared before it)
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<DiskTier> disk_;
-  std::unique_ptr<proto::Master::Stub> master_;
+  std::shared_ptr<client::MasterLocator> master_;  // the master, or the HA cluster's leader
   std::atomic<bool> mounted_{false};
 
   std::chrono::steady_clock::time_point last_reclaim_{};  // heartbeat thread only

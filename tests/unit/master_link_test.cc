@@ -76,7 +76,7 @@ TEST_F(MasterLinkTest, ABusyFastPortSendsTheCallOverGrpcAndKeepsTheChannel) {
   bool sent = false;
   ASSERT_TRUE(occupant.Call(fast::Method::kExist, ExistOf("k"), &resp, true, &sent).ok());
 
-  MasterLink link(stub_.get(), address_, 5000);
+  MasterLink link(MasterLocator::Create(address_).value(), 5000);
   ASSERT_EQ(link.FastPort(), fast.port());
   Status s = link.Exist(ExistOf("k"), &resp);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -89,7 +89,7 @@ TEST_F(MasterLinkTest, ABusyFastPortSendsTheCallOverGrpcAndKeepsTheChannel) {
 
 TEST_F(MasterLinkTest, AMasterWithoutAFastPortIsNotAskedEverySecond) {
   service_.set_fast_port(0);  // --fast-path false
-  MasterLink link(stub_.get(), address_, 5000);
+  MasterLink link(MasterLocator::Create(address_).value(), 5000);
   proto::BatchExistResponse resp;
   const auto end = steady_clock::now() + milliseconds(1500);
   int calls = 0;
@@ -115,9 +115,8 @@ TEST(MasterLinkLookupTest, ASlowLookupDoesNotStallOtherCallers) {
   socklen_t len = sizeof(addr);
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
   const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-  auto stub = proto::Master::NewStub(rpc::MakeChannel(address));
   constexpr int kTimeoutMs = 1500;
-  MasterLink link(stub.get(), address, kTimeoutMs);
+  MasterLink link(MasterLocator::Create(address).value(), kTimeoutMs);
 
   std::atomic<bool> first_done{false};
   steady_clock::time_point first_end;

@@ -38,7 +38,8 @@ class ReservationPoolTest : public ::testing::Test {
     grpc_ = builder.BuildAndStart();
     address_ = "127.0.0.1:" + std::to_string(grpc_port_);
     stub_ = proto::Master::NewStub(rpc::MakeChannel(address_));
-    link_ = std::make_unique<MasterLink>(stub_.get(), address_, 5000, MasterLink::Path::kGrpc);
+    link_ = std::make_unique<MasterLink>(MasterLocator::Create(address_).value(), 5000,
+                                         MasterLink::Path::kGrpc);
     EXPECT_TRUE(state_.Mount({"node", {"seg", 64 << 20, "127.0.0.1:1", "", "", 1, true}}).status.ok());
   }
   ~ReservationPoolTest() override { grpc_->Shutdown(); }

@@ -84,7 +84,10 @@ struct Conn {
   std::unique_ptr<pb::Master::Stub> stub;
   MasterLink link;
   Conn(const MasterBenchOptions& o)
-      : stub(NewStub(o.master)), link(stub.get(), o.master, kDeadlineMs, PathOf(o.path)) {}
+      : stub(NewStub(o.master)),
+        link(client::MasterLocator::Create(o.master, "", kDeadlineMs, /*own_connection=*/true)
+                 .value(),
+             kDeadlineMs, PathOf(o.path)) {}
 };
 
 struct CaseResult {
@@ -188,7 +191,8 @@ int RunMasterBench(const MasterBenchOptions& o) {
   }
 
   {
-    MasterLink probe(admin.get(), o.master, kDeadlineMs, PathOf(o.path));
+    MasterLink probe(client::MasterLocator::Create(o.master, "", kDeadlineMs).value(), kDeadlineMs,
+                     PathOf(o.path));
     const uint16_t fast = o.path == "grpc" ? 0 : probe.FastPort();
     if (o.path == "fast" && fast == 0) {
       std::fprintf(stderr, "granary-bench: the master advertises no fast port\n");

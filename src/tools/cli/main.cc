@@ -59,12 +59,20 @@ int main(int argc, char** argv) {
   using namespace granary;
   CLI::App app{"granary: command-line tool for a Granary store"};
   app.footer("Exit codes: 0 done, 1 key not found, 2 bad usage, 3 other failure.\n"
-             "The master address may also come from $GRANARY_MASTER.");
+             "The master address may also come from $GRANARY_MASTER, the cluster id from "
+             "$GRANARY_CLUSTER_ID.");
   app.require_subcommand(1);
   std::string master = std::getenv("GRANARY_MASTER") ? std::getenv("GRANARY_MASTER")
                                                       : "127.0.0.1:50051";
   int timeout_ms = 10'000;
-  app.add_option("--master", master, "master address HOST:PORT")->capture_default_str();
+  app.add_option("--master", master,
+                 "master address HOST:PORT, or etcd://HOST:PORT[;HOST:PORT...] for the leader of "
+                 "an HA cluster")
+      ->capture_default_str();
+  std::string cluster_id = std::getenv("GRANARY_CLUSTER_ID") ? std::getenv("GRANARY_CLUSTER_ID")
+                                                              : "granary";
+  app.add_option("--cluster-id", cluster_id, "HA cluster name (with an etcd:// master)")
+      ->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "timeout of each call")->capture_default_str();
 
   std::string key, file = "-", out_path, pattern;
@@ -104,6 +112,7 @@ int main(int argc, char** argv) {
 
   ClientOptions options;
   options.master_address = master;
+  options.cluster_id = cluster_id;
   options.rpc_timeout_ms = timeout_ms;
   auto connected = Client::Connect(options);
   if (!connected.ok()) return Fail("connect to " + master, connected.status());
@@ -196,6 +205,22 @@ int main(int argc, char** argv) {
     auto segments = client.ListSegments();
     size_t count = segments.ok() ? segments->size() : 0;
     std::printf("OK: master %s answers; %zu segment(s) mounted\n", master.c_str(), count);
+    auto cluster = client.Cluster();
+    if (cluster.ok() && cluster->ha) {
+      std::printf("HA cluster %s: leader %s at %s, term %llu, applied seq %llu%s\n",
+                  cluster->cluster_id.c_str(), cluster->leader_id.c_str(),
+                  cluster->leader_address.c_str(),
+                  static_cast<unsigned long long>(cluster->term),
+                  static_cast<unsigned long long>(cluster->applied_seq),
+                  cluster->serving_alone ? " (serving alone: no synchronous standby)" : "");
+      for (const auto& st : cluster->standbys) {
+        std::printf("  standby %s at %s: %s%s, acked seq %llu, lag %llu\n", st.id.c_str(),
+                    st.address.c_str(), st.connected ? "streaming" : "disconnected",
+                    st.synchronous ? ", synchronous" : "",
+                    static_cast<unsigned long long>(st.acked_seq),
+                    static_cast<unsigned long long>(st.lag));
+      }
+    }
     return kExitOk;
   }
   return kExitUsage;
