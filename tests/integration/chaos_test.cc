@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "../tools/chaos_value.h"
+#include "ha_fixture.h"
 #include "store_fixture.h"
 
 namespace granary::it {
@@ -106,6 +107,13 @@ using AttemptKey = std::pair<std::string, uint64_t>;  // (key, version)
 
 class ChaosTest : public StoreTest {
  protected:
+  enum Fault {
+    kKillNode, kKillTwoNodes, kStopNode, kKillMaster, kStopAcrossMaster, kKillClient,
+    kStopLeader, kKillStandby  // HA only
+  };
+  // The load, the faults of `schedule` in a seeded order, then every check (the test's body).
+  void RunChaos(std::vector<Fault> schedule);
+
   void SetUp() override {
     seed_ = SeedFromEnv();
     rng_.seed(seed_);
@@ -118,9 +126,44 @@ class ChaosTest : public StoreTest {
     for (auto& w : workers_) {
       if (w.proc) w.proc->KillAndReap();
     }
-    for (size_t i = 0; i < cluster_.node_count(); ++i) cluster_.node(i).Kill(SIGCONT);
+    for (size_t i = 0; i < NodeCount(); ++i) Node(i).Kill(SIGCONT);
     if (HasFailure()) std::fprintf(stderr, "%s\n", Evidence().c_str());
+    if (HasFailure() && ha_) std::fprintf(stderr, "%s\n", ha_->Logs().c_str());
     StoreTest::TearDown();
+  }
+
+  // The store under test: StoreTest's cluster_ (one master), or an HA cluster (StartHa).
+  NodeProcess& Node(size_t i) { return ha_ ? ha_->node(i) : cluster_.node(i); }
+  size_t NodeCount() { return ha_ ? ha_->node_count() : cluster_.node_count(); }
+  void KillNodeAt(size_t i) {
+    if (ha_) {
+      ha_->KillNode(i);
+    } else {
+      cluster_.KillNode(i);
+    }
+  }
+  ::testing::AssertionResult RestartNodeAt(size_t i) {
+    return ha_ ? ha_->RestartNode(i) : cluster_.RestartNode(i);
+  }
+  bool AllMounted(Millis timeout) {
+    return ha_ ? ha_->WaitForAllNodesMounted(timeout) : cluster_.WaitForAllNodesMounted(timeout);
+  }
+  std::unique_ptr<Client> NewClient(bool shm) {
+    return ha_ ? ha_->MakeClient(shm) : cluster_.MakeClient(shm);
+  }
+  std::string MasterAddress() { return ha_ ? ha_->address() : cluster_.master_address(); }
+  std::string MasterStatus() {
+    if (!ha_) return HttpGet(cluster_.master().http_port(), "/status").body;
+    const int leader = ha_->LeaderIndex();
+    return leader < 0 ? "(no leader)" : HttpGet(ha_->master(leader).http_port(), "/status").body;
+  }
+  std::string AllLogs() { return ha_ ? ha_->Logs() : cluster_.Logs(); }
+
+  // Three HA masters (one etcd) instead of one master; workers find the leader through etcd.
+  ::testing::AssertionResult StartHa(std::vector<std::string> master_flags) {
+    ha_ = std::make_unique<HaCluster>();
+    ::setenv("GRANARY_CLUSTER_ID", ha_->cluster_id().c_str(), 1);  // for the worker processes
+    return ha_->Start(3, kNodes, kSegmentSize, std::move(master_flags));
   }
 
   // A line of the timeline: seconds since the start, wall-clock ms (the workers' time base).
@@ -154,7 +197,7 @@ class ChaosTest : public StoreTest {
     w.id = id;
     w.shm = shm;
     w.proc = std::make_unique<ChildProcess>();
-    std::vector<std::string> args = {"chaos",     "--master",  cluster_.master_address(),
+    std::vector<std::string> args = {"chaos",     "--master",  MasterAddress(),
                                      "--id",      id,          "--dir",
                                      dir_.path(), "--read-ids", JoinIds(),
                                      "--seconds", "200",       "--threads",
@@ -187,14 +230,14 @@ class ChaosTest : public StoreTest {
   Millis UniformMs(int lo, int hi) {
     return Millis(std::uniform_int_distribution<int>(lo, hi)(rng_));
   }
-  size_t PickNode() { return rng_() % cluster_.node_count(); }
+  size_t PickNode() { return rng_() % NodeCount(); }
 
   ::testing::AssertionResult WaitMounted(const std::string& after) {
-    if (!cluster_.WaitForAllNodesMounted(Millis(15'000))) {
+    if (!AllMounted(Millis(15'000))) {
       return ::testing::AssertionFailure() << "not every node's segment is mounted 15 s after "
                                            << after;
     }
-    Note("all " + std::to_string(cluster_.node_count()) + " segments mounted again");
+    Note("all " + std::to_string(NodeCount()) + " segments mounted again");
     return ::testing::AssertionSuccess();
   }
 
@@ -207,15 +250,15 @@ class ChaosTest : public StoreTest {
       if (std::find(victims.begin(), victims.end(), i) == victims.end()) victims.push_back(i);
     }
     for (size_t i : victims) {
-      Note("SIGKILL node " + cluster_.node(i).name() + " (pid " +
-           std::to_string(cluster_.node(i).process().pid()) + ")");
-      cluster_.KillNode(i);
+      Note("SIGKILL node " + Node(i).name() + " (pid " +
+           std::to_string(Node(i).process().pid()) + ")");
+      KillNodeAt(i);
     }
     Sleep(UniformMs(300, 2500));
     for (size_t i : victims) {
-      if (auto r = cluster_.RestartNode(i); !r) return r;
-      Note("node " + cluster_.node(i).name() + " restarted (pid " +
-           std::to_string(cluster_.node(i).process().pid()) + ")");
+      if (auto r = RestartNodeAt(i); !r) return r;
+      Note("node " + Node(i).name() + " restarted (pid " +
+           std::to_string(Node(i).process().pid()) + ")");
     }
     return WaitMounted("the node restart");
   }
@@ -225,16 +268,55 @@ class ChaosTest : public StoreTest {
   ::testing::AssertionResult StopNode() {
     size_t i = PickNode();
     Millis stopped = UniformMs(3000, 4500);
-    Note("SIGSTOP node " + cluster_.node(i).name() + " for " + std::to_string(stopped.count()) +
+    Note("SIGSTOP node " + Node(i).name() + " for " + std::to_string(stopped.count()) +
          " ms");
-    cluster_.node(i).Kill(SIGSTOP);
+    Node(i).Kill(SIGSTOP);
     Sleep(stopped);
-    cluster_.node(i).Kill(SIGCONT);
-    Note("SIGCONT node " + cluster_.node(i).name());
+    Node(i).Kill(SIGCONT);
+    Note("SIGCONT node " + Node(i).name());
     return WaitMounted("SIGCONT");
   }
 
+  // HA: the leader, or a standby, killed with -9 and started again (it rejoins as a standby).
+  ::testing::AssertionResult KillHaMaster(bool leader) {
+    int victim = ha_->LeaderIndex();
+    if (victim < 0) return ::testing::AssertionFailure() << "no leader to kill";
+    if (!leader) victim = (victim + 1 + static_cast<int>(rng_() % 2)) % ha_->master_count();
+    Note(std::string("SIGKILL ") + (leader ? "the leader" : "a standby") + ", master " +
+         std::to_string(victim) + " (pid " + std::to_string(ha_->master(victim).process().pid()) +
+         ")");
+    ha_->master(victim).process().KillAndReap();
+    if (leader) {
+      const int next = ha_->WaitForLeader(Millis(10'000), victim);
+      if (next < 0) return ::testing::AssertionFailure() << "no new leader within 10 s";
+      Note("master " + std::to_string(next) + " leads");
+    }
+    Sleep(UniformMs(200, 1500));
+    if (auto r = ha_->RestartMaster(victim); !r) return r;
+    Note("master " + std::to_string(victim) + " restarted: a standby again");
+    return WaitMounted("the failover");
+  }
+
+  // HA: the leader SIGSTOPped past its lease (a standby takes over), then resumed: it must have
+  // stepped down and serve nothing beside the new leader.
+  ::testing::AssertionResult StopLeader() {
+    const int victim = ha_->LeaderIndex();
+    if (victim < 0) return ::testing::AssertionFailure() << "no leader to stop";
+    Note("SIGSTOP the leader, master " + std::to_string(victim));
+    ha_->master(victim).process().Kill(SIGSTOP);
+    const int next = ha_->WaitForLeader(Millis(10'000), victim);
+    Sleep(UniformMs(300, 1500));
+    ha_->master(victim).process().Kill(SIGCONT);
+    if (next < 0) return ::testing::AssertionFailure() << "no new leader within 10 s";
+    Note("master " + std::to_string(next) + " leads; SIGCONT master " + std::to_string(victim));
+    if (!ha_->WaitForRole(victim, "standby", Millis(10'000))) {
+      return ::testing::AssertionFailure() << "the resumed leader did not rejoin as a standby";
+    }
+    return WaitMounted("the failover");
+  }
+
   ::testing::AssertionResult KillMaster() {
+    if (ha_) return KillHaMaster(/*leader=*/true);
     Note("SIGKILL master (pid " + std::to_string(cluster_.master().process().pid()) + ")");
     cluster_.master().Stop(SIGKILL, Millis(5000));
     Sleep(UniformMs(200, 1500));
@@ -247,20 +329,30 @@ class ChaosTest : public StoreTest {
   // A node frozen while the master restarts: it learns of the new master only once resumed.
   ::testing::AssertionResult StopNodeAcrossMasterRestart() {
     size_t i = PickNode();
-    Note("SIGSTOP node " + cluster_.node(i).name() + ", then restart the master under it");
-    cluster_.node(i).Kill(SIGSTOP);
+    if (ha_) {
+      // A node frozen across a failover: resumed, it finds the new leader, which knows its mount.
+      Note("SIGSTOP node " + Node(i).name() + ", then fail the leader over under it");
+      Node(i).Kill(SIGSTOP);
+      auto r = KillHaMaster(/*leader=*/true);
+      Node(i).Kill(SIGCONT);
+      Note("SIGCONT node " + Node(i).name());
+      if (!r) return r;
+      return WaitMounted("SIGCONT after the failover");
+    }
+    Note("SIGSTOP node " + Node(i).name() + ", then restart the master under it");
+    Node(i).Kill(SIGSTOP);
     Sleep(UniformMs(300, 800));
     Note("SIGKILL master (pid " + std::to_string(cluster_.master().process().pid()) + ")");
     cluster_.master().Stop(SIGKILL, Millis(5000));
     Sleep(UniformMs(200, 800));
     if (auto r = cluster_.RestartMaster(); !r) {
-      cluster_.node(i).Kill(SIGCONT);
+      Node(i).Kill(SIGCONT);
       return r;
     }
     Note("master restarted (pid " + std::to_string(cluster_.master().process().pid()) + ")");
     Sleep(UniformMs(2500, 3500));
-    cluster_.node(i).Kill(SIGCONT);
-    Note("SIGCONT node " + cluster_.node(i).name());
+    Node(i).Kill(SIGCONT);
+    Note("SIGCONT node " + Node(i).name());
     return WaitMounted("SIGCONT after the master restart");
   }
 
@@ -276,7 +368,7 @@ class ChaosTest : public StoreTest {
       return ::testing::AssertionFailure() << "no worker left to kill";
     }
     Worker& w = workers_[live[rng_() % live.size()]];
-    auto observer = cluster_.MakeClient(false);
+    auto observer = NewClient(false);
     if (!observer) return ::testing::AssertionFailure() << "no client";
     const std::string attempts = WorkerFile(w.id, ".attempts");
     const auto until = SteadyClock::now() + Millis(8000);
@@ -421,7 +513,7 @@ class ChaosTest : public StoreTest {
   // A fresh client reads every key any worker could have written: misses, errors, or verified
   // bytes of an attempted version.
   ::testing::AssertionResult FinalReadsVerify(size_t* verified) {
-    auto client = cluster_.MakeClient(true);
+    auto client = NewClient(true);
     if (!client) return ::testing::AssertionFailure() << "no client";
     *verified = 0;
     std::vector<std::string> keys;
@@ -452,7 +544,7 @@ class ChaosTest : public StoreTest {
   // The store takes and serves new objects after the chaos (bounded retries: a node may still be
   // remounting).
   ::testing::AssertionResult ServesAgain() {
-    auto client = cluster_.MakeClient(false);
+    auto client = NewClient(false);
     if (!client) return ::testing::AssertionFailure() << "no client";
     ReplicateConfig two;
     two.replica_num = 2;
@@ -529,6 +621,7 @@ class ChaosTest : public StoreTest {
   std::vector<Worker> workers_;
   size_t next_spare_ = 0;
   int mid_put_kills_ = 0;
+  std::unique_ptr<HaCluster> ha_;  // set by StartHa: the HA store under test
   std::map<AttemptKey, Attempt> attempts_;
 };
 
@@ -565,14 +658,30 @@ std::map<std::string, uint64_t> SumSummaries(const std::vector<std::string>& log
   return sum;
 }
 
+// The fixture's Fault list and RunChaos are defined above the tests.
 TEST_F(ChaosTest, MixedLoadUnderKillsStopsAndRestartsNeverReturnsWrongBytes) {
-  const auto test_start = SteadyClock::now();
   // A SIGKILLed worker's reserved space stays held for its lease, then quarantined: a 3 s lease
   // lets remove_all empty the segments in time (and makes leases end mid-run, under the faults).
   ASSERT_TRUE(cluster_.Start(kNodes, kSegmentSize,
                              {{"--write-quarantine", "2s"}, {"--reservation-ttl", "3s"}}));
-  Note("master and " + std::to_string(kNodes) + " nodes of " +
-       std::to_string(kSegmentSize / MiB) + " MiB up; master at " + cluster_.master_address());
+  RunChaos({kKillNode, kKillNode, kKillTwoNodes, kStopNode, kStopNode, kKillMaster, kKillMaster,
+            kStopAcrossMaster, kKillClient, kKillClient});
+}
+
+// The same load and checks against three HA masters: the master faults are failovers (the leader
+// killed with -9 or paused past its lease, a standby killed), which must lose nothing acknowledged
+// and read nothing wrong.
+TEST_F(ChaosTest, MixedLoadUnderFailoversNeverReturnsWrongBytes) {
+  ASSERT_TRUE(StartHa({"--write-quarantine", "2s", "--reservation-ttl", "3s"}));
+  RunChaos({kKillNode, kKillTwoNodes, kStopNode, kKillMaster, kKillMaster, kStopLeader,
+            kKillStandby, kStopAcrossMaster, kKillClient, kKillClient});
+}
+
+void ChaosTest::RunChaos(std::vector<Fault> schedule) {
+  const auto test_start = SteadyClock::now();
+  Note(std::string(ha_ ? "three HA masters" : "master") + " and " + std::to_string(kNodes) +
+       " nodes of " + std::to_string(kSegmentSize / MiB) + " MiB up; master at " +
+       MasterAddress());
 
   for (size_t k = 0; k < kFirstWorkers.size(); ++k) {
     ASSERT_TRUE(StartWorker(kFirstWorkers[k], /*shm=*/k < 2));
@@ -590,10 +699,6 @@ TEST_F(ChaosTest, MixedLoadUnderKillsStopsAndRestartsNeverReturnsWrongBytes) {
   Sleep(Millis(2000));
 
   // The schedule: every kind of fault, in a seeded order, a few seconds apart.
-  enum Fault { kKillNode, kKillTwoNodes, kStopNode, kKillMaster, kStopAcrossMaster, kKillClient };
-  std::vector<Fault> schedule = {kKillNode,   kKillNode,         kKillTwoNodes, kStopNode,
-                                 kStopNode,   kKillMaster,       kKillMaster,   kStopAcrossMaster,
-                                 kKillClient, kKillClient};
   std::shuffle(schedule.begin(), schedule.end(), rng_);
   for (Fault f : schedule) {
     ASSERT_TRUE(WorkersAlive());
@@ -605,6 +710,8 @@ TEST_F(ChaosTest, MixedLoadUnderKillsStopsAndRestartsNeverReturnsWrongBytes) {
       case kKillMaster: done = KillMaster(); break;
       case kStopAcrossMaster: done = StopNodeAcrossMasterRestart(); break;
       case kKillClient: done = KillClientMidPut(); break;
+      case kStopLeader: done = StopLeader(); break;
+      case kKillStandby: done = KillHaMaster(/*leader=*/false); break;
     }
     ASSERT_TRUE(done);
     Sleep(UniformMs(2000, 4500));
@@ -674,7 +781,7 @@ TEST_F(ChaosTest, MixedLoadUnderKillsStopsAndRestartsNeverReturnsWrongBytes) {
   // puts of killed writers (release timeout 3 s), reservations of killed writers or failed copies
   // (lease 3 s) and revoked writes (write quarantine 2 s) hold space a while: wait out the
   // longest before remove_all, then give the sweeps time.
-  auto client = cluster_.MakeClient(false);
+  auto client = NewClient(false);
   ASSERT_NE(client, nullptr);
   Sleep(std::max(Millis(0), Millis(3500) - std::chrono::duration_cast<Millis>(
                                                SteadyClock::now() - load_stopped)));
@@ -701,7 +808,7 @@ TEST_F(ChaosTest, MixedLoadUnderKillsStopsAndRestartsNeverReturnsWrongBytes) {
     }
     ADD_FAILURE() << "used bytes did not return to 0 on every segment within 20 s of remove_all:\n"
                   << segments_now << "objects still listed:" << (objects.empty() ? " none" : objects)
-                  << "\nmaster /status: " << HttpGet(cluster_.master().http_port(), "/status").body;
+                  << "\nmaster /status: " << MasterStatus();
   }
   Note("done in " +
        std::to_string(std::chrono::duration_cast<Millis>(SteadyClock::now() - test_start).count()) +
