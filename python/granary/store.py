@@ -65,27 +65,30 @@ def _is_negative(v):
 class Store:
     """A connection to a Granary store.
 
-    Store(master="127.0.0.1:50051", *, segment_size=0, ...) connects to the master; with
-    `segment_size` > 0 (bytes, or a string like "4GB") this process also contributes that much
-    memory as an embedded storage node, unmounted on close(). With `disk_dir` (an existing
-    directory) that node also runs an SSD tier there, as granary-node --disk-dir does:
-    `disk_size` (0: 80% of the free space), `disk_backend`, `disk_eviction`, `disk_io` and
-    `offload_interval_ms` take granary-node's defaults when left out. Use it as a context
-    manager.
+    Store(master="127.0.0.1:50051", *, segment_size=0, ...) connects to the master: "HOST:PORT",
+    or "etcd://HOST:PORT[;HOST:PORT...]" for the serving leader of an HA cluster of
+    `granary-master --etcd` processes, found through those etcd endpoints and followed across
+    failovers by the same Store; `cluster_id` names that cluster ("": $GRANARY_CLUSTER_ID, else
+    "granary"). With `segment_size` > 0 (bytes, or a string like "4GB") this process also
+    contributes that much memory as an embedded storage node, unmounted on close(). With
+    `disk_dir` (an existing directory) that node also runs an SSD tier there, as granary-node
+    --disk-dir does: `disk_size` (0: 80% of the free space), `disk_backend`, `disk_eviction`,
+    `disk_io` and `offload_interval_ms` take granary-node's defaults when left out. Use it as a
+    context manager.
     """
 
     def __init__(self, master="127.0.0.1:50051", *, segment_size=0, segment_name="",
                  host="127.0.0.1", port=0, use_shared_memory=True, rpc_timeout_ms=10_000,
                  io_timeout_ms=30_000, connections_per_node=4, io_threads=4, disk_dir="",
                  disk_size=0, disk_backend="", disk_eviction="", disk_io="",
-                 offload_interval_ms=0):
+                 offload_interval_ms=0, cluster_id=""):
         self._client = _granary.Client(
             master, segment_size=_size(segment_size), segment_name=segment_name, data_host=host,
             data_port=port, rpc_timeout_ms=rpc_timeout_ms, io_timeout_ms=io_timeout_ms,
             connections_per_node=connections_per_node, use_shared_memory=use_shared_memory,
             io_threads=io_threads, disk_dir=str(disk_dir), disk_size=_size(disk_size),
             disk_backend=disk_backend, disk_eviction=disk_eviction, disk_io=disk_io,
-            offload_interval_ms=offload_interval_ms)
+            offload_interval_ms=offload_interval_ms, cluster_id=cluster_id)
         self._default = _granary.ReplicateConfig()
 
     # ---- lifecycle ----
@@ -300,6 +303,13 @@ class Store:
             return True
         except Error:
             return False
+
+    def cluster_status(self):
+        """Who leads the master cluster: a dict with ha, cluster_id, leader_id, leader_address,
+        term, applied_seq, serving_alone and standbys (one dict each: id, address, connected,
+        synchronous, acked_seq, lag). For a master running alone, ha is False and only
+        applied_seq is meaningful."""
+        return self._client.cluster()
 
     def stats(self):
         """Bytes this client moved through shared memory and over TCP."""

@@ -395,6 +395,31 @@ class PyClient {
     Status s = Released([&](Client& c) { return c.Health(); });
     if (!s.ok()) Raise(s);
   }
+  // Who leads the HA cluster and how far each standby is; for a master alone, ha is False.
+  py::dict Cluster() {
+    ClusterStatus s = Unwrap(Released([&](Client& c) { return c.Cluster(); }));
+    py::list standbys;
+    for (const auto& st : s.standbys) {
+      py::dict d;
+      d["id"] = st.id;
+      d["address"] = st.address;
+      d["connected"] = st.connected;
+      d["synchronous"] = st.synchronous;
+      d["acked_seq"] = st.acked_seq;
+      d["lag"] = st.lag;
+      standbys.append(d);
+    }
+    py::dict d;
+    d["ha"] = s.ha;
+    d["cluster_id"] = s.cluster_id;
+    d["leader_id"] = s.leader_id;
+    d["leader_address"] = s.leader_address;
+    d["term"] = s.term;
+    d["applied_seq"] = s.applied_seq;
+    d["serving_alone"] = s.serving_alone;
+    d["standbys"] = standbys;
+    return d;
+  }
   py::dict Stats() {
     ClientStats s = client_->Stats();
     py::dict d;
@@ -669,9 +694,11 @@ void RegisterClient(py::module_& m) {
                        const std::string& disk_dir, uint64_t disk_size,
                        const std::string& disk_backend, const std::string& disk_eviction,
                        const std::string& disk_io, int64_t offload_interval_ms,
-                       bool warm_shared_memory, uint64_t reserve_bytes) {
+                       bool warm_shared_memory, uint64_t reserve_bytes,
+                       const std::string& cluster_id) {
              ClientOptions o;
              o.master_address = master;
+             o.cluster_id = cluster_id;
              o.segment_size = segment_size;
              o.segment_name = segment_name;
              o.data_host = data_host;
@@ -703,7 +730,10 @@ void RegisterClient(py::module_& m) {
            py::arg("io_threads") = 4, py::arg("disk_dir") = "", py::arg("disk_size") = 0,
            py::arg("disk_backend") = "", py::arg("disk_eviction") = "", py::arg("disk_io") = "",
            py::arg("offload_interval_ms") = 0, py::arg("warm_shared_memory") = true,
-           py::arg("reserve_bytes") = ClientOptions().reserve_bytes)
+           py::arg("reserve_bytes") = ClientOptions().reserve_bytes,
+           // With an etcd:// master: the HA cluster's name ("": $GRANARY_CLUSTER_ID, else
+           // "granary").
+           py::arg("cluster_id") = "")
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)
@@ -757,6 +787,7 @@ void RegisterClient(py::module_& m) {
       .def("stat", &PyClient::Stat, py::arg("key"))
       .def("segments", &PyClient::Segments)
       .def("health", &PyClient::Health)
+      .def("cluster", &PyClient::Cluster)
       .def("stats", &PyClient::Stats);
 }
 

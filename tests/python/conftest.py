@@ -5,6 +5,8 @@ Environment: GRANARY_BIN_DIR (default <repo>/build/bin) holds the binaries; the 
 comes from PYTHONPATH (the build tree's python/ directory, see tests/CMakeLists.txt).
 """
 
+import itertools
+import json
 import os
 import select
 import signal
@@ -84,9 +86,9 @@ class Master:
 class Node:
     """A granary-node; with standalone=True it runs its own master (at .master)."""
 
-    def __init__(self, master=None, size="256MiB", standalone=False, name=None):
+    def __init__(self, master=None, size="256MiB", standalone=False, name=None, extra=()):
         args = [os.path.join(BIN_DIR, "granary-node"), "--segment-size", size, "--log-level",
-                "warn", "--prefault=false"]
+                "warn", "--prefault=false", *extra]
         if standalone:
             port = free_port()
             args += ["--standalone", "--master-port", str(port), "--http-port", str(free_port())]
@@ -106,6 +108,125 @@ class Node:
 
     def stop(self, sig=signal.SIGTERM):
         stop(self.proc, sig)
+
+
+# The real etcd server (Debian's etcd-server) the HA masters elect their leader in.
+ETCD = os.environ.get("GRANARY_ETCD", "/usr/bin/etcd")
+# tests/integration/ha_fixture.cc's HaMasterFlags, less its log level: short leases and timeouts
+# so that a failover takes about a second.
+HA_MASTER_FLAGS = ("--client-ttl", "3s", "--lease-ttl", "1s", "--mount-quarantine", "1s",
+                   "--put-discard-timeout", "1s", "--put-release-timeout", "3s",
+                   "--leader-lease", "1s", "--lease-margin", "300ms", "--standby-timeout",
+                   "500ms", "--sync-timeout", "2s", "--fast-port", "0")
+_cluster_ids = itertools.count()
+
+
+def http_json(port, path, timeout=1.0):
+    """The JSON document at http://127.0.0.1:port/path, or None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+class Etcd:
+    """One etcd member on free loopback ports with its data in data_dir, fast raft settings
+    (heartbeat 50 ms, election 500 ms: etcd then grants 1 s leases); ready once /health says
+    so."""
+
+    def __init__(self, data_dir, timeout=20.0):
+        self.port = free_port()
+        peer_port = free_port()
+        while peer_port == self.port:
+            peer_port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        client_url, peer_url = f"http://{self.endpoint}", f"http://127.0.0.1:{peer_port}"
+        os.makedirs(data_dir, exist_ok=True)
+        self.log_path = os.path.join(data_dir, "etcd.log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [ETCD, "--name", "py", "--data-dir", os.path.join(data_dir, "member"),
+                 "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                 "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                 "--initial-cluster", f"py={peer_url}", "--initial-cluster-state", "new",
+                 "--initial-cluster-token", f"granary-py-{self.port}",
+                 "--heartbeat-interval", "50", "--election-timeout", "500",
+                 "--logger", "zap", "--log-level", "warn"],
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while (http_json(self.port, "/health") or {}).get("health") != "true":
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"etcd did not become healthy:\n{self.log()}")
+            time.sleep(0.05)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def stop(self):
+        stop(self.proc, signal.SIGKILL)
+
+
+class HaCluster:
+    """An etcd, `masters` granary-masters electing a leader in it under a cluster id of their
+    own, and one granary-node following the leader through etcd://. Ready once the leader has a
+    synchronous standby and every other master streams its history; stop() kills everything."""
+
+    def __init__(self, data_dir, masters=3, node_size="64MiB", timeout=30.0):
+        self.cluster_id = f"py-ha-{os.getpid()}-{next(_cluster_ids)}"
+        self.masters, self.node = [], None
+        self.etcd = Etcd(os.path.join(data_dir, "etcd"))
+        self.address = f"etcd://{self.etcd.endpoint}"
+        try:
+            for _ in range(masters):
+                self.masters.append(Master("--host", "127.0.0.1", "--etcd", self.etcd.endpoint,
+                                           "--cluster-id", self.cluster_id, *HA_MASTER_FLAGS))
+            if self.wait_ready(timeout) < 0:
+                raise RuntimeError(f"no HA leader with its standbys within {timeout}s: "
+                                   f"{[self.status(i) for i in range(len(self.masters))]}")
+            self.node = Node(self.address, size=node_size,
+                             extra=("--cluster-id", self.cluster_id))
+        except BaseException:
+            self.stop()
+            raise
+
+    def status(self, i):
+        """Master i's HA status (the "ha" part of its /status), or None."""
+        m = self.masters[i]
+        if m.proc.poll() is not None:
+            return None
+        return (http_json(m.http_port, "/status", timeout=0.5) or {}).get("ha")
+
+    def leader_index(self):
+        for i in range(len(self.masters)):
+            if (self.status(i) or {}).get("role") == "leader":
+                return i
+        return -1
+
+    def wait_ready(self, timeout):
+        """The leader's index once it serves with a synchronous standby and every other live
+        master connected as its standby; -1 after timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader = self.leader_index()
+            if leader >= 0:
+                standbys = self.status(leader).get("standbys", [])
+                live = sum(1 for i, m in enumerate(self.masters)
+                           if i != leader and m.proc.poll() is None)
+                connected = [s for s in standbys if s.get("connected")]
+                if len(connected) >= live and any(s.get("synchronous") for s in connected):
+                    return leader
+            time.sleep(0.05)
+        return -1
+
+    def stop(self):
+        if self.node is not None:
+            self.node.stop()  # SIGTERM first: it removes its shared memory
+        for m in self.masters:
+            m.stop(signal.SIGKILL)
+        self.etcd.stop()
 
 
 class Worker:

@@ -38,6 +38,7 @@ _DEFAULT_SEGMENT = 16 * 1024 * 1024
 _DEFAULT_BUFFER = 16 * 1024 * 1024
 _DEFAULT_MASTER = "127.0.0.1:50051"
 _DEFAULT_MASTER_PORT = 50051
+_DEFAULT_CLUSTER = "granary"  # the HA cluster of an etcd:// master, as granary-node's default
 _DEFAULT_TENANT = "default"
 # The range Mooncake picks a client's port from when local_hostname names none.
 _PORT_RANGE = (12300, 14300)
@@ -210,16 +211,58 @@ def _size(value, name):
     return value
 
 
+_ETCD_SCHEME = "etcd://"
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._")
+
+
+def _port_ok(text):
+    return text.isdigit() and len(text) <= 5 and 0 < int(text) < 65536
+
+
+def _etcd_address(text):
+    """"etcd://HOST:PORT[;HOST:PORT...]" checked entry by entry (blanks and empty entries
+    ignored, "[v6]:PORT" for IPv6) and rebuilt; raises INVALID_PARAMS naming the bad entry."""
+    entries = []
+    for raw in text[len(_ETCD_SCHEME):].replace(",", ";").split(";"):
+        entry = raw.strip()
+        if not entry:
+            continue
+        why = None
+        if entry.startswith("["):
+            v6, sep, port = entry[1:].partition("]:")
+            if not sep or not v6 or not _port_ok(port):
+                why = "is not [IPv6]:PORT with a port in 1-65535"
+            else:
+                try:
+                    socket.inet_pton(socket.AF_INET6, v6)
+                except OSError:
+                    why = "has a bad IPv6 address"
+        else:
+            host, _, port = entry.partition(":")
+            if entry.count(":") != 1 or not host or not set(host) <= _HOST_CHARS:
+                why = "is not HOST:PORT (IPv6 addresses in [])"
+            elif not _port_ok(port):
+                why = "has a bad port (1-65535)"
+        if why:
+            raise error_for(_INVALID_PARAMS, f"master address {text!r}: etcd endpoint "
+                            f"{entry!r} {why}; expected etcd://HOST:PORT[;HOST:PORT...]")
+        entries.append(entry)
+    if not entries:
+        raise error_for(_INVALID_PARAMS, f"master address {text!r}: no etcd endpoint; expected "
+                        "etcd://HOST:PORT[;HOST:PORT...]")
+    return _ETCD_SCHEME + ";".join(entries)
+
+
 def _master_address(addr):
-    """The gRPC address in Mooncake's master_server_addr forms; raises INVALID_PARAMS."""
+    """The master address in Mooncake's master_server_addr forms: "HOST:PORT", "HOST" (port
+    50051), or "etcd://HOST:PORT[;HOST:PORT...]" (the serving leader of Granary's HA masters,
+    found through those etcd endpoints). Raises INVALID_PARAMS."""
     text = str(addr if addr is not None else "").strip()
-    if text.startswith("etcd://"):
-        raise error_for(_INVALID_PARAMS, f"master address {text!r} is Mooncake's HA form "
-                        "etcd://HOST:PORT;HOST:PORT, which needs Granary's HA masters; they are "
-                        "not available yet: pass the master's HOST:PORT")
+    if text.startswith(_ETCD_SCHEME):
+        return _etcd_address(text)
     if not text or "://" in text or ";" in text or "," in text:
         raise error_for(_INVALID_PARAMS, f"master address {text!r}: expected HOST:PORT (or "
-                        "HOST, for port 50051)")
+                        "HOST, for port 50051, or etcd://HOST:PORT[;HOST:PORT...])")
     if text.startswith("["):  # [v6]:port or [v6]
         return text if "]:" in text else f"{text}:{_DEFAULT_MASTER_PORT}"
     if text.count(":") == 0:
@@ -230,6 +273,16 @@ def _master_address(addr):
             raise error_for(_INVALID_PARAMS, f"master address {text!r}: bad port")
         return text
     return f"[{text}]:{_DEFAULT_MASTER_PORT}"  # a bare IPv6 address
+
+
+def _cluster_id(value):
+    """The HA cluster an etcd:// master address names: `value` (setup's "cluster_id" key), else
+    $GRANARY_CLUSTER_ID, else "granary". Raises INVALID_PARAMS for one with a '/'."""
+    cluster = str(value).strip() if value is not None else ""
+    cluster = cluster or os.environ.get("GRANARY_CLUSTER_ID", "").strip() or _DEFAULT_CLUSTER
+    if "/" in cluster:
+        raise error_for(_INVALID_PARAMS, f"cluster_id {cluster!r} must not contain '/'")
+    return cluster
 
 
 def _split_host(local_hostname):
@@ -385,13 +438,18 @@ class MooncakeDistributedStore:
         """Connects to the master; global_segment_size > 0 embeds a segment of that size in this
         process, named "host:port" after local_hostname (the port picked in 12300-14300 when
         none is given). Also setup(config_dict) with the same names as keys. `metadata_server`,
-        `rdma_devices` and `engine` are accepted and ignored; `protocol` must be "tcp". Extra dict
-        key: `use_shared_memory` (default True; False forces TCP even to same-host segments).
+        `rdma_devices` and `engine` are accepted and ignored; `protocol` must be "tcp".
+        `master_server_addr` is "HOST:PORT", "HOST" (port 50051) or
+        "etcd://HOST:PORT[;HOST:PORT...]": the serving leader of Granary's HA masters, followed
+        across failovers. Extra dict keys: `use_shared_memory` (default True; False forces TCP
+        even to same-host segments) and `cluster_id`, the HA cluster an etcd:// address names
+        (default $GRANARY_CLUSTER_ID, else "granary").
         enable_ssd_offload=True runs the embedded segment's SSD tier in ssd_offload_path (an
         existing, writable directory; granary-node's --disk-* defaults: 80% of its free space);
         the master's --persistence decides what goes there. Without a path or a segment, or with
         a path the tier cannot use, setup returns -600."""
         use_shm = True
+        cluster_id = None
         if isinstance(local_hostname, dict):
             cfg = dict(local_hostname)
             local_hostname = cfg.pop("local_hostname", "")
@@ -409,6 +467,7 @@ class MooncakeDistributedStore:
             enable_client_http_server = _truthy(cfg.pop("enable_client_http_server", False))
             client_http_port = cfg.pop("client_http_port", 0)
             use_shm = _truthy(cfg.pop("use_shared_memory", True))
+            cluster_id = cfg.pop("cluster_id", None)
             for key in ("enable_egm_store_pool", "egm_numa_nodes"):
                 if _truthy(cfg.pop(key, False)) and key == "enable_egm_store_pool":
                     return _refuse(_INVALID_PARAMS, "setup: enable_egm_store_pool needs the "
@@ -424,6 +483,7 @@ class MooncakeDistributedStore:
             segment = _size(global_segment_size, "global_segment_size")
             buffer = _size(local_buffer_size, "local_buffer_size")
             master = _master_address(master_server_addr)
+            cluster = _cluster_id(cluster_id) if master.startswith(_ETCD_SCHEME) else ""
             label, bind_host, port = _split_host(local_hostname)
         except Error as e:
             return _refuse(e.code, f"setup: {e}")
@@ -455,15 +515,16 @@ class MooncakeDistributedStore:
             _log.warning("setup: enable_client_http_server is ignored (client_http_port %s): "
                          "Granary's metrics are served by the master's HTTP port",
                          client_http_port)
-        code = self._setup_segment(master, segment, buffer, label, bind_host, port, use_shm,
-                                   disk_dir)
+        code = self._setup_segment((master, cluster), segment, buffer, label, bind_host, port,
+                                   use_shm, disk_dir)
         if code == _OK:
             self._buffer_limit = buffer
         return code
 
     def _setup_segment(self, master, segment, buffer, label, bind_host, port, use_shm,
                        disk_dir=""):
-        """Connects, embedding a segment named label:port whose data server listens on port."""
+        """Connects to master, an (address, cluster id) pair, embedding a segment named
+        label:port whose data server listens on port."""
         if segment == 0:
             # Nothing listens without a segment: the port only completes the name.
             if port == 0:
@@ -497,9 +558,10 @@ class MooncakeDistributedStore:
             pool = _size(mem_pool_size, "mem_pool_size")
             buffer = _size(local_buffer_size, "local_buffer_size")
             master = _master_address(server_address)
+            cluster = _cluster_id(None) if master.startswith(_ETCD_SCHEME) else ""
         except Error as e:
             return _refuse(e.code, f"setup_dummy: {e}")
-        code = self._connect(master, 0, pool, "127.0.0.1", 0, True, "")
+        code = self._connect((master, cluster), 0, pool, "127.0.0.1", 0, True, "")
         if code == _OK:
             self._hostname = socket.gethostname()
             self._buffer_limit = buffer
@@ -511,10 +573,13 @@ class MooncakeDistributedStore:
 
     def _connect(self, master, segment, pool_size, host, port, use_shm, segment_name,
                  disk_dir=""):
+        address, cluster = master
+        master = f"{address} (HA cluster {cluster!r})" if cluster else address  # for messages
         try:
-            client = _granary.Client(master, segment_size=segment, segment_name=segment_name,
-                                     data_host=host, data_port=port, use_shared_memory=use_shm,
-                                     disk_dir=disk_dir)
+            client = _granary.Client(address, segment_size=segment,
+                                     segment_name=segment_name, data_host=host, data_port=port,
+                                     use_shared_memory=use_shm, disk_dir=disk_dir,
+                                     cluster_id=cluster)
         except Error as e:
             return _refuse(e.code, f"cannot connect to the master at {master} or start the "
                                    f"embedded segment: {e}")
