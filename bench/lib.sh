@@ -56,3 +56,33 @@ wait_for_populated() {
   echo "process $1 populated only ${have_kib:-0} KiB of $(( $2 / 1024 )) KiB after 60 s" >&2
   return 0
 }
+
+# HA: waits (at most 20 s) until one of the masters at 127.0.0.1:$1, $2... serves as the leader
+# (`granary health` answers there, with an HA line; a standby refuses the call) and prints its port.
+wait_for_ha_leader() {
+  for _ in $(seq 1 100); do
+    for port in "$@"; do
+      if timeout 2 "${BIN:-build/bin}"/granary --master "127.0.0.1:$port" --timeout-ms 1000 health \
+           2>/dev/null | grep -q "^HA cluster"; then
+        echo "$port"; return 0
+      fi
+    done
+    sleep 0.1
+  done
+  echo "no HA leader among 127.0.0.1:$* after 20 s" >&2
+  return 1
+}
+
+# HA: waits (at most 20 s) until the leader at 127.0.0.1:$1 has a standby streaming with no lag,
+# and synchronous when $2 is 1.
+wait_for_ha_standby() {
+  local want="streaming.*"
+  [ "$2" = 1 ] && want="streaming, synchronous"
+  for _ in $(seq 1 200); do
+    "${BIN:-build/bin}"/granary --master "127.0.0.1:$1" health 2>/dev/null \
+      | grep -q "standby .*: $want, acked seq [0-9]*, lag 0" && return 0
+    sleep 0.1
+  done
+  echo "the leader at 127.0.0.1:$1 has no caught-up standby after 20 s" >&2
+  return 1
+}

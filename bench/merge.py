@@ -4,7 +4,7 @@
 Usage: bench/merge.py --work DIR --quick 0|1 --machine TEXT --bin DIR --out FILE
 
 DIR holds what run.sh left there: limits.json, kv.json, master.json, state.json, scale.json,
-python.json (or python-skipped), trace-<policy>-<tokens>.json (or trace-skipped), commands.txt, failures.txt, started, load_before. A suite whose
+python.json (or python-skipped), trace-<policy>-<tokens>.json (or trace-skipped), ha-*.json, commands.txt, failures.txt, started, load_before. A suite whose
 file is missing is recorded as {"missing": true} so a failed suite shows in the report.
 Standard library only (Debian's /usr/bin/python3).
 """
@@ -77,6 +77,19 @@ def main():
             runs.append(run)
     if runs:
         suites["trace"] = {"runs": sorted(runs, key=lambda r: (r["capacity_tokens"], r["policy"]))}
+    # Suite 7 (HA): ha-master-<alone|sync0|sync1>.json and ha-failover-<empty|full>.json.
+    ha = {}
+    for name in sorted(os.listdir(args.work)):
+        m = re.fullmatch(r"ha-(master|failover)-(\w+)\.json", name)
+        if m:
+            try:
+                with open(os.path.join(args.work, name)) as f:
+                    ha.setdefault(m.group(1), {})[m.group(2)] = json.load(f)
+            except (OSError, ValueError):
+                ha.setdefault(m.group(1), {})[m.group(2)] = {"missing": True}
+    suites["ha"] = ha if ha else {"missing": True}
+    if "ha" in read_text(os.path.join(args.work, "suites-not-run")).split():
+        suites["ha"] = {"skipped": "not asked for (bench/run.sh --suites)"}
     if read_text(os.path.join(args.work, "python-skipped")):
         suites["python"] = {"skipped": read_text(os.path.join(args.work, "python-skipped"))}
     skipped = read_text(os.path.join(args.work, "trace-skipped"))

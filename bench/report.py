@@ -212,6 +212,37 @@ def python_block(s):
                   "p99 µs"], rows)
 
 
+def ha_master_block(s):
+    """keys/s of the same batches against a master alone, an HA leader with an asynchronous
+    standby and one with a synchronous standby; the synchronous standby's cost against each."""
+    runs = s.get("master", {})
+    alone = {(r["op"], r["threads"]): r for r in runs.get("alone", []) if isinstance(r, dict)}
+    rows = []
+    for (op, threads), base in sorted(alone.items()):
+        if op not in ("put", "get", "exist"):
+            continue
+        a = next((r for r in runs.get("sync0", []) if r["op"] == op and r["threads"] == threads), None)
+        b = next((r for r in runs.get("sync1", []) if r["op"] == op and r["threads"] == threads), None)
+        cost = lambda r, ref: f"{100 * (1 - r['keys_per_s'] / ref['keys_per_s']):.0f}%" if r and ref else "–"
+        rows.append((op, threads, num(base["keys_per_s"]), num(a["keys_per_s"]) if a else "–",
+                     num(b["keys_per_s"]) if b else "–", cost(b, a), cost(b, base),
+                     num(b["p50_us"]) if b else "–"))
+    return table(["op", "clients", "alone keys/s", "HA async keys/s", "HA sync keys/s",
+                  "sync cost vs async", "sync cost vs alone", "sync p50 µs/batch"], rows)
+
+
+def ha_failover_block(s):
+    rows = []
+    for cache, r in sorted(s.get("failover", {}).items()):
+        if r.get("missing"):
+            rows.append((cache, "–", "–", "–", "failed"))
+            continue
+        rows.append((cache, r["kills"], num(r["median_ms"]), num(r["max_ms"]),
+                     f"{r['readable']}/{r['acknowledged']}"))
+    return table(["cache", "kills", "median ms (kill -9 to first put)", "max ms",
+                  "acknowledged objects read back exact"], rows)
+
+
 def blocks(doc, path):
     su = doc["suites"]
     out = {"run": run_block(doc, path)}
@@ -220,6 +251,9 @@ def blocks(doc, path):
         out[name] = missing(su.get(name, {"missing": True})) or fn(su[name])
     both = [su.get(n, {"missing": True}) for n in ("master", "state")]
     out["master-ratio"] = missing(both[0]) or missing(both[1]) or master_ratio_block(*both)
+    ha = su.get("ha", {"missing": True})
+    out["ha-master"] = missing(ha) or ha_master_block(ha)
+    out["ha-failover"] = missing(ha) or ha_failover_block(ha)
     kv = su.get("kv", {"missing": True})
     for op in ("put", "get"):
         out["kv-" + op] = missing(kv) or kv_block(kv, op)

@@ -13,18 +13,20 @@
 # Redis, memcached; 2b the Python client), 3 master (metadata batches) + state, 4 trace (when `granary-bench trace`
 # exists), 5 scale (master RSS per object, batch exist at millions of objects), 6 the SSD tier
 # (bench/disk.sh: disk limits, the disk store, offload and disk hits end to end, the trace with a disk tier, recovery;
-# its own results directory bench/results/disk-<stamp>/).
+# its own results directory bench/results/disk-<stamp>/), 7 HA (an etcd, then metadata batches against a
+# master alone, an HA leader with an asynchronous standby and one with a synchronous standby; failover
+# time over kill -9s of the leader, with an empty and with a full cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${GRANARY_BIN:-build/bin}
 QUICK=0
-SUITES=1,2,3,4,5,6
+SUITES=1,2,3,4,5,6,7
 while [ $# -gt 0 ]; do
   arg=$1; shift
   case "$arg" in
     --quick) QUICK=1 ;;
     --suites) SUITES=${1:?--suites needs a list such as 1,2,3}; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,12 +43,14 @@ if [ "$QUICK" = 1 ]; then
   MASTER_SECONDS=1; MASTER_THREADS=1,2,4; STATE_SECONDS=0.5
   SCALE_OBJECTS=200000,1000000; SCALE_SECONDS=1
   TRACE_TIMEOUT=60; TRACE_LIMIT=2000; PY_SECONDS=0.3
+  HA_KILLS=3
 else
   LIMIT_SECONDS=1; DISK_BYTES=$((1 << 30))
   KV_SECONDS=2; KV_BUDGET=$((1 << 30)); SEGMENT=4GiB; MEMCACHED_MB=4096
   MASTER_SECONDS=3; MASTER_THREADS=1,2,3,4; STATE_SECONDS=2
   SCALE_OBJECTS=1000000,5000000; SCALE_SECONDS=3
   TRACE_TIMEOUT=300; TRACE_LIMIT=0; PY_SECONDS=1
+  HA_KILLS=10
 fi
 
 TRACE_BYTES_PER_TOKEN=${TRACE_BYTES_PER_TOKEN:-128}
@@ -234,11 +238,55 @@ DISK_ARGS=()
 run_bounded 2700 env GRANARY_BIN="$BIN" bash bench/disk.sh "${DISK_ARGS[@]}"
 fi
 
+if want 7; then
+echo "== suite 7: HA: one synchronous standby's cost on metadata batches; failover time =="
+# etcd with a 500 ms election timeout: it grants 1 s leases (docs/ha.md, "Deploying").
+ETCD_PORT=$(free_port); ETCD_PEER=$(free_port)
+ETCD_CMD=(etcd --name bench --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT"
+          --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$ETCD_PEER"
+          --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER"
+          --initial-cluster "bench=http://127.0.0.1:$ETCD_PEER" --heartbeat-interval 50 --election-timeout 500)
+echo "${ETCD_CMD[*]}" >> "$WORK/commands.txt"
+"${ETCD_CMD[@]}" > "$WORK/etcd.log" 2>&1 &
+ETCD_PID=$!; PIDS+=("$ETCD_PID")
+wait_for_port "$ETCD_PORT"
+HA_FLAGS=(--leader-lease 1s --lease-margin 300ms --standby-timeout 500ms)
+# The same batches as suite 3, against: a master alone, then an HA leader (the first master of a
+# fresh cluster) with one standby, asynchronous and synchronous. The bench talks to the leader's
+# own address; the standby is waited for until it is caught up (and synchronous where it must be).
+start_master
+run_bounded 300 "$BIN/granary-bench" master --master "127.0.0.1:$MASTER_PORT" --segments 128 \
+  --batch 128 --value-size 4096 --threads "$MASTER_THREADS" --seconds "$MASTER_SECONDS" \
+  --ops put,get,exist --json "$WORK/ha-master-alone.json"
+stop "$MASTER_PID"
+for sync in 0 1; do
+  CLUSTER="bench-$sync-$$"
+  start_master --etcd "127.0.0.1:$ETCD_PORT" --cluster-id "$CLUSTER" --sync-standbys "$sync" "${HA_FLAGS[@]}"
+  FIRST_PID=$MASTER_PID; FIRST_PORT=$MASTER_PORT
+  start_master --etcd "127.0.0.1:$ETCD_PORT" --cluster-id "$CLUSTER" --sync-standbys "$sync" "${HA_FLAGS[@]}"
+  SECOND_PID=$MASTER_PID; SECOND_PORT=$MASTER_PORT
+  LEADER_PORT=$(wait_for_ha_leader "$FIRST_PORT" "$SECOND_PORT")
+  wait_for_ha_standby "$LEADER_PORT" "$sync"
+  run_bounded 300 "$BIN/granary-bench" master --master "127.0.0.1:$LEADER_PORT" --segments 128 \
+    --batch 128 --value-size 4096 --threads "$MASTER_THREADS" --seconds "$MASTER_SECONDS" \
+    --ops put,get,exist --json "$WORK/ha-master-sync$sync.json"
+  stop "$SECOND_PID"; stop "$FIRST_PID"
+done
+for cache in empty full; do
+  FULL=(); [ "$cache" = full ] && FULL=(--full)
+  run_bounded 900 "$BIN/granary-bench" failover --bin "$BIN" --etcd "127.0.0.1:$ETCD_PORT" \
+    --cluster-id "bench-failover-$cache-$$" --masters 3 --kills "$HA_KILLS" "${FULL[@]}" \
+    --json "$WORK/ha-failover-$cache.json"
+done
+stop "$ETCD_PID"
+fi
+
 # The suite files merge.py would otherwise call missing.
 NOT_RUN=()
 want 2 || NOT_RUN+=(kv python)
 want 3 || NOT_RUN+=(master state)
 want 5 || NOT_RUN+=(scale)
+want 7 || NOT_RUN+=(ha)
 want 4 || echo "not asked for (bench/run.sh --suites)" > "$WORK/trace-skipped"
 echo "${NOT_RUN[*]}" > "$WORK/suites-not-run"
 OUT="bench/results/$STAMP.json"

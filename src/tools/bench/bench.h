@@ -203,4 +203,23 @@ struct DiskRecoveryBenchOptions {
 };
 int RunDiskRecoveryBench(const DiskRecoveryBenchOptions& options);
 
+// HA failover (failover_bench.cc): starts `masters` masters against a running etcd and one node,
+// then kills the leader `kills` times, timing the kill to the first successful put and checking
+// that each round's acknowledged objects read back exact.
+struct FailoverBenchOptions {
+  std::string bin_dir = "build/bin";
+  std::string etcd;                      // endpoints of a running etcd
+  std::string cluster_id = "bench-failover";
+  int masters = 3;
+  int kills = 10;
+  uint64_t segment_size = 64ull << 20;
+  uint64_t object_size = 64 << 10;
+  int objects_per_round = 100;
+  bool full = false;                     // fill the segment first: every later put evicts
+  std::vector<std::string> master_flags = {"--leader-lease", "1s", "--lease-margin", "300ms",
+                                           "--standby-timeout", "500ms"};
+  std::string json_path;
+};
+int RunFailoverBench(const FailoverBenchOptions& options);
+
 }  // namespace granary::bench

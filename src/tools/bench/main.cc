@@ -181,7 +181,31 @@ int main(int argc, char** argv) {
   diskrecover->add_option("--keep", dro.keep, "leave the last backend's store in this directory");
   diskrecover->add_option("--json", dro.json_path, "also write the results as JSON to this file");
 
+  FailoverBenchOptions fo;
+  auto* failover = app.add_subcommand(
+      "failover", "HA: kill -9 the leader N times: time to the first put, objects kept");
+  failover->add_option("--bin", fo.bin_dir, "directory of granary-master and granary-node")
+      ->capture_default_str();
+  failover->add_option("--etcd", fo.etcd, "endpoints of a running etcd, HOST:PORT[;...]")
+      ->required();
+  failover->add_option("--cluster-id", fo.cluster_id, "the masters' cluster id")
+      ->capture_default_str();
+  failover->add_option("--masters", fo.masters, "masters to run")->capture_default_str()
+      ->check(CLI::Range(2, 9));
+  failover->add_option("--kills", fo.kills, "leaders to kill")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  failover->add_option("--objects", fo.objects_per_round, "acknowledged puts before each kill")
+      ->capture_default_str();
+  failover->add_option("--object-size", fo.object_size, "bytes per object")->capture_default_str();
+  failover->add_option("--segment-size", fo.segment_size, "the node's segment in bytes")
+      ->capture_default_str();
+  failover->add_flag("--full", fo.full, "fill the segment first: every put after a kill evicts");
+  failover->add_option("--master-flags", fo.master_flags, "extra flags for every master")
+      ->capture_default_str()->delimiter(',');
+  failover->add_option("--json", fo.json_path, "also write the results as JSON to this file");
+
   CLI11_PARSE(app, argc, argv);
+  if (failover->parsed()) return RunFailoverBench(fo);
   if (diskrecover->parsed()) return RunDiskRecoveryBench(dro);
   if (diskhit->parsed()) {
     auto bytes = granary::ParseSize(dh_bytes);
