@@ -1,5 +1,6 @@
 #include "client/fast_channel.h"
 
+#include "common/socket_io.h"
 #include "proto/rpc_util.h"
 
 #include <netdb.h>
@@ -41,57 +42,13 @@ Status Broken(const std::string& what) {
   return Status(ErrorCode::RPC_FAIL, "fast port: " + what);
 }
 
-// Milliseconds to `deadline`, rounded up so poll() never wakes just before it; 0 once passed.
-int MillisLeft(SteadyTime deadline) {
-  const auto left = deadline - SteadyClock::now();
-  if (left <= SteadyClock::duration::zero()) return 0;
-  return static_cast<int>(std::min<int64_t>(
-      std::chrono::ceil<std::chrono::milliseconds>(left).count(), 1 << 30));
-}
-
-// Waits until `fd` is ready for `events` or the deadline passes; false on timeout.
-bool WaitFor(int fd, short events, SteadyTime deadline) {
-  for (;;) {  // bounded by the deadline: EINTR recomputes what is left
-    const int left = MillisLeft(deadline);
-    if (left == 0) return false;
-    pollfd p{fd, events, 0};
-    const int ready = ::poll(&p, 1, left);
-    if (ready > 0) return true;  // ready, or an error that the next send/recv reports
-    if (ready < 0 && errno != EINTR) return true;
-  }
-}
+using net::WaitFor;
 }  // namespace
 
 Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const std::string& what) {
-  std::string why = "no address";
-  for (const addrinfo* a = addresses; a; a = a->ai_next) {  // bounded by the list
-    if (MillisLeft(deadline) == 0) {
-      return Status(ErrorCode::RPC_TIMEOUT, "fast port: cannot connect to " + what + " in time");
-    }
-    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-    int err = rc == 0 ? 0 : errno;
-    if (rc != 0 && err == EINPROGRESS) {
-      socklen_t len = sizeof(err);
-      if (!WaitFor(fd, POLLOUT, deadline)) {
-        err = ETIMEDOUT;
-      } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
-        err = errno;
-      }
-    }
-    if (err == 0) {
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      return fd;
-    }
-    why = std::strerror(err);
-    ::close(fd);
-  }
-  return Broken("cannot connect to " + what + ": " + why);
+  Result<int> fd = net::ConnectFirst(addresses, deadline, what);
+  if (fd.ok()) return fd;
+  return Status(fd.code(), "fast port: " + fd.status().message());
 }
 
 FastChannel::FastChannel(std::string host, uint16_t port, int timeout_ms)

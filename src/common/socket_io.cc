@@ -31,20 +31,10 @@ bool WaitFor(int fd, short events, SteadyTime deadline) {
   }
 }
 
-Result<int> ConnectTcp(const std::string& host, uint16_t port, SteadyTime deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string what = host + ":" + std::to_string(port);
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
-    return Status(ErrorCode::RPC_FAIL, "cannot resolve " + host);
-  }
+Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const std::string& what) {
   std::string why = "no address";
-  for (const addrinfo* a = found; a; a = a->ai_next) {  // bounded by the list
+  for (const addrinfo* a = addresses; a; a = a->ai_next) {  // bounded by the list
     if (MillisLeft(deadline) == 0) {
-      ::freeaddrinfo(found);
       return Status(ErrorCode::RPC_TIMEOUT, "cannot connect to " + what + " in time");
     }
     int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -65,14 +55,26 @@ Result<int> ConnectTcp(const std::string& host, uint16_t port, SteadyTime deadli
     if (err == 0) {
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      ::freeaddrinfo(found);
       return fd;
     }
     why = std::strerror(err);
     ::close(fd);
   }
-  ::freeaddrinfo(found);
   return Status(ErrorCode::RPC_FAIL, "cannot connect to " + what + ": " + why);
+}
+
+Result<int> ConnectTcp(const std::string& host, uint16_t port, SteadyTime deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
+    return Status(ErrorCode::RPC_FAIL, "cannot resolve " + host);
+  }
+  Result<int> fd = ConnectFirst(found, deadline, host + ":" + std::to_string(port));
+  ::freeaddrinfo(found);
+  return fd;
 }
 
 Status SendAll(int fd, std::string_view bytes, SteadyTime deadline) {

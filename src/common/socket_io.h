@@ -15,6 +15,8 @@
 
 #include "granary/status.h"
 
+struct addrinfo;
+
 namespace granary::net {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
@@ -24,7 +26,11 @@ int MillisLeft(SteadyTime deadline);
 // Waits until `fd` is ready for `events` (POLLIN / POLLOUT) or the deadline; false on timeout.
 bool WaitFor(int fd, short events, SteadyTime deadline);
 
-// A connected non-blocking socket (TCP_NODELAY) to host:port, trying each address in turn.
+// A connected non-blocking socket (TCP_NODELAY) to the first of `addresses` (a getaddrinfo list)
+// that accepts by `deadline`, trying each in turn: `localhost` may list ::1 before the 127.0.0.1
+// a server listens on. `what` names the peer in errors.
+Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const std::string& what);
+// The same after resolving host:port.
 Result<int> ConnectTcp(const std::string& host, uint16_t port, SteadyTime deadline);
 Status SendAll(int fd, std::string_view bytes, SteadyTime deadline);
 // Exactly n bytes into out.

@@ -194,15 +194,7 @@ std::unique_ptr<Client> HaCluster::MakeClient(bool use_shared_memory, ClientOpti
   options.master_address = address();
   options.cluster_id = cluster_id_;
   options.use_shared_memory = use_shared_memory;
-  if (options.rpc_timeout_ms == ClientOptions().rpc_timeout_ms) options.rpc_timeout_ms = 5000;
-  if (options.io_timeout_ms == ClientOptions().io_timeout_ms) options.io_timeout_ms = 10'000;
-  auto client = Client::Connect(options);
-  if (!client.ok()) {
-    ADD_FAILURE() << "Client::Connect to " << options.master_address << ": "
-                  << client.status().ToString();
-    return nullptr;
-  }
-  return std::move(*client);
+  return ConnectTestClient(std::move(options));
 }
 
 std::string HaCluster::Logs() {

@@ -181,6 +181,10 @@ bool StoreCluster::WaitForAllNodesMounted(Millis timeout) {
 std::unique_ptr<Client> StoreCluster::MakeClient(bool use_shared_memory, ClientOptions options) {
   options.master_address = master_address();
   options.use_shared_memory = use_shared_memory;
+  return ConnectTestClient(std::move(options));
+}
+
+std::unique_ptr<Client> ConnectTestClient(ClientOptions options) {
   if (options.rpc_timeout_ms == ClientOptions().rpc_timeout_ms) options.rpc_timeout_ms = 5000;
   if (options.io_timeout_ms == ClientOptions().io_timeout_ms) options.io_timeout_ms = 10'000;
   auto client = Client::Connect(options);

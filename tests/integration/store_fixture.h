@@ -71,6 +71,10 @@ class NodeProcess {
 // exited first.
 bool WaitForLog(ChildProcess& child, const std::string& needle, Millis timeout);
 
+// Client::Connect with the test timeouts (rpc 5 s, io 10 s, where the options keep the defaults);
+// null and a test failure if it cannot connect.
+std::unique_ptr<Client> ConnectTestClient(ClientOptions options);
+
 // A name unique to this test process: "<prefix>-<pid>-<counter>".
 std::string UniqueName(const std::string& prefix);
 

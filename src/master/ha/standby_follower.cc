@@ -202,7 +202,15 @@ void StandbyFollower::Session(int fd, uint64_t term) {
         Decoder last(records->back());
         uint64_t seq = 0;
         last(seq);
-        if (!last.ok() || seq <= received) return;
+        if (!last.ok()) return;
+        if (seq <= received) {
+          // Operations we hold already: our history is not the one this leader streams.
+          GLOG_ERROR("history stream: the leader sent operations up to {}, this state is at {}: "
+                     "it starts over from a snapshot",
+                     seq, received);
+          set_state_valid(false);
+          return;
+        }
         received = seq;
         applier.Push(std::move(*frame));
         break;
