@@ -238,9 +238,9 @@ def ha_failover_block(s):
             rows.append((cache, "–", "–", "–", "failed"))
             continue
         rows.append((cache, r["kills"], num(r["median_ms"]), num(r["max_ms"]),
-                     f"{r['readable']}/{r['acknowledged']}"))
+                     f"{r['readable']}/{r['acknowledged']}", r.get("wrong", "–")))
     return table(["cache", "kills", "median ms (kill -9 to first put)", "max ms",
-                  "acknowledged objects read back exact"], rows)
+                  "acknowledged objects read back exact", "wrong reads"], rows)
 
 
 def blocks(doc, path):
