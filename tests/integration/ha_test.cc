@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include "etcd/cluster_keys.h"
+#include "etcd/etcd_client.h"
 #include "ha_fixture.h"
 
 namespace granary::it {
@@ -556,6 +558,45 @@ TEST_F(HaTest, NodesKeepTheirMountsAcrossAFailover) {
   EXPECT_EQ(got, Pattern("kept", 8 * KiB));
 }
 
+
+// The leader record says serving only once that master answers: through a failover, every time
+// etcd names a serving leader, a call to that address right away is answered, not refused.
+TEST_F(HaTest, TheLeaderRecordSaysServingOnlyOnceItsMasterAnswers) {
+  ASSERT_TRUE(cluster_.Start(3, 1, 32 * MiB));
+  auto etcd = etcd::EtcdClient::Connect(cluster_.endpoints(), 1000);
+  ASSERT_TRUE(etcd.ok());
+  const std::string key = etcd::LeaderKey(cluster_.cluster_id());
+  const int old_leader = cluster_.LeaderIndex();
+  ASSERT_GE(old_leader, 0);
+  auto before = (*etcd)->Get(key);
+  ASSERT_TRUE(before.ok() && *before);
+  ASSERT_TRUE(cluster_.master(old_leader).process().Kill(SIGKILL));
+  // The dead leader's record stays until its lease expires: only later records count.
+  int64_t checked_revision = (*before)->mod_revision;
+  int answered = 0;
+  const auto end = SteadyClock::now() + milliseconds(8000);
+  while (SteadyClock::now() < end && answered == 0) {  // bounded by `end`
+    std::this_thread::sleep_for(milliseconds(5));
+    auto kv = (*etcd)->Get(key);
+    if (!kv.ok() || !*kv || (*kv)->mod_revision == checked_revision) continue;
+    auto record = etcd::ParseLeaderRecord((*kv)->value);
+    ASSERT_TRUE(record.ok());
+    if (!record->serving) continue;
+    checked_revision = (*kv)->mod_revision;
+    // The master the record names, at once: it must serve (not refuse as a standby or a
+    // leader still taking over).
+    auto stub = pb::Master::NewStub(MakeChannel(record->grpc));
+    pb::BatchExistRequest req;
+    req.add_keys("k");
+    pb::BatchExistResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(2000));
+    grpc::Status s = stub->BatchExist(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << record->grpc << " is named serving but answered " << s.error_message();
+    ++answered;
+  }
+  EXPECT_GT(answered, 0) << "no serving leader was seen after the kill";
+}
 
 // A three-member etcd loses the member the masters talk to: the masters' etcd client moves to
 // another member; at most one master serves throughout, and service goes on with every
