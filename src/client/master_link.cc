@@ -16,6 +16,8 @@ constexpr auto kLookupBackoff = std::chrono::seconds(1);
 constexpr auto kNoFastPortRecheck = std::chrono::seconds(30);
 // A leader without a synchronous standby yet refuses changes for a moment (a failover).
 constexpr auto kBusyRetry = std::chrono::milliseconds(50);
+// Between two tries at a leader through a failover.
+constexpr auto kFailoverRetry = std::chrono::milliseconds(10);
 
 // "host:port" or "[v6]:port" -> host; "" for anything else (dns:///, unix:).
 std::string PlainHost(const std::string& address) {
@@ -98,7 +100,11 @@ Status MasterLink::CallOnce(const Target& target, fast::Method method, const Req
     }
     // Nothing was sent, so gRPC may carry this call. A master over its connection cap is
     // reachable: keep the channel for the next call instead of tearing it down.
-    if (s.code() != ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS) Forget(channel);
+    const bool busy = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+    if (!busy) Forget(channel);
+    // An HA leader whose fast port cannot be reached is gone: the next leader takes the call
+    // (gRPC to the same host would only fail too, and could not say whether it sent it).
+    if (!busy && locator_->follows_etcd()) return s;
     resp->Clear();
   }
   if (path_ == Path::kFast) {
@@ -107,8 +113,9 @@ Status MasterLink::CallOnce(const Target& target, fast::Method method, const Req
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
   const grpc::Status g = (target.stub.get()->*grpc_method)(&ctx, req, resp);
-  // gRPC's UNAVAILABLE: no connection could carry it.
-  *sent = g.error_code() != grpc::StatusCode::UNAVAILABLE;
+  // gRPC's UNAVAILABLE may come before the call left or after the master took it (it died
+  // mid-call): only its coded refusals say for sure that nothing was applied.
+  *sent = true;
   return rpc::FromGrpc(g, what);
 }
 
@@ -127,28 +134,32 @@ Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool id
     if (s.ok()) {
       if constexpr (requires { resp->term(); }) {
         if (!locator_->NoteTerm(resp->term())) {
+          // A deposed leader applied it (and, synchronous, its successor has it): the outcome is
+          // unknown to the caller; only a call that may run twice goes to the next leader.
           locator_->Stale(target->generation);
-          return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                        std::string(what) + ": answered by a deposed leader (term " +
-                            std::to_string(resp->term()) + ")");
+          s = Status(ErrorCode::RPC_FAIL, std::string(what) + ": answered by a deposed leader "
+                                              "(term " + std::to_string(resp->term()) +
+                                              "); outcome unknown");
         }
       }
-      return s;
+      if (s.ok()) return s;
     }
     last = s;
+    const bool ha = locator_->follows_etcd();
+    // Refused as not the leader: nothing applied. A fixed address has no other master to ask.
     const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE;
     const bool busy = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS && sent;
-    // An HA cluster's leader that cannot be reached has died or stepped down: the next one may
-    // take the call if it cannot have been applied, or if applying it twice is harmless.
-    const bool lost = locator_->follows_etcd() && (!sent || idempotent);
-    if (refused || (!sent && locator_->follows_etcd())) locator_->Stale(target->generation);
-    if (!(refused || busy || lost) || SteadyClock::now() >= deadline) return s;
-    if (!sent && !refused) {
-      // An unreachable master is left behind by the locator; the failover takes a moment.
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    } else if (busy) {
-      std::this_thread::sleep_for(kBusyRetry);
+    // An HA cluster's leader that cannot be reached (or answered late) has died, stepped down or
+    // paused: the next one may take the call if it cannot have been applied, or if applying it
+    // twice is harmless.
+    const bool lost = ha && (!sent || idempotent);
+    if (ha && (refused || !sent || s.code() == ErrorCode::RPC_TIMEOUT ||
+               s.code() == ErrorCode::RPC_FAIL)) {
+      locator_->Stale(target->generation);  // the next call looks the leader up again
     }
+    if (!((refused && ha) || busy || lost) || SteadyClock::now() >= deadline) return s;
+    // Paced: a failover takes a moment, and etcd names the old leader until it is over.
+    std::this_thread::sleep_for(busy ? kBusyRetry : kFailoverRetry);
     resp->Clear();
   }
 }

@@ -10,9 +10,10 @@
 // lower term than one already seen (a deposed leader's), so one client never mixes two leaders'
 // answers. A fixed address is one target forever, and its master's replies carry term 0 unless
 // it runs in HA mode.
-// Call() is the unary gRPC call with that policy: a refusal (nothing applied) or an unreachable
-// master is retried on the next leader until the deadline; another failure ends the call, and
-// makes the next one look again.
+// Call() is the unary gRPC call with that policy: a refusal (nothing applied) is retried on the
+// next leader until the deadline, and so is a call that failed in a way that leaves its outcome
+// unknown (unreachable, timed out, answered by a deposed leader) if it is idempotent; any such
+// failure makes the next call look the leader up again.
 // Ownership: owns its etcd client and the targets' channels (shared with the callers holding a
 // Target).
 // Thread safety: every method from any thread; one lookup runs at a time, others wait for it.
@@ -121,25 +122,27 @@ Status MasterLocator::Call(GrpcMethod<Req, Resp> method, const Req& req, Resp* r
     if (s.ok()) {
       if constexpr (requires { resp->term(); }) {
         if (!NoteTerm(resp->term())) {
+          // A deposed leader applied it: the outcome is unknown (its successor may have it).
           Stale(target->generation);
-          s = Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                     std::string(what) + ": answered by a deposed leader");
+          s = Status(ErrorCode::RPC_FAIL,
+                     std::string(what) + ": answered by a deposed leader; outcome unknown");
         }
       }
       if (s.ok()) return s;
     }
     last = s;
-    // Refused (nothing applied), or the master could not be reached: the next leader may take it.
+    // Refused (nothing applied): the next leader may take it. Unreachable, timed out or deposed:
+    // the next leader may take it only if it may run twice. A fixed address has no next leader,
+    // only one more try for an idempotent call (a dropped connection).
     const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE;
     const bool busy = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
     const bool unreachable = g.error_code() == grpc::StatusCode::UNAVAILABLE;
-    if (refused || unreachable) Stale(target->generation);
-    // A fixed address gets one more try (a dropped connection); an HA cluster, its next leader.
-    const bool retry_unreachable = unreachable && idempotent && (follows_etcd() || attempt == 0);
-    if (!(refused || busy || retry_unreachable) ||
-        std::chrono::steady_clock::now() >= deadline) {
-      return s;
-    }
+    const bool uncertain = unreachable || s.code() == ErrorCode::RPC_TIMEOUT ||
+                           s.code() == ErrorCode::RPC_FAIL;
+    if (refused || uncertain) Stale(target->generation);
+    const bool retry = (refused && follows_etcd()) || busy ||
+                       (uncertain && idempotent && (follows_etcd() || attempt == 0));
+    if (!retry || std::chrono::steady_clock::now() >= deadline) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(busy ? 50 : 10));
   }
 }

@@ -681,10 +681,12 @@ TEST(HaStream, ANonLeaderAndAMalformedHelloAreRefused) {
   EXPECT_TRUE(leader.standbys.List().empty());
 }
 
-// A standby that never acknowledges (not even a beat) is dropped after standby_timeout.
+// A standby that never acknowledges (not even a beat) is dropped after standby_timeout, or, as
+// here before its first ack (it may be loading the snapshot), after first_ack_timeout.
 TEST(HaStream, ASilentStandbyIsDropped) {
   StreamOptions options;
-  options.standby_timeout = 200ms;
+  options.standby_timeout = 50ms;
+  options.first_ack_timeout = 200ms;
   options.beat = 50ms;
   Leader leader(TestPolicy(), 64 << 20, options);
   leader.streams.Lead(1, {{1, 1}});

@@ -183,10 +183,20 @@ void Coordinator::KeepAliveLoop() {
     }
     const int64_t started = SteadyNs();
     auto renewed = keepalive->Renew();
+    bool counts = true;
+    {
+      // A leader's serving clock runs on the lease it won its term under: a later lease (its
+      // first one expired, and it registered again) holds no leader key, so it extends nothing
+      // until this master has stepped down.
+      std::lock_guard lock(mu_);
+      counts = role_ != Role::kLeader || lease == term_lease_;
+    }
     if (renewed.ok() && *renewed > 0) {
       ttl_ms = *renewed * 1000;
       // etcd counts the TTL from when it got the renewal, which is after `started`.
-      lease_until_ns_.store(started + (ttl_ms - options_.lease_margin.count()) * 1'000'000);
+      if (counts) {
+        lease_until_ns_.store(started + (ttl_ms - options_.lease_margin.count()) * 1'000'000);
+      }
     } else if (!renewed.ok() && renewed.code() == ErrorCode::OBJECT_NOT_FOUND) {
       GLOG_WARN("HA: etcd no longer knows lease {:x}: registering again", lease);
       lease_until_ns_.store(0);
@@ -319,6 +329,8 @@ bool Coordinator::Campaign() {
 
 void Coordinator::Promote(uint64_t term, bool fresh) {
   follower_->Stop();  // from here on, nothing but this master's own calls changes the state
+  // Stop applied what was still queued: a replay refused there leaves a state no history holds.
+  fresh = fresh || !follower_->state_valid();
   Lineage lineage;
   if (fresh) {
     state_->ResetEmpty();
@@ -335,6 +347,7 @@ void Coordinator::Promote(uint64_t term, bool fresh) {
   {
     std::lock_guard lock(mu_);
     role_ = Role::kLeader;
+    term_lease_ = lease_id_;
     lineage_ = lineage;
     published_serving_ = false;
     serving_alone_ = false;
@@ -463,13 +476,23 @@ void Coordinator::ManageSync() {
     sync_missing_since_ = now;
     return;  // a live synchronous standby: nothing to do
   }
-  // The synchronous standby is missing (never named, gone, or silent). Replies stop being
-  // released while we choose: a newcomer must hold every operation released so far.
-  if (!current.empty() && required) {
+  const bool any_alive = std::any_of(list.begin(), list.end(), alive);
+  if (!required) {
+    // Serving alone. A standby is back: stop releasing replies (from here on `released` stands
+    // still) and give it standby_timeout to catch up with it; a standby named while replies are
+    // still released without it could lack one of them.
+    std::lock_guard lock(mu_);
+    if (!any_alive || now < next_rejoin_) return;
+    standbys_.SetSync("", true);
+    sync_missing_since_ = now;
+    GLOG_WARN("HA: a standby is back: changes wait until it has caught up");
+  } else if (!current.empty()) {
+    // The synchronous standby is gone or silent. Replies stop being released while we choose: a
+    // newcomer must hold every operation released so far.
     GLOG_WARN("HA: synchronous standby {} is gone or silent: choosing another", current);
     standbys_.SetSync("", true);
   }
-  const uint64_t released = standbys_.released();
+  const uint64_t released = standbys_.released();  // no reply is released past it meanwhile
   const StandbySet::Standby* best = nullptr;
   for (const auto& s : list) {
     if (alive(s) && s.acked >= released && (!best || s.acked > best->acked)) best = &s;
@@ -486,16 +509,18 @@ void Coordinator::ManageSync() {
   bool alone = false;
   {
     std::lock_guard lock(mu_);
-    alone = serving_alone_;
-    if (!alone && options_.allow_serving_alone &&
-        now - sync_missing_since_ >= options_.standby_timeout) {
+    if (options_.allow_serving_alone && now - sync_missing_since_ >= options_.standby_timeout) {
+      if (!serving_alone_) {
+        GLOG_WARN("HA: no synchronous standby for {} ms: serving alone (--allow-serving-alone); "
+                  "a failover now may lose the last operations",
+                  options_.standby_timeout.count());
+      }
       serving_alone_ = alone = true;
-      GLOG_WARN("HA: no synchronous standby for {} ms: serving alone (--allow-serving-alone); "
-                "a failover now may lose the last operations",
-                options_.standby_timeout.count());
+      // A standby that could not catch up is given its next chance a while later, not at once.
+      next_rejoin_ = now + 5 * options_.standby_timeout;
     }
   }
-  if (alone && required) (void)DesignateSync(member_id_, false);
+  if (alone) (void)DesignateSync(member_id_, false);
 }
 
 // ---- status and metrics ----

@@ -9,7 +9,7 @@
 //    A standby campaigns only once the leader key is gone, i.e. after etcd expired or revoked
 //    the old leader's lease.
 // 2. No acknowledged operation is lost by a failover. With sync_standbys = 1, a reply that
-//    changes the state is sent only after the synchronous standby applied its operation, and
+//    changes the state is sent only after the synchronous standby holds its operation, and
 //    etcd's sync key names that standby before any reply waits on it; only the master named there
 //    may take over with its state (a campaign guarded by that key). A leader switches to another
 //    synchronous standby only once that one has every operation a reply was released for.
@@ -143,11 +143,13 @@ class Coordinator final : public ServingGate {
   bool poke_ = false;  // something changed (watch event, lease news): reconcile now
   Role role_ = Role::kStandby;
   int64_t lease_id_ = 0;         // 0: not registered (no lease)
+  int64_t term_lease_ = 0;       // while leading: the lease the term was won under
   bool lease_lost_ = false;      // etcd no longer knows lease_id_
   Lineage lineage_;              // while leading
   bool published_serving_ = false;
   bool serving_alone_ = false;
   std::chrono::steady_clock::time_point sync_missing_since_{};
+  std::chrono::steady_clock::time_point next_rejoin_{};  // serving alone: try a standby again then
   etcd::LeaderRecord leader_seen_;  // the last leader record read (standby's view)
   std::string last_step_down_;
   std::unique_ptr<etcd::Watch> watch_;  // main loop only

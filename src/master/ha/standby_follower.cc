@@ -12,6 +12,7 @@ namespace granary::master::ha {
 namespace {
 using SteadyClock = std::chrono::steady_clock;
 constexpr auto kRetry = std::chrono::milliseconds(50);
+constexpr auto kSnapshotWait = std::chrono::seconds(300);  // for each chunk of a snapshot
 }  // namespace
 
 StandbyFollower::StandbyFollower(MasterState* state, ReplicationLog* log, Options options)
@@ -149,7 +150,9 @@ void StandbyFollower::Session(int fd, uint64_t term) {
   if (welcome.snapshot) {
     std::string snapshot;
     for (;;) {  // bounded: each chunk advances the offset, or the session ends
-      frame = ReadFrame(fd, fast::kMaxFastReply, deadline());
+      // The leader encodes a large state before its first chunk (seconds for millions of
+      // objects): waiting only the stream's timeout for it would start over, forever.
+      frame = ReadFrame(fd, fast::kMaxFastReply, SteadyClock::now() + kSnapshotWait);
       SnapshotChunk chunk;
       if (!frame.ok() || !Decode(*frame, FrameKind::kSnapshotChunk, &chunk) ||
           chunk.offset != snapshot.size() || chunk.total < chunk.offset + chunk.bytes.size()) {

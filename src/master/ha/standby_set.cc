@@ -16,6 +16,9 @@ uint64_t StandbySet::Connected(const std::string& id, const std::string& adverti
   s.id = id;
   s.advertise = advertise;
   s.connected = true;
+  // What an earlier connection (or term) acknowledged says nothing about this one: the standby
+  // acks its position as soon as its history is settled (continued or loaded).
+  s.acked = 0;
   s.link = std::move(link);
   s.stream = stream != 0 ? stream : next_stream_++;
   s.last_ack = std::chrono::steady_clock::now();
@@ -53,12 +56,6 @@ void StandbySet::SetSync(const std::string& id, bool required) {
 
 Status StandbySet::WaitAcked(uint64_t seq, SteadyTime deadline) {
   constexpr auto kSlice = std::chrono::milliseconds(10);  // how often a waiter looks around
-  bool waiting = false;
-  std::multiset<SteadyTime>::iterator mark;
-  auto stop_waiting = [&] {
-    if (waiting) waiting_since_.erase(mark);
-    waiting = false;
-  };
   for (;;) {  // bounded by the deadline: every pass drives the standby or waits one slice
     std::shared_ptr<StreamLink> link;
     std::vector<std::shared_ptr<StreamLink>> everyone;
@@ -66,7 +63,6 @@ Status StandbySet::WaitAcked(uint64_t seq, SteadyTime deadline) {
     {
       std::unique_lock lock(mu_);
       if (closed_) {
-        stop_waiting();
         return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
                       "this master stopped leading before the operation was replicated; its "
                       "outcome is unknown");
@@ -78,17 +74,11 @@ Status StandbySet::WaitAcked(uint64_t seq, SteadyTime deadline) {
           if (s.connected && s.link) everyone.push_back(s.link);
         }
         released_ = std::max(released_, seq);
-        stop_waiting();
       } else if (it != standbys_.end() && it->second.acked >= seq) {
         released_ = std::max(released_, seq);
-        stop_waiting();
         return Status::Ok();
-      } else {
-        if (it != standbys_.end() && it->second.connected) link = it->second.link;
-        if (!waiting) {
-          mark = waiting_since_.insert(std::chrono::steady_clock::now());
-          waiting = true;
-        }
+      } else if (it != standbys_.end() && it->second.connected) {
+        link = it->second.link;
       }
     }
     if (async) {
@@ -98,8 +88,6 @@ Status StandbySet::WaitAcked(uint64_t seq, SteadyTime deadline) {
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      std::lock_guard lock(mu_);
-      stop_waiting();
       return Status(ErrorCode::RPC_TIMEOUT,
                     "no synchronous standby acknowledged the operation in time; its outcome is "
                     "unknown");
@@ -130,6 +118,7 @@ void StandbySet::Close() {
 
 void StandbySet::Reopen(uint64_t released) {
   std::lock_guard lock(mu_);
+  standbys_.clear();  // streams of an earlier term are over; their acks count for nothing now
   closed_ = false;
   sync_.clear();
   required_ = true;
@@ -158,11 +147,5 @@ uint64_t StandbySet::released() const {
   return released_;
 }
 
-std::chrono::milliseconds StandbySet::OldestWait() const {
-  std::lock_guard lock(mu_);
-  if (waiting_since_.empty()) return std::chrono::milliseconds(0);
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                               *waiting_since_.begin());
-}
 
 }  // namespace granary::master::ha

@@ -8,7 +8,8 @@
 // do, so a reply released before the change is on the old one and one released after is on the
 // new one (the coordinator names a newcomer only once it has every operation released so far).
 // Close() wakes every waiter with an error (this master stopped leading).
-// Ownership: plain data; the streams (stream_sender.h) report into it.
+// Ownership: holds each connected standby's StreamLink (shared with its stream); the streams
+// (stream_server.h) report into it.
 // Thread safety: every method from any thread.
 #pragma once
 
@@ -33,7 +34,7 @@ class StandbySet {
   struct Standby {
     std::string id;
     std::string advertise;
-    uint64_t acked = 0;            // every operation up to this one is applied there
+    uint64_t acked = 0;  // this connection acknowledged every operation up to this one (it has them)
     bool connected = false;
     SteadyTime last_ack{};         // when the last ack came
     uint64_t stream = 0;           // which connection (a reconnect gets a new number)
@@ -41,7 +42,8 @@ class StandbySet {
   };
 
   // A new stream from standby `id`; returns its stream number (Acked and Gone quote it, so a
-  // stale connection's last words never touch a newer one's entry).
+  // stale connection's last words never touch a newer one's entry). Its acked position starts at
+  // 0: only this connection's acks count.
   // stream: from NewStream() when the link's ack reports must name it before it is shared;
   // 0: a new number.
   uint64_t Connected(const std::string& id, const std::string& advertise,
@@ -63,7 +65,7 @@ class StandbySet {
   // standby is named and connected, or none is required.
   bool Ready() const;
   void Close();
-  // A new term: waits work again, with no synchronous standby named; `released` is where the
+  // A new term: waits work again, with no standby known and none named; `released` is where the
   // previous leader may have released replies up to (a synchronous standby must have it).
   void Reopen(uint64_t released);
 
@@ -72,8 +74,6 @@ class StandbySet {
   bool sync_required() const;
   // The highest seq WaitAcked let a reply through at (a new synchronous standby must have it).
   uint64_t released() const;
-  // How long the oldest reply has waited (zero when none waits).
-  std::chrono::milliseconds OldestWait() const;
 
  private:
   mutable std::mutex mu_;
@@ -84,7 +84,6 @@ class StandbySet {
   bool required_ = true;
   bool closed_ = false;
   uint64_t released_ = 0;
-  std::multiset<SteadyTime> waiting_since_;
 };
 
 }  // namespace granary::master::ha

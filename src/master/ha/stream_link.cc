@@ -116,6 +116,7 @@ Status StreamLink::ReadAcks(SteadyTime until, bool wait) {
       pos += fast::kHeaderSize + h.body_size;
       if (ack.last_seq > acked_.load()) acked_.store(ack.last_seq);
       last_ack_ns_.store(NowNs());
+      acked_once_ = true;
       on_ack_(ack.last_seq);
     }
     inbox_.erase(0, pos);

@@ -54,6 +54,7 @@ class StreamLink {
   int drivers() const { return drivers_.load(); }
   bool driven_lately(std::chrono::milliseconds window) const;
   uint64_t acked() const { return acked_.load(); }
+  bool acked_once() const { return acked_once_.load(); }
   uint64_t sent() const;
   SteadyTime last_ack() const;
   bool broken() const { return broken_.load(); }
@@ -77,6 +78,7 @@ class StreamLink {
   std::string inbox_;    // bytes read and not yet a whole frame (under read_mu_)
   std::atomic<uint64_t> acked_{0};
   std::atomic<int64_t> last_ack_ns_;
+  std::atomic<bool> acked_once_{false};
   std::atomic<int> drivers_{0};
   std::atomic<int64_t> last_drive_ns_{0};
   std::atomic<bool> broken_{false};

@@ -115,8 +115,13 @@ void StreamServer::Serve(int fd, std::string_view request) {
       if (!link->SendBeat(term, log_->last_seq()).ok()) break;
       last_beat = now;
     }
-    if (now - link->last_ack() > options_.standby_timeout) {
-      why = "silent for " + std::to_string(options_.standby_timeout.count()) + " ms";
+    // Until its first ack the standby may still be loading a snapshot (seconds for a large
+    // state); after that, silence means it is gone.
+    const auto silence = link->acked_once() ? options_.standby_timeout : options_.first_ack_timeout;
+    if (now - link->last_ack() > silence) {
+      why = "silent for " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silence).count()) +
+            " ms";
       break;
     }
     if (link->driven_lately(kDriven)) {

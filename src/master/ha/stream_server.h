@@ -6,10 +6,12 @@
 // StopLeading() ends every stream within one beat. Every operation reaches a standby in
 // sequence order with no gap: a standby the log has left behind is refused (kRefuse) and comes
 // back for a snapshot. A standby silent for standby_timeout (no ack, not even of a beat) is
-// dropped, so a paused synchronous standby is noticed and replaced (ha_master.h).
+// dropped, so a paused synchronous standby is noticed and replaced (coordinator.h); before its
+// first ack a standby may be loading a snapshot, and is given much longer.
 // Ownership: borrows the state, the log and the standby set (they outlive it).
-// Thread safety: Serve runs on each connection's fast-server thread (plus one ack reader thread
-// per stream); Lead and StopLeading from the coordinator's thread.
+// Thread safety: Serve runs on each connection's fast-server thread; replies waiting for their
+// replication drive the same connection through its StreamLink (stream_link.h); Lead and
+// StopLeading from the coordinator's thread.
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,8 @@ namespace granary::master::ha {
 struct StreamOptions {
   std::chrono::milliseconds beat{100};              // a leader idle this long sends a beat
   std::chrono::milliseconds standby_timeout{1000};  // a standby silent this long is dropped
+  // ...but before its first ack it may be loading a snapshot (seconds for millions of objects).
+  std::chrono::milliseconds first_ack_timeout{300'000};
   size_t max_batch_bytes = 4 << 20;                 // operations per kOps frame, at most
   size_t snapshot_chunk_bytes = 8 << 20;
 };

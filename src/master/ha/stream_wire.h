@@ -5,9 +5,10 @@
 // kReplicate whose body is one byte of FrameKind and its payload (binary_codec.h):
 //   leader -> standby: kWelcome, then kSnapshotChunk... if a snapshot is due, then kOps and
 //                      kBeat (every beat interval while idle), or kRefuse before closing;
-//   standby -> leader: kAck after applying each kOps (and after loading a snapshot).
-// An ack of seq N says: this standby has applied every operation up to N of the leader's
-// history. kOps carries [u32 length | EncodeOperation] records in sequence order.
+//   standby -> leader: kAck on receiving each kOps and each kBeat (and after its history is
+//                      settled: continued, or a snapshot loaded).
+// An ack of seq N says: this standby holds every operation up to N of the leader's history
+// (received in order; it applies them all before it could ever take over). kOps carries [u32 length | EncodeOperation] records in sequence order.
 // Promise: ReadFrame never allocates more than max_body and returns by its deadline; every
 // malformed frame or payload is an error value, never a crash.
 // Thread safety: pure functions; one reader and one writer per socket at a time.

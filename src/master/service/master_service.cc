@@ -73,7 +73,7 @@ grpc::Status MasterService::Admission::Finish() {
       return rpc::ToGrpc(s);
     }
   }
-  set_term_(reply_, gate_->term());
+  set_term_(reply_, term_);
   return grpc::Status::OK;
 }
 

@@ -134,6 +134,9 @@ class MasterService final : public proto::Master::Service {
           }) {
       if (gate_) {
         entry_ = gate_->Enter(kind == CallKind::kUpdate);
+        // The term the call was admitted under: a reply that outlives a step-down still names the
+        // term that served it (never 0, which clients take from a master running alone).
+        term_ = gate_->term();
         applied_before_ = MasterState::AppliedOnThisThread();
       }
     }
@@ -152,6 +155,7 @@ class MasterService final : public proto::Master::Service {
     google::protobuf::Message* reply_;
     void (*set_term_)(google::protobuf::Message*, uint64_t);
     Status entry_;
+    uint64_t term_ = 0;
     uint64_t applied_before_ = 0;  // operations this thread had applied before the call
   };
   void FillReplicas(const std::vector<Extent>& extents,

@@ -8,7 +8,7 @@
 // the mode needs it; an error then means the operation happened here but may not survive a
 // failover: the caller learns an unknown outcome, never a success. Exit() pairs with every
 // successful Enter(): a role change waits for the calls in flight to leave before it touches
-// the state (master/ha/ha_master.h).
+// the state (master/ha/coordinator.h).
 // A master without HA has no gate (MasterService's gate is null): every call is served.
 // Thread safety: every method from any thread, concurrently.
 #pragma once
