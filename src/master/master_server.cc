@@ -167,6 +167,10 @@ void MasterServer::Shutdown() {
 }
 
 void MasterServer::HousekeepingLoop() {
+  // A new leader gives every client a full TTL from its term's start before it expires one (as
+  // etcd's lessor does): a node that pinged the old leader last could not ping this one before.
+  uint64_t term_seen = 0;
+  int64_t expire_from_ms = 0;
   std::unique_lock lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, kHousekeepingTick, [this] { return stopping_; });
@@ -177,7 +181,14 @@ void MasterServer::HousekeepingLoop() {
       lock.lock();
       continue;
     }
-    for (const auto& client : state_->SilentClients(clock_->NowMs())) {
+    const int64_t now_ms = clock_->NowMs();
+    if (coordinator_ && coordinator_->term() != term_seen) {
+      term_seen = coordinator_->term();
+      expire_from_ms = now_ms + state_->policy().client_ttl_ms;
+    }
+    const bool may_expire = now_ms >= expire_from_ms;
+    for (const auto& client :
+         may_expire ? state_->SilentClients(now_ms) : std::vector<std::string>{}) {
       auto expired = state_->ExpireClient(client);
       if (!expired.unmounted.empty()) {
         GLOG_WARN("client {} silent for {} ms: unmounted {} segment(s)", client,

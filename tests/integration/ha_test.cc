@@ -195,6 +195,13 @@ void PausedLeaderStepsDown(HaCluster& cluster_, std::vector<std::string> flags) 
   ASSERT_TRUE(cluster_.Start(3, 1, 64 * MiB, flags));
   const int old_leader = cluster_.LeaderIndex();
   ASSERT_GE(old_leader, 0);
+  // A client that knew the old leader: once a call to the paused one fails (its timeout), the
+  // next ones find the new leader.
+  ClientOptions short_calls;
+  short_calls.rpc_timeout_ms = 1500;
+  auto client = cluster_.MakeClient(false, short_calls);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Put("before-pause", Pattern("before-pause", 4096)).ok());
   ServingProbe probe(&cluster_);
   probe.Start();
   std::this_thread::sleep_for(milliseconds(300));
@@ -203,6 +210,13 @@ void PausedLeaderStepsDown(HaCluster& cluster_, std::vector<std::string> flags) 
   // Longer than its lease (1 s): etcd expires it and a standby takes over.
   const int new_leader = cluster_.WaitForLeader(Millis(5000), old_leader);
   ASSERT_GE(new_leader, 0);
+  bool put = false;
+  for (int i = 0; i < 5 && !put; ++i) {  // bounded: at most one call times out on the old one
+    Status st = client->Put("during-pause-" + std::to_string(i), Pattern("p", 4096));
+    put = st.ok();
+    if (!put) std::printf("put during the pause: %s\n", st.ToString().c_str());
+  }
+  EXPECT_TRUE(put) << "the client stayed on the paused leader";
   std::this_thread::sleep_for(milliseconds(1500));
   ASSERT_TRUE(cluster_.master(old_leader).process().Kill(SIGCONT));
   EXPECT_TRUE(cluster_.WaitForRole(old_leader, "standby", Millis(5000)))
@@ -558,6 +572,33 @@ TEST_F(HaTest, NodesKeepTheirMountsAcrossAFailover) {
   EXPECT_EQ(got, Pattern("kept", 8 * KiB));
 }
 
+
+// A node whose last heartbeat is older than the client TTL (3 s here) when a new leader takes
+// over keeps its segment if it pings the new leader within a TTL of the takeover: the new leader
+// expires no client before then (it could not have been pinged sooner).
+TEST_F(HaTest, ANewLeaderGivesEveryNodeAFullTtlBeforeItExpiresOne) {
+  ASSERT_TRUE(cluster_.Start(3, 1, 32 * MiB));
+  auto client = cluster_.MakeClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Put("kept", Pattern("kept", 8 * KiB)).ok());
+  ASSERT_TRUE(cluster_.WaitForStandbysCaughtUp(Millis(5000)));
+  const int old_leader = cluster_.LeaderIndex();
+  ASSERT_GE(old_leader, 0);
+  ASSERT_TRUE(cluster_.node(0).Kill(SIGSTOP));  // its last ping is now
+  std::this_thread::sleep_for(milliseconds(2500));
+  ASSERT_TRUE(cluster_.master(old_leader).process().Kill(SIGKILL));
+  ASSERT_GE(cluster_.WaitForLeader(Millis(5000), old_leader), 0);
+  // Past the node's TTL as the old leader counted it, well within one from the takeover.
+  std::this_thread::sleep_for(milliseconds(1000));
+  ASSERT_TRUE(cluster_.node(0).Kill(SIGCONT));
+  std::this_thread::sleep_for(milliseconds(1500));  // pings with the new leader
+  EXPECT_EQ(cluster_.node(0).AllLogs().find("remounted"), std::string::npos)
+      << "the new leader expired the node it had not heard from yet";
+  std::vector<std::byte> got(8 * KiB);
+  auto r = client->GetInto("kept", got);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(got, Pattern("kept", 8 * KiB));
+}
 
 // The leader record says serving only once that master answers: through a failover, every time
 // etcd names a serving leader, a call to that address right away is answered, not refused.
