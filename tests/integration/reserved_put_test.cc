@@ -79,6 +79,11 @@ TEST_F(ReservedPutTest, ClosingAClientGivesItsReservationsBack) {
     ASSERT_NE(writer, nullptr);
     std::vector<std::pair<std::string, Bytes>> written;
     PutUntilReserved(*writer, "close/", 256 * KiB, 4, written);
+    // The pool refills in the background: measure once it holds space again (CI measured
+    // between a put that took the pool's last reservation and the refill).
+    ASSERT_TRUE(WaitUntil([&] { return writer->Stats().reservations_held > 0; }, Millis(5000),
+                          Millis(20)))
+        << "the pool never refilled";
     used_after_puts = used();
     writer->Close();
   }
