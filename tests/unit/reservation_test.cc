@@ -153,6 +153,36 @@ TEST_F(ReservationTest, ReservationsStayBelowTheWatermarkAndWithinTheClientsCap)
             ErrorCode::INVALID_PARAMS);
 }
 
+// A probe took 90% of a 1 MiB segment with 1-byte reservations, 65,536 a call, though the
+// share is a quarter: the caps count what the allocator takes (64 bytes each), so it cannot,
+// and another client's put still finds room.
+TEST_F(ReservationTest, TinyReservationsTakeNoMoreThanTheirShareAndOthersStillPut) {
+  MountSeg("seg", kMiB);
+  uint64_t granted = 0;
+  for (int call = 0; call < 8; ++call) {
+    ReserveResult r = state_.Reserve({"greedy", 1, 65'536, {}});
+    granted += r.granted.size();
+    if (!r.status.ok()) break;
+  }
+  EXPECT_GT(granted, 0u);
+  EXPECT_LE(granted * OffsetAllocator::AllocationSize(1), kMiB / 4);
+  EXPECT_LE(Used(), kMiB / 4) << "reserved space beyond a quarter of the segment";
+  EXPECT_LE(state_.reserved_bytes(), kMiB / 4);
+  auto put = state_.PutStart({"other", {"k"}, {kMiB / 2}, {}, false})[0];
+  EXPECT_TRUE(put.status.ok()) << put.status.ToString();
+
+  // However large its byte cap, a client holds at most 65,536 reservations (master memory).
+  MasterPolicy big = Policy();
+  big.reservation_max_bytes = uint64_t{1} << 40;
+  MasterState roomy(big, &clock_);
+  ASSERT_TRUE(roomy.Mount({"node", {"s", 64 * kMiB, "127.0.0.1:1", "", "", 1, true}}).status.ok());
+  uint64_t held = 0;
+  for (int call = 0; call < 4; ++call) held += roomy.Reserve({"c", 1, 40'000, {}}).granted.size();
+  EXPECT_EQ(held, 65'536u);
+  EXPECT_EQ(roomy.Reserve({"c", 1, 1, {}}).status.code(), ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(roomy.Reserve({"d", 1, 1, {}}).granted.size(), 1u) << "the count is per client";
+}
+
 // The promise: space a writer may still touch is never handed to anyone else. An expired
 // reservation waits write_quarantine_ms more before any allocation may take it.
 TEST_F(ReservationTest, AnExpiredReservationIsQuarantinedBeforeAnyoneElseGetsItsSpace) {

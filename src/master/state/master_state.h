@@ -502,10 +502,17 @@ class MasterState {
   std::vector<Observer> observers_;
   // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
   // client are derived (the cap's check), the atomics are for metrics.
+  // Counted in what the allocator takes (ReservedCost), not in the sizes asked for: 1-byte
+  // reservations take 64 bytes each, and the caps must see that.
+  struct ClientReservations {
+    uint64_t bytes = 0;
+    uint64_t count = 0;
+  };
   std::map<uint64_t, HeldReservation> reservations_;
-  std::unordered_map<std::string, uint64_t> reserved_by_client_;
+  std::unordered_map<std::string, ClientReservations> reserved_by_client_;
   std::unordered_map<uint64_t, uint64_t> reserved_by_segment_;
   static constexpr uint64_t kMaxReservedShare = 4;  // at most 1/4 of a segment is reserved
+  static constexpr uint64_t kMaxReservationsPerClient = 65'536;
   std::atomic<uint64_t> reservation_count_{0};
   std::atomic<uint64_t> reserved_bytes_{0};
 };

@@ -57,25 +57,31 @@ ReserveResult MasterState::ApplyReserve(const ReserveOp& op, int64_t now) {
                             r == reserved_by_segment_.end() ? 0 : r->second});
     }
   }
-  const uint64_t need = OffsetAllocator::AllocationSize(op.size);
-  uint64_t held = 0;
+  // Caps count what the allocator takes (1-byte reservations take 64 bytes each), and how many
+  // a client holds (each costs the master memory).
+  const uint64_t need = ReservedCost(op.size);
+  ClientReservations held;
   if (auto it = reserved_by_client_.find(op.client_id); it != reserved_by_client_.end()) {
     held = it->second;
   }
+  auto at_cap = [&] {
+    return held.bytes + need > policy_.reservation_max_bytes ||
+           held.count >= kMaxReservationsPerClient;
+  };
   ReserveResult result;
   for (uint32_t k = 0; k < op.count; ++k) {
-    if (held + op.size > policy_.reservation_max_bytes) break;
+    if (at_cap()) break;
     std::optional<Extent> extent;
     for (Candidate& c : candidates) {
       if (static_cast<double>(c.used + need) >
               policy_.eviction_high_watermark * static_cast<double>(c.capacity) ||
-          c.reserved + op.size > c.capacity / kMaxReservedShare) {
+          c.reserved + need > c.capacity / kMaxReservedShare) {
         continue;
       }
       extent = segments_.AllocateOn({c.id}, op.size, {}, now);
       if (extent) {
         c.used += need;
-        c.reserved += op.size;
+        c.reserved += need;
         break;
       }
       c.used = c.capacity;  // no block of this size left there: skip it from now on
@@ -84,15 +90,16 @@ ReserveResult MasterState::ApplyReserve(const ReserveOp& op, int64_t now) {
     const uint64_t gen = next_put_gen_++;
     const int64_t expires = SaturatingAdd(now, policy_.reservation_ttl_ms);
     reservations_.emplace(gen, HeldReservation{op.client_id, *extent, expires});
-    reserved_by_segment_[extent->segment_id] += op.size;
-    held += op.size;
+    reserved_by_segment_[extent->segment_id] += need;
+    held.bytes += need;
+    held.count++;
     reservation_count_++;
-    reserved_bytes_ += op.size;
+    reserved_bytes_ += need;
     result.granted.push_back({gen, *extent, expires});
   }
   if (!result.granted.empty()) reserved_by_client_[op.client_id] = held;
   if (result.granted.empty()) {
-    result.status = held + op.size > policy_.reservation_max_bytes
+    result.status = at_cap()
                         ? Status(ErrorCode::NO_AVAILABLE_HANDLE,
                                  "the client holds its cap of reserved bytes already")
                         : Status(ErrorCode::NO_AVAILABLE_HANDLE,
@@ -233,11 +240,13 @@ size_t MasterState::ExpireReservations(int64_t now) {
 }
 
 void MasterState::ForgetReservation(std::map<uint64_t, HeldReservation>::iterator it) {
-  const uint64_t size = it->second.extent.length;
+  const uint64_t size = ReservedCost(it->second.extent.length);
   auto by_client = reserved_by_client_.find(it->second.client_id);
   if (by_client != reserved_by_client_.end()) {
-    by_client->second -= std::min(by_client->second, size);
-    if (by_client->second == 0) reserved_by_client_.erase(by_client);
+    ClientReservations& c = by_client->second;
+    c.bytes -= std::min(c.bytes, size);
+    c.count -= std::min<uint64_t>(c.count, 1);
+    if (c.count == 0) reserved_by_client_.erase(by_client);
   }
   auto by_segment = reserved_by_segment_.find(it->second.extent.segment_id);
   if (by_segment != reserved_by_segment_.end()) {

@@ -264,7 +264,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
     known_disks.insert(disk);
   }
   std::map<uint64_t, HeldReservation> reservations;
-  std::unordered_map<std::string, uint64_t> reserved_by_client;
+  std::unordered_map<std::string, ClientReservations> reserved_by_client;
   std::unordered_map<uint64_t, uint64_t> reserved_by_segment;
   uint64_t reserved_bytes = 0;
   in(n);
@@ -278,9 +278,11 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
         !reservations.emplace(name, held).second) {
       return bad("malformed reservation");
     }
-    reserved_by_client[held.client_id] += held.extent.length;
-    reserved_by_segment[held.extent.segment_id] += held.extent.length;
-    reserved_bytes += held.extent.length;
+    const uint64_t cost = ReservedCost(held.extent.length);
+    reserved_by_client[held.client_id].bytes += cost;
+    reserved_by_client[held.client_id].count++;
+    reserved_by_segment[held.extent.segment_id] += cost;
+    reserved_bytes += cost;
   }
   if (!in.ok() || !in.done()) return bad("malformed or trailing bytes");
 

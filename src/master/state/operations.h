@@ -75,7 +75,8 @@ struct PutRevokeOp {
 // extents of exactly `size` bytes, each its own until it commits a key into it, releases it, or
 // its lease (expires_ms) ends. Reserved space counts as used and is never listed or evicted; it is
 // granted only where its segment stays at or below the eviction high watermark (a reservation
-// never makes eviction run) and within the client's cap (MasterPolicy::reservation_max_bytes).
+// never makes eviction run) and within the client's caps (MasterPolicy::reservation_max_bytes,
+// 65,536 reservations), each counting the allocator's rounded-up size.
 struct ReserveOp {
   std::string client_id;
   uint64_t size = 0;

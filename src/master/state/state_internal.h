@@ -34,6 +34,9 @@ inline Result<std::unique_ptr<RE2>> CompilePattern(const std::string& pattern) {
 }
 
 // now + ttl without overflow: a client may ask for a TTL of 2^63 - 1.
+// What a reservation of `length` bytes takes from its segment and from its client's cap.
+inline uint64_t ReservedCost(uint64_t length) { return OffsetAllocator::AllocationSize(length); }
+
 inline int64_t SaturatingAdd(int64_t now, int64_t ttl) {
   if (ttl <= 0) return now;
   if (now > std::numeric_limits<int64_t>::max() - ttl) return std::numeric_limits<int64_t>::max();
