@@ -36,7 +36,7 @@ struct DataConn {
     kHeader,   // reading a RequestHeader (header_got bytes of it so far)
     kBody,     // reading a small request body into `body` (DISK_*, STAGE_RELEASE)
     kPayload,  // receiving a WRITE's payload straight into the segment
-    kDrain,    // discarding a refused WRITE's payload (into `body`, reused as scratch)
+    kDrain,    // discarding a fenced WRITE's payload (into the I/O thread's scratch)
     kSend,     // sending `response` then `payload`
     kDisk,     // queued for or held by a disk thread; the timer expires it only while queued
   };
@@ -51,10 +51,12 @@ struct DataConn {
   Phase phase = Phase::kHeader;
   transfer::RequestHeader request;
   size_t header_got = 0;
-  std::vector<uint8_t> body;
+  std::vector<uint8_t> body;  // grows as its bytes arrive, never ahead of them
+  uint64_t body_charged = 0;  // of the server's bound on bytes held for partial bodies
   uint64_t done = 0;  // bytes of the body, payload or drain so far
   uint8_t* target = nullptr;  // a WRITE's first byte, in the memory of the mount that accepted it
   int32_t drain_status = 0;  // the refusal a drained WRITE gets once its payload is gone
+  bool close_after_answer = false;  // a WRITE refused at its header: answered, then closed
 
   transfer::ResponseHeader response;
   std::vector<uint8_t> out;          // a response payload the server built (STAGE_*)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -34,7 +35,8 @@ using transfer::RequestHeader;
 using transfer::ResponseHeader;
 using Phase = DataConn::Phase;
 
-constexpr size_t kDrainChunk = 64 * 1024;  // scratch for a refused WRITE's payload
+constexpr size_t kDrainChunk = 64 * 1024;  // a fenced WRITE's payload, per recv
+constexpr uint64_t kFirstBodyChunk = 4096;  // a body's first allocation; then it doubles
 // Socket calls one turn may make before the connection goes back to epoll (fairness: a fast
 // peer with a 256 MiB READ must not keep an I/O thread from the others).
 constexpr int kStepsPerTurn = 64;
@@ -361,9 +363,37 @@ void DataServer::UpdateDeadline(DataConn& c) {
   c.deadline_ns.store(deadline, std::memory_order_relaxed);
 }
 
+bool DataServer::GrowBody(DataConn& c, uint64_t arrived) {
+  const uint64_t size = c.body.size();
+  const uint64_t want = std::min<uint64_t>(
+      c.request.length, std::max({kFirstBodyChunk, size * 2, c.done + arrived}));
+  const uint64_t more = want - c.body_charged;
+  uint64_t held = body_bytes_held_.load(std::memory_order_relaxed);
+  do {
+    if (held + more > options_.max_body_bytes_held) {
+      shed_bodies_++;
+      errors_++;
+      GLOG_DEBUG("data server: closing a connection whose request body would pass the {} bytes "
+                 "all partial bodies may hold",
+                 options_.max_body_bytes_held);
+      return false;
+    }
+  } while (!body_bytes_held_.compare_exchange_weak(held, held + more, std::memory_order_relaxed));
+  c.body_charged = want;
+  c.body.resize(want);
+  return true;
+}
+
+void DataServer::FreeBody(DataConn& c) {
+  body_bytes_held_.fetch_sub(c.body_charged, std::memory_order_relaxed);
+  c.body_charged = 0;
+  c.body = {};
+}
+
 void DataServer::Close(DataConn& c) {
   if (c.closed) return;
   c.closed = true;
+  FreeBody(c);
   // The client may have died between staging and release: its slots go back now, not at the TTL.
   if (ShmStaging* staging = staging_.load(std::memory_order_acquire)) {
     staging->ReleaseOwner(c.id);
@@ -420,7 +450,6 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
             fenced_++;
             errors_++;
             c.drain_status = static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND);
-            c.body.resize(std::min<uint64_t>(left, kDrainChunk));
             c.phase = Phase::kDrain;
             continue;
           }
@@ -430,9 +459,22 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           }
           LeaveMount(slot);
         } else if (c.phase == Phase::kBody) {
-          r = recv(c.fd, c.body.data() + c.done, left, 0);
+          if (c.done < c.body.size()) {
+            r = recv(c.fd, c.body.data() + c.done, c.body.size() - c.done, 0);
+          } else {
+            // Full (or not begun): the bytes land in scratch first, so memory is taken only
+            // for bytes that came.
+            thread_local std::array<uint8_t, kDrainChunk> scratch;
+            r = recv(c.fd, scratch.data(), std::min<uint64_t>(left, scratch.size()), 0);
+            if (r > 0) {
+              if (!GrowBody(c, static_cast<uint64_t>(r))) return Next::kClose;
+              std::memcpy(c.body.data() + c.done, scratch.data(), static_cast<size_t>(r));
+            }
+          }
         } else {
-          r = recv(c.fd, c.body.data(), std::min<uint64_t>(left, c.body.size()), 0);
+          // Discarded bytes: one scratch per I/O thread, nothing held per connection.
+          thread_local std::array<uint8_t, kDrainChunk> scratch;
+          r = recv(c.fd, scratch.data(), std::min<uint64_t>(left, scratch.size()), 0);
         }
         if (r > 0) {
           c.last_progress_ns = MonotonicNs();
@@ -486,6 +528,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           c.sent += static_cast<uint64_t>(r);
           if (c.sent < sizeof(ResponseHeader) + c.payload_len) continue;
           if (c.sending_segment) bytes_read_ += c.payload_len;
+          if (c.close_after_answer) return Next::kClose;
           c.sending_segment = false;
           c.payload = nullptr;
           c.out.clear();
@@ -533,8 +576,8 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
     case Opcode::kDiskStage:
     case Opcode::kStageRelease:
       // Read whole (small: kMaxDiskReadBody) before anything is answered, so a refusal leaves
-      // the connection in sync.
-      c.body.assign(h.length, 0);
+      // the connection in sync; held only as it arrives (GrowBody).
+      FreeBody(c);
       c.phase = Phase::kBody;
       return h.length == 0 ? FinishBody(c) : Next::kRead;
     default:
@@ -554,14 +597,10 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   const bool is_write = h.opcode == Opcode::kWrite;
   if (refusal != ErrorCode::OK) {
     errors_++;
-    if (is_write && h.length > 0) {
-      // Drain the payload so the next header is read where it starts; the refusal waits.
-      c.drain_status = static_cast<int32_t>(refusal);
-      c.body.resize(std::min<uint64_t>(h.length, kDrainChunk));
-      c.phase = Phase::kDrain;
-      return Next::kRead;
-    }
     Respond(c, refusal, nullptr, 0);
+    // A refused WRITE's payload is never waited for (a peer may announce one and send nothing):
+    // the answer goes out at once, then the connection closes.
+    c.close_after_answer = is_write && h.length > 0;
     return Next::kRead;
   }
   if (is_write) {
@@ -580,6 +619,7 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
 DataServer::Next DataServer::FinishBody(DataConn& c) {
   if (c.request.opcode == Opcode::kStageRelease) {
     ServeStageRelease(c);
+    FreeBody(c);
     return Next::kRead;
   }
   c.phase = Phase::kDisk;
@@ -617,7 +657,7 @@ void DataServer::DiskLoop() {
       continue;
     }
     conn->phase = Phase::kHeader;
-    conn->body = {};
+    FreeBody(*conn);
     conn->last_progress_ns = MonotonicNs();
     Rearm(*conn, Next::kRead);
   }
@@ -684,6 +724,8 @@ DataServer::Stats DataServer::stats() const {
   s.disk_bytes_read = disk_bytes_read_.load();
   s.disk_bytes_staged = disk_bytes_staged_.load();
   s.fenced = fenced_.load();
+  s.shed_bodies = shed_bodies_.load();
+  s.body_bytes_held = body_bytes_held_.load();
   return s;
 }
 

@@ -4,8 +4,13 @@
 // Every header is checked before any memory is touched: a malformed one (magic, version, opcode,
 // reserved, length > kMaxRequestBytes) closes that connection only; a well-formed one that is
 // refused (a segment token other than the current mount's, range outside the segment) is answered
-// with an error status and the connection stays usable. No byte outside the segment is ever read
-// or written. Bytes move with no staging copy: recv() lands in the segment, send() leaves from it.
+// with an error status at once; a refused READ leaves the connection usable, a refused WRITE's
+// connection is closed once the answer is out (its payload is never waited for). No byte outside
+// the segment is ever read or written. Bytes move with no staging copy: recv() lands in the
+// segment, send() leaves from it. A request body (DISK_*, STAGE_RELEASE) is held only as its
+// bytes arrive, and all partial bodies together hold at most max_body_bytes_held: a request that
+// would pass it has its connection closed (shed_bodies), so headers that announce bodies and
+// never send them cost nothing.
 //
 // Fencing (the mount fence). Each mount has its own token and, from the node, its own memory
 // (SetMount, called by the node before it tells the master about the mount). A request is
@@ -82,6 +87,8 @@ struct DataServerOptions {
   // request_timeout_ms plus its payload at min_transfer_rate (bytes/s).
   int request_timeout_ms = 10000;
   uint64_t min_transfer_rate = 1 << 20;
+  // Bytes all connections together may hold for request bodies not yet complete.
+  uint64_t max_body_bytes_held = 64ull << 20;
 };
 
 class DataServer {
@@ -101,6 +108,8 @@ class DataServer {
     uint64_t disk_bytes_read = 0;       // payload bytes answered from the disk tier (DISK_READ)
     uint64_t disk_bytes_staged = 0;     // object bytes staged in shared memory (DISK_STAGE)
     uint64_t fenced = 0;                // requests cut off because their mount was replaced
+    uint64_t shed_bodies = 0;           // closed: their body would pass max_body_bytes_held
+    uint64_t body_bytes_held = 0;       // a gauge: bytes held for partial request bodies
   };
 
   // The longest SetMount waits for I/O threads to leave the old mount's memory.
@@ -166,6 +175,10 @@ class DataServer {
   void UpdateDeadline(DataConn& c);
   void Rearm(DataConn& c, Next next);
   void Close(DataConn& c);
+  // Grows c.body toward c.request.length to take `arrived` more bytes, within the bound;
+  // false when the bound would be passed (the connection must close).
+  bool GrowBody(DataConn& c, uint64_t arrived);
+  void FreeBody(DataConn& c);
   int64_t BudgetNs(uint64_t bytes) const;
 
   // DISK_READ and DISK_STAGE share their framing: the request's checks and body, then either one
@@ -232,6 +245,8 @@ class DataServer {
   std::atomic<uint64_t> disk_bytes_read_{0};
   std::atomic<uint64_t> disk_bytes_staged_{0};
   std::atomic<uint64_t> fenced_{0};
+  std::atomic<uint64_t> shed_bodies_{0};
+  std::atomic<uint64_t> body_bytes_held_{0};
 };
 
 }  // namespace granary::node

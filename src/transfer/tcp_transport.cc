@@ -410,6 +410,25 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
     l.got = 0;
     l.phase = Lane::kSend;
   };
+  auto refused = [&](Lane& l, ErrorCode code) {
+    record(Status(code, "node " + ep.name + " refused " + OpName(op) + " of [" +
+                            std::to_string(offset + l.off) + ", +" + std::to_string(l.len) +
+                            ") with segment token " + std::to_string(token) + ": " +
+                            RefusalText(code)));
+  };
+  // A node refuses a WRITE at its header, answers and closes without reading the payload: a
+  // send cut off by that close finds the refusal waiting to be read.
+  auto refusal_waiting = [&](Lane& l) {
+    ResponseHeader rh;
+    const ssize_t r = recv(l.conn.fd, &rh, sizeof(rh), MSG_DONTWAIT | MSG_PEEK);
+    if (r != static_cast<ssize_t>(sizeof(rh)) || rh.magic != kResponseMagic ||
+        rh.request_id != l.req.request_id || rh.status == 0 || rh.length != 0) {
+      return false;
+    }
+    refused(l, ErrorCodeFromInt(rh.status));
+    drop(l);
+    return true;
+  };
   auto protocol_failed = [&](Lane& l, const std::string& what) {
     drop(l);
     record(Status(ErrorCode::TRANSFER_FAIL, describe(l) + "malformed response: " + what));
@@ -442,7 +461,9 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
             continue;
           }
           if (errno == EAGAIN || errno == EWOULDBLOCK) return POLLOUT;
-          io_failed(l, errno, "send failed: ");
+          const int err = errno;
+          if (write && (err == EPIPE || err == ECONNRESET) && refusal_waiting(l)) continue;
+          io_failed(l, err, "send failed: ");
           continue;
         }
         l.sent += static_cast<uint64_t>(r);
@@ -481,12 +502,13 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
             protocol_failed(l, "an error with a payload");
             continue;
           }
-          ErrorCode code = ErrorCodeFromInt(l.resp.status);
-          record(Status(code, "node " + ep.name + " refused " + OpName(op) + " of [" +
-                                  std::to_string(offset + l.off) + ", +" + std::to_string(l.len) +
-                                  ") with segment token " + std::to_string(token) + ": " +
-                                  RefusalText(code)));
-          l.phase = Lane::kIdle;  // the node keeps the connection in sync: still usable
+          refused(l, ErrorCodeFromInt(l.resp.status));
+          // A refused READ leaves the connection in sync; a refused WRITE's is closed by the node.
+          if (write) {
+            drop(l);
+          } else {
+            l.phase = Lane::kIdle;
+          }
           continue;
         }
         const uint64_t expected = op == Opcode::kRead ? l.len : 0;

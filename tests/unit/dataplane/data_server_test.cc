@@ -114,6 +114,28 @@ class DataServerTest : public ::testing::Test {
     ExpectReadWorks(conn, 1000, 64);
   }
 
+  // Sends a WRITE header alone and expects the refusal `code` at once (the payload is never
+  // waited for), then this connection closed; the segment is untouched and others are served.
+  void ExpectWriteRefusedAndClosed(const RequestHeader& h, ErrorCode code,
+                                   bool others_served = true) {
+    RawConn conn(server_->port());
+    ASSERT_TRUE(conn.connected());
+    std::vector<uint8_t> before(seg(), seg() + kSegSize);
+    ASSERT_TRUE(conn.SendHeader(h));
+    pollfd pfd{conn.fd(), POLLIN, 0};
+    ASSERT_EQ(poll(&pfd, 1, 2000), 1) << "no answer to a refused WRITE before its payload";
+    auto rh = conn.RecvResponse();
+    ASSERT_TRUE(rh.has_value());
+    EXPECT_EQ(rh->status, static_cast<int32_t>(code));
+    EXPECT_EQ(rh->length, 0u);
+    EXPECT_EQ(rh->request_id, h.request_id);
+    EXPECT_TRUE(conn.ClosedByPeer()) << "a refused WRITE's connection must close";
+    EXPECT_EQ(std::memcmp(before.data(), seg(), kSegSize), 0) << "a refused request wrote";
+    if (!others_served) return;  // the caller's token is not the server's
+    RawConn other(server_->port());
+    ExpectReadWorks(other, 1000, 64);
+  }
+
   // Sends a malformed header and expects the server to close this connection only.
   void ExpectClosesOn(const RequestHeader& h) {
     RawConn conn(server_->port());
@@ -236,14 +258,14 @@ TEST_F(DataServerTest, OverflowingRangeIsRefused) {
   RawConn conn(server_->port());
   const uint64_t offset = UINT64_MAX - 7;  // 2^64 - 8: offset + 16 wraps to 8
   ExpectRefused(conn, Header(Opcode::kRead, offset, 16), ErrorCode::INVALID_PARAMS);
-  ExpectRefused(conn, Header(Opcode::kWrite, offset, 16), ErrorCode::INVALID_PARAMS, 16);
+  ExpectWriteRefusedAndClosed(Header(Opcode::kWrite, offset, 16), ErrorCode::INVALID_PARAMS);
 }
 
 TEST_F(DataServerTest, LengthPastEndIsRefused) {
   StartServer();
   RawConn conn(server_->port());
   ExpectRefused(conn, Header(Opcode::kRead, kSegSize - 10, 11), ErrorCode::INVALID_PARAMS);
-  ExpectRefused(conn, Header(Opcode::kWrite, kSegSize - 10, 20), ErrorCode::INVALID_PARAMS, 20);
+  ExpectWriteRefusedAndClosed(Header(Opcode::kWrite, kSegSize - 10, 20), ErrorCode::INVALID_PARAMS);
   ExpectRefused(conn, Header(Opcode::kRead, 0, kSegSize + 1), ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(server_->stats().errors, 3u);
 }
@@ -257,22 +279,17 @@ TEST_F(DataServerTest, WrongTokenIsRefusedAndConnectionStaysUsable) {
 }
 
 // Issue 13: every mount has its own token. After a remount (SetToken), a late write quoting the
-// previous mount's token is refused and changes nothing; the new token works on the same
-// connection. Token 0 ("no mount yet") is never accepted.
+// previous mount's token is refused and changes nothing (its connection closes); the new token
+// works. Token 0 ("no mount yet") is never accepted.
 TEST_F(DataServerTest, RemountRefusesThePreviousMountsToken) {
   StartServer();
   constexpr uint64_t kNewToken = kToken ^ 0xfeedULL;
   ASSERT_TRUE(server_->SetToken(kNewToken).ok());
   EXPECT_EQ(server_->token(), kNewToken);
-  RawConn conn(server_->port());
-  std::vector<uint8_t> before(seg(), seg() + kSegSize);
   std::vector<uint8_t> payload(5000, 0xEE);
-  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 100, payload.size(), kToken, 3)));
-  ASSERT_TRUE(conn.Send(payload.data(), payload.size()));
-  auto refused = conn.RecvResponse();
-  ASSERT_TRUE(refused.has_value());
-  EXPECT_EQ(refused->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND));
-  EXPECT_EQ(std::memcmp(before.data(), seg(), kSegSize), 0) << "a stale mount's write landed";
+  ExpectWriteRefusedAndClosed(Header(Opcode::kWrite, 100, payload.size(), kToken, 3),
+                              ErrorCode::SEGMENT_NOT_FOUND, /*others_served=*/false);
+  RawConn conn(server_->port());
   ASSERT_TRUE(conn.SendHeader(Header(Opcode::kRead, 100, 64, kToken, 4)));
   auto refused_read = conn.RecvResponse();
   ASSERT_TRUE(refused_read.has_value());
@@ -383,14 +400,64 @@ TEST_F(DataServerTest, ReadStalledMidAnswerAcrossARemountIsCutOff) {
   big.Stop();
 }
 
-TEST_F(DataServerTest, RefusedWritePayloadIsDrained) {
+// A probe: a WRITE quoting a wrong token or a range outside the segment, whose payload never
+// comes, got neither an answer nor a close until the request deadline (10 s). It is answered at
+// once and its connection closed, however large the payload it announced.
+TEST_F(DataServerTest, ARefusedWriteIsAnsweredAtItsHeaderAndItsConnectionClosed) {
   StartServer();
+  ExpectWriteRefusedAndClosed(Header(Opcode::kWrite, 0, 300000, kToken ^ 1),
+                              ErrorCode::SEGMENT_NOT_FOUND);
+  ExpectWriteRefusedAndClosed(Header(Opcode::kWrite, kSegSize - 100, 200000),
+                              ErrorCode::INVALID_PARAMS);
+  ExpectWriteRefusedAndClosed(Header(Opcode::kWrite, uint64_t{0} - 1024, 1024),
+                              ErrorCode::INVALID_PARAMS);
+  // A peer that sends the payload anyway gets the refusal too (what a client reads after its
+  // send was cut off), and nothing lands.
   RawConn conn(server_->port());
-  // Larger than the server's drain scratch, so it takes several chunks.
-  ExpectRefused(conn, Header(Opcode::kWrite, 0, 300000, kToken ^ 1), ErrorCode::SEGMENT_NOT_FOUND,
-                300000);
-  ExpectRefused(conn, Header(Opcode::kWrite, kSegSize - 100, 200000), ErrorCode::INVALID_PARAMS,
-                200000);
+  std::vector<uint8_t> before(seg(), seg() + kSegSize);
+  std::vector<uint8_t> junk(4096, 0xEE);
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 0, junk.size(), kToken ^ 1)));
+  (void)conn.Send(junk.data(), junk.size());  // may race the close
+  auto rh = conn.RecvResponse();
+  ASSERT_TRUE(rh.has_value());
+  EXPECT_EQ(rh->status, static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND));
+  EXPECT_EQ(std::memcmp(before.data(), seg(), kSegSize), 0);
+}
+
+// A request body is held only as its bytes arrive, and all partial bodies within
+// max_body_bytes_held: headers that announce bodies hold nothing; bodies past the bound are shed
+// (their connections closed) and the bytes held come back as connections go.
+TEST_F(DataServerTest, RequestBodiesAreHeldAsTheyArriveAndWithinTheirBound) {
+  DataServer::Options options;
+  options.max_connections = 64;
+  options.max_body_bytes_held = 1 << 20;
+  StartServer(options);
+  auto disk_read = [](uint64_t id) {
+    RequestHeader h = Header(Opcode::kDiskRead, 0, transfer::kMaxDiskReadBody, 0, id);
+    return h;
+  };
+  std::vector<std::unique_ptr<RawConn>> conns;
+  for (uint64_t i = 0; i < 20; ++i) {
+    conns.push_back(std::make_unique<RawConn>(server_->port()));
+    ASSERT_TRUE(conns.back()->SendHeader(disk_read(i)));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(server_->stats().body_bytes_held, 0u) << "bodies held before their bytes came";
+  std::vector<uint8_t> part(300 * 1024, 0x5A);
+  for (auto& c : conns) (void)c->Send(part.data(), part.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto stats = server_->stats();
+  EXPECT_LE(stats.body_bytes_held, options.max_body_bytes_held);
+  EXPECT_GT(stats.body_bytes_held, 0u);
+  EXPECT_GT(stats.shed_bodies, 0u) << "20 bodies of 300 KiB fit 1 MiB?";
+  RawConn other(server_->port());
+  ExpectReadWorks(other, 0, 4096);
+  conns.clear();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server_->stats().body_bytes_held > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->stats().body_bytes_held, 0u) << "closed connections kept their bodies";
 }
 
 TEST_F(DataServerTest, StalledPeerIsClosedAfterIdleTimeoutWhileOthersAreServed) {
@@ -610,14 +677,15 @@ TEST_F(DataServerTest, TricklingWritePayloadIsDroppedAtItsDeadlineAndNeverAcknow
   EXPECT_EQ(stats.errors, 1u);
 }
 
-// Frames split at every byte boundary are reassembled: hostile ranges are still refused (and the
-// refused payload drained), malformed headers still close only their connection.
+// Frames split at every byte boundary are reassembled: hostile ranges are still refused (at the
+// header, then closed), malformed headers still close only their connection.
 TEST_F(DataServerTest, FramesArrivingByteByByteAreCheckedAsWholeOnes) {
   StartServer();
+  std::optional<RawConn> refused_conn;
   RawConn conn(server_->port());
-  auto send_split = [&](const void* data, size_t n) {
+  auto send_split = [&](const void* data, size_t n, RawConn& to) {
     for (size_t i = 0; i < n; ++i) {
-      ASSERT_TRUE(conn.Send(static_cast<const uint8_t*>(data) + i, 1));
+      ASSERT_TRUE(to.Send(static_cast<const uint8_t*>(data) + i, 1));
       if (i % 8 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   };
@@ -625,25 +693,26 @@ TEST_F(DataServerTest, FramesArrivingByteByByteAreCheckedAsWholeOnes) {
   std::vector<uint8_t> junk(300, 0xEE);
   for (uint64_t offset : {UINT64_MAX - 7, kSegSize - 10, kSegSize + 1}) {
     RequestHeader h = Header(Opcode::kWrite, offset, junk.size(), kToken, offset);
-    send_split(&h, sizeof(h));
-    send_split(junk.data(), junk.size());
-    auto rh = conn.RecvResponse();
+    refused_conn.emplace(server_->port());
+    send_split(&h, sizeof(h), *refused_conn);
+    auto rh = refused_conn->RecvResponse();
     ASSERT_TRUE(rh.has_value());
     EXPECT_EQ(rh->status, static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
     EXPECT_EQ(rh->request_id, offset);
+    EXPECT_TRUE(refused_conn->ClosedByPeer());
   }
   EXPECT_EQ(std::memcmp(before.data(), seg(), kSegSize), 0) << "a refused request wrote";
   std::vector<uint8_t> payload(300);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i + 9);
   RequestHeader w = Header(Opcode::kWrite, 777, payload.size(), kToken, 5);
-  send_split(&w, sizeof(w));
-  send_split(payload.data(), payload.size());
+  send_split(&w, sizeof(w), conn);
+  send_split(payload.data(), payload.size(), conn);
   auto ok = conn.RecvResponse();
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(ok->status, 0);
   EXPECT_EQ(std::memcmp(seg() + 777, payload.data(), payload.size()), 0);
   RequestHeader bad = Header(Opcode::kRead, 0, transfer::kMaxRequestBytes + 1);
-  send_split(&bad, sizeof(bad));
+  send_split(&bad, sizeof(bad), conn);
   EXPECT_TRUE(conn.ClosedByPeer());
   EXPECT_EQ(server_->stats().rejected_frames, 1u);
 }
@@ -727,6 +796,16 @@ TEST_F(DataServerTest, FuzzedFramesNeverCorruptOrEscapeTheSegment) {
       expect = ErrorCode::INVALID_PARAMS;
     }
     std::vector<uint8_t> payload;
+    if (h.opcode == Opcode::kWrite && expect != ErrorCode::OK && h.length > 0) {
+      // Refused at its header: answered at once, then closed; the payload is never read.
+      auto rh = conn->RecvResponse();
+      ASSERT_TRUE(rh.has_value()) << "frame " << frame;
+      ASSERT_EQ(rh->status, static_cast<int32_t>(expect)) << "frame " << frame;
+      ASSERT_TRUE(conn->ClosedByPeer()) << "frame " << frame;
+      conn.reset();
+      ++refusals;
+      continue;
+    }
     if (h.opcode == Opcode::kWrite) {
       if (h.length > 2 * kSegSize) {  // too much to send: hang up mid-payload instead
         conn.reset();
