@@ -7,8 +7,9 @@
 // All integers are little-endian (the only byte order Granary runs on; static_assert below).
 // The node checks magic, version, opcode, the segment token and offset + length against the
 // segment (overflow-safe) before touching memory; any malformed header closes the connection,
-// a well-formed request it refuses (bad range, wrong token) gets an error status and the
-// connection stays usable (a refused WRITE's payload is drained, never stored).
+// a well-formed request it refuses (bad range, wrong token) gets an error status at once; a
+// refused READ's connection stays usable, a refused WRITE's is closed after the answer (its
+// payload is never read: a client whose send the close cut off reads the answer first).
 //
 // Refusals (ResponseHeader::status, length 0), checked in this order:
 //   SEGMENT_NOT_FOUND (-101)  segment_token is not the node's current mount's: the client's
