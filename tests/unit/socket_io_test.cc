@@ -150,12 +150,12 @@ TEST_F(SocketIoPair, AClosedPeerIsRpcFail) {
 TEST_F(SocketIoPair, BlockingDescriptorsAreBoundedToo) {
   ASSERT_EQ(::fcntl(fds_[0], F_GETFL) & O_NONBLOCK, 0);
   char buf[1];
+  const std::string big(64 << 20, 'z');  // built before the clock starts (slow under TSan)
   auto start = Clock::now();
   EXPECT_EQ(RecvExact(fds_[1], buf, 1, start + 60ms).code(), ErrorCode::RPC_TIMEOUT);
   EXPECT_LT(Clock::now() - start, 1s);
   start = Clock::now();
-  EXPECT_EQ(SendAll(fds_[0], std::string(64 << 20, 'z'), start + 60ms).code(),
-            ErrorCode::RPC_TIMEOUT);
+  EXPECT_EQ(SendAll(fds_[0], big, start + 60ms).code(), ErrorCode::RPC_TIMEOUT);
   EXPECT_LT(Clock::now() - start, 1s);
 }
 
@@ -165,8 +165,9 @@ TEST(SocketIo, LoopbackPeerThatNeverReadsTimesOut) {
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   const int peer = ::accept(listener.fd, nullptr, nullptr);  // accepted, never read
   ASSERT_GE(peer, 0);
+  const std::string big(64 << 20, 'x');  // built before the clock starts (slow under TSan)
   const auto start = Clock::now();
-  Status s = SendAll(*fd, std::string(64 << 20, 'x'), start + 150ms);
+  Status s = SendAll(*fd, big, start + 150ms);
   EXPECT_EQ(s.code(), ErrorCode::RPC_TIMEOUT) << s.ToString();
   EXPECT_LT(Clock::now() - start, 1s);
   char buf[1];
