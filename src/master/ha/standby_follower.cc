@@ -171,6 +171,7 @@ void StandbyFollower::Session(int fd, uint64_t term) {
     std::lock_guard lock(mu_);
     valid_ = true;
     lineage_ = welcome.lineage;
+    progress_.term = welcome.term;  // with the count: progress() never shows one without the other
     progress_.snapshots++;
     GLOG_INFO("standby: loaded the leader's snapshot at seq {} ({} bytes)", state_->last_seq(),
               snapshot.size());
