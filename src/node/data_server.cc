@@ -35,8 +35,15 @@ using transfer::RequestHeader;
 using transfer::ResponseHeader;
 using Phase = DataConn::Phase;
 
-constexpr size_t kDrainChunk = 64 * 1024;  // a fenced WRITE's payload, per recv
+constexpr size_t kDrainChunk = 64 * 1024;  // the scratch: a fenced payload or new body bytes, per recv
 constexpr uint64_t kFirstBodyChunk = 4096;  // a body's first allocation; then it doubles
+
+// Where bytes land before anything is allocated for them (a body's next bytes) or that are
+// discarded (a fenced WRITE's payload): one per I/O thread, nothing held per connection.
+std::array<uint8_t, kDrainChunk>& Scratch() {
+  thread_local std::array<uint8_t, kDrainChunk> scratch;
+  return scratch;
+}
 // Socket calls one turn may make before the connection goes back to epoll (fairness: a fast
 // peer with a 256 MiB READ must not keep an I/O thread from the others).
 constexpr int kStepsPerTurn = 64;
@@ -464,7 +471,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           } else {
             // Full (or not begun): the bytes land in scratch first, so memory is taken only
             // for bytes that came.
-            thread_local std::array<uint8_t, kDrainChunk> scratch;
+            auto& scratch = Scratch();
             r = recv(c.fd, scratch.data(), std::min<uint64_t>(left, scratch.size()), 0);
             if (r > 0) {
               if (!GrowBody(c, static_cast<uint64_t>(r))) return Next::kClose;
@@ -472,8 +479,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
             }
           }
         } else {
-          // Discarded bytes: one scratch per I/O thread, nothing held per connection.
-          thread_local std::array<uint8_t, kDrainChunk> scratch;
+          auto& scratch = Scratch();
           r = recv(c.fd, scratch.data(), std::min<uint64_t>(left, scratch.size()), 0);
         }
         if (r > 0) {

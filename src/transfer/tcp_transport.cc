@@ -420,7 +420,7 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   // send cut off by that close finds the refusal waiting to be read.
   auto refusal_waiting = [&](Lane& l) {
     ResponseHeader rh;
-    const ssize_t r = recv(l.conn.fd, &rh, sizeof(rh), MSG_DONTWAIT | MSG_PEEK);
+    const ssize_t r = recv(l.conn.fd, &rh, sizeof(rh), MSG_DONTWAIT);
     if (r != static_cast<ssize_t>(sizeof(rh)) || rh.magic != kResponseMagic ||
         rh.request_id != l.req.request_id || rh.status == 0 || rh.length != 0) {
       return false;

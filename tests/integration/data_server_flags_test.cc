@@ -32,6 +32,13 @@ uint16_t DataPort(const std::string& log) {
   return std::regex_search(log, m, kPlane) ? static_cast<uint16_t>(std::stoi(m[1])) : 0;
 }
 
+// The master lists `node`'s segment (bounded wait).
+bool Mounted(StoreCluster& cluster, NodeProcess& node) {
+  return cluster.WaitForSegments(
+      [&](const auto& names) { return std::count(names.begin(), names.end(), node.name()) == 1; },
+      Millis(5000));
+}
+
 bool Readable(RawConn& conn, int timeout_ms) {
   pollfd pfd{conn.fd(), POLLIN, 0};
   return poll(&pfd, 1, timeout_ms) == 1;
@@ -68,9 +75,7 @@ TEST(DataServerFlagsTest, CapAndRequestDeadlineFlagsAreHonoured) {
   EXPECT_LT(waited, 1.8) << "dropped late: at twice the deadline?";
 
   idle.clear();  // frees the slots for the client's connections
-  ASSERT_TRUE(cluster.WaitForSegments(
-      [&](const auto& names) { return std::count(names.begin(), names.end(), node.name()) == 1; },
-      Millis(5000)));
+  ASSERT_TRUE(Mounted(cluster, node));
   auto client = cluster.MakeClient(false);
   ASSERT_NE(client, nullptr);
   const auto value = testdata::Pattern("dsflags", 300 * KiB);
@@ -105,9 +110,7 @@ TEST(DataServerFlagsTest, AnnouncedOrHalfSentBodiesCannotExhaustANodesMemory) {
   ASSERT_TRUE(node.Start(cluster.master_address()));
   const uint16_t port = DataPort(node.Log());
   ASSERT_NE(port, 0) << node.Log();
-  ASSERT_TRUE(cluster.WaitForSegments(
-      [&](const auto& names) { return std::count(names.begin(), names.end(), node.name()) == 1; },
-      Millis(5000)));
+  ASSERT_TRUE(Mounted(cluster, node));
   auto client = cluster.MakeClient(false);
   ASSERT_NE(client, nullptr);
   const auto value = testdata::Pattern("dsbodies", 256 * KiB);
