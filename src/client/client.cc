@@ -8,7 +8,9 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
+#include <unordered_set>
 
 #include "client/master_link.h"
 #include "client/master_locator.h"
@@ -512,8 +514,12 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
   std::vector<Status> results(n);
   std::vector<std::optional<Held>> held(n);
   std::vector<size_t> taken;
+  // A key repeated in the batch: the first occurrence wins, so one after an occurrence left to
+  // the two-call way goes that way too (committed here, it would settle first).
+  std::unordered_set<std::string_view> left;
   for (size_t i = 0; i < n; ++i) {
-    held[i] = reservations_.Take(TotalSize(parts[i]));
+    if (!left.contains(keys[i])) held[i] = reservations_.Take(TotalSize(parts[i]));
+    if (!held[i]) left.insert(keys[i]);
     if (held[i]) {
       taken.push_back(i);
     } else {
