@@ -16,7 +16,7 @@
 // pages of a segment its node did not prefault, as the client's own writes would.
 // The thread first calibrates the process's copy routine (common/copy.h, a few milliseconds).
 // Thread safety: Warm and stats from any thread; the destructor stops the thread and joins it
-// (within one step).
+// (within one step, or the calibration if it is under way).
 #pragma once
 
 #include <condition_variable>

@@ -218,7 +218,11 @@ void Drive(Leader& leader, int threads, int rounds, uint64_t seed) {
 // Waits until the standby has the leader's last operation (the leader quiet), then compares.
 ::testing::AssertionResult SameState(Leader& leader, Standby& standby, Millis limit = 20s) {
   const uint64_t target = leader.state.last_seq();
-  if (!WaitUntil([&] { return standby.state.last_seq() == target; }, limit)) {
+  // Connected too: a loaded snapshot's seq shows in the state before the follower counts it,
+  // and the session is marked connected only after the count.
+  if (!WaitUntil([&] {
+        return standby.state.last_seq() == target && standby.follower.progress().connected;
+      }, limit)) {
     return ::testing::AssertionFailure()
            << "the standby reached seq " << standby.state.last_seq() << ", the leader is at "
            << target << " (snapshots " << standby.follower.progress().snapshots << ")";
