@@ -52,6 +52,10 @@ struct ClientOptions {
   // `cluster_id` that etcd names, followed across failovers (docs/ha.md).
   std::string master_address = "127.0.0.1:50051";
   std::string cluster_id;          // empty: $GRANARY_CLUSTER_ID, else "granary"
+  // File whose first line is the cluster's secret (mode 0600; docs/security.md), presented on
+  // every master call. Empty: $GRANARY_AUTH_TOKEN_FILE, else no secret. A file that cannot be
+  // used fails Connect with INVALID_PARAMS; a master that refuses it, with UNAUTHENTICATED.
+  std::string auth_token_file;
   // > 0: this process contributes a segment of this many bytes (an embedded node).
   uint64_t segment_size = 0;
   std::string segment_name;        // embedded node's segment name (default: hostname-pid-<random>)

@@ -42,6 +42,8 @@ enum class ErrorCode : int32_t {
   ETCD_TRANSACTION_FAIL = -1002,   // a guarded etcd transaction did not hold
   UNAVAILABLE_IN_CURRENT_STATUS = -1010,
   UNAVAILABLE_IN_CURRENT_MODE = -1011,  // this master is not the leader (a standby, or stepped down)
+  // Security (docs/security.md).
+  UNAUTHENTICATED = -1100,  // no secret, or a wrong one, where the master or node requires one
 };
 
 // The code's name, e.g. "OBJECT_NOT_FOUND"; "UNKNOWN_ERROR" for a number that is not a code.

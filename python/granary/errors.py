@@ -55,6 +55,11 @@ class Unavailable(Error):
     unreachable, or the store is closed."""
 
 
+class Unauthenticated(Error, PermissionError):
+    """UNAUTHENTICATED: the master requires the cluster's secret and this Store presented none,
+    or a wrong one (auth_token_file= or $GRANARY_AUTH_TOKEN_FILE; docs/security.md)."""
+
+
 class TransferError(Error):
     """TRANSFER_FAIL / CHECKSUM_MISMATCH / WRITE_FAIL: the bytes could not be moved intact."""
 
@@ -81,6 +86,7 @@ _BY_CODE = {
     -900: Unavailable,
     -901: Unavailable,
     -1010: Unavailable,
+    -1100: Unauthenticated,
     -800: TransferError,
     -801: TransferError,
     -500: TransferError,

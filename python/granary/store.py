@@ -73,22 +73,25 @@ class Store:
     contributes that much memory as an embedded storage node, unmounted on close(). With
     `disk_dir` (an existing directory) that node also runs an SSD tier there, as granary-node
     --disk-dir does: `disk_size` (0: 80% of the free space), `disk_backend`, `disk_eviction`,
-    `disk_io` and `offload_interval_ms` take granary-node's defaults when left out. Use it as a
-    context manager.
+    `disk_io` and `offload_interval_ms` take granary-node's defaults when left out.
+    `auth_token_file` names the file (mode 0600) holding the cluster's secret, for a master
+    started with --auth-token-file ("": $GRANARY_AUTH_TOKEN_FILE, else none); a master that
+    refuses it raises Unauthenticated. Use it as a context manager.
     """
 
     def __init__(self, master="127.0.0.1:50051", *, segment_size=0, segment_name="",
                  host="127.0.0.1", port=0, use_shared_memory=True, rpc_timeout_ms=10_000,
                  io_timeout_ms=30_000, connections_per_node=4, io_threads=4, disk_dir="",
                  disk_size=0, disk_backend="", disk_eviction="", disk_io="",
-                 offload_interval_ms=0, cluster_id=""):
+                 offload_interval_ms=0, cluster_id="", auth_token_file=""):
         self._client = _granary.Client(
             master, segment_size=_size(segment_size), segment_name=segment_name, data_host=host,
             data_port=port, rpc_timeout_ms=rpc_timeout_ms, io_timeout_ms=io_timeout_ms,
             connections_per_node=connections_per_node, use_shared_memory=use_shared_memory,
             io_threads=io_threads, disk_dir=str(disk_dir), disk_size=_size(disk_size),
             disk_backend=disk_backend, disk_eviction=disk_eviction, disk_io=disk_io,
-            offload_interval_ms=offload_interval_ms, cluster_id=cluster_id)
+            offload_interval_ms=offload_interval_ms, cluster_id=cluster_id,
+            auth_token_file=str(auth_token_file))
         self._default = _granary.ReplicateConfig()
 
     # ---- lifecycle ----

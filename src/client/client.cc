@@ -24,6 +24,7 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "node/storage_node.h"
 #include "proto/rpc_util.h"
+#include "security/secret.h"
 
 namespace granary {
 namespace {
@@ -77,6 +78,7 @@ class ClientImpl final : public Client {
       node::StorageNodeOptions n;
       n.master_address = options_.master_address;
       n.cluster_id = options_.cluster_id;
+      n.secret = master_->secret();
       n.segment_name = options_.segment_name;
       n.segment_size = options_.segment_size;
       n.listen_host = options_.data_host;
@@ -905,8 +907,10 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.master_address.empty()) {
     return Status(ErrorCode::INVALID_PARAMS, "master address is empty");
   }
-  auto locator =
-      client::MasterLocator::Create(options.master_address, options.cluster_id, options.rpc_timeout_ms);
+  auto secret = security::LoadClientSecret(options.auth_token_file);
+  if (!secret.ok()) return secret.status();
+  auto locator = client::MasterLocator::Create(options.master_address, options.cluster_id,
+                                               options.rpc_timeout_ms, false, *secret);
   if (!locator.ok()) return locator.status();
   auto client = std::make_unique<ClientImpl>(options, std::move(*locator));
   if (Status s = client->Init(); !s.ok()) return s;

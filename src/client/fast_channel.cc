@@ -2,6 +2,7 @@
 
 #include "common/socket_io.h"
 #include "proto/rpc_util.h"
+#include "security/fast_hello.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -51,8 +52,9 @@ Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const s
   return Status(fd.code(), "fast port: " + fd.status().message());
 }
 
-FastChannel::FastChannel(std::string host, uint16_t port, int timeout_ms)
-    : host_(std::move(host)), port_(port), timeout_ms_(std::max(timeout_ms, 1)) {}
+FastChannel::FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret)
+    : host_(std::move(host)), port_(port), timeout_ms_(std::max(timeout_ms, 1)),
+      secret_(std::move(secret)) {}
 
 FastChannel::~FastChannel() {
   for (int fd : idle_) ::close(fd);
@@ -70,6 +72,14 @@ Result<int> FastChannel::Connect(SteadyTime deadline) {
   }
   Result<int> fd = ConnectFirst(found, deadline, host_ + ":" + service);
   ::freeaddrinfo(found);
+  if (fd.ok() && !secret_.empty()) {
+    // Before any call: a refused hello means nothing was sent (the caller may use gRPC, which
+    // then gets the same answer).
+    if (Status s = security::PresentSecret(*fd, secret_, deadline); !s.ok()) {
+      ::close(*fd);
+      return s;
+    }
+  }
   return fd;
 }
 

@@ -38,7 +38,8 @@ Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const s
 
 class FastChannel {
  public:
-  FastChannel(std::string host, uint16_t port, int timeout_ms);
+  // secret: presented in a hello on each new connection (security/fast_hello.h); empty: none.
+  FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret = "");
   ~FastChannel();
   FastChannel(const FastChannel&) = delete;
   FastChannel& operator=(const FastChannel&) = delete;
@@ -61,6 +62,7 @@ class FastChannel {
   std::string host_;
   uint16_t port_;
   int timeout_ms_;
+  const std::string secret_;
   std::mutex mu_;
   std::vector<int> idle_;
   uint32_t next_id_ = 1;

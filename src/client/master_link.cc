@@ -40,7 +40,8 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
       next_lookup_ = {};
     }
     if (target.fast_port != 0) {  // the leader record named it: no lookup
-      if (!channel_) channel_ = std::make_shared<FastChannel>(host, target.fast_port, timeout_ms_);
+      if (!channel_) channel_ = std::make_shared<FastChannel>(host, target.fast_port, timeout_ms_,
+                                                          locator_->secret());
       return channel_;
     }
     if (looking_up_ && path_ == Path::kFast) {  // benchmarks: wait for the answer, bounded
@@ -59,7 +60,7 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
   std::shared_ptr<FastChannel> found;
   if (answered && resp.fast_port()) {
     found = std::make_shared<FastChannel>(host, static_cast<uint16_t>(resp.fast_port()),
-                                          timeout_ms_);
+                                          timeout_ms_, locator_->secret());
   }
   std::lock_guard lock(mu_);
   looking_up_ = false;

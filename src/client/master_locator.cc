@@ -12,25 +12,27 @@ constexpr auto kPoll = std::chrono::milliseconds(25);  // while a failover is un
 }  // namespace
 
 MasterLocator::MasterLocator(std::string address, std::string cluster_id, int timeout_ms,
-                             bool own_connection)
+                             bool own_connection, std::string secret)
     : address_(std::move(address)),
       cluster_id_(std::move(cluster_id)),
       timeout_ms_(std::max(timeout_ms, 1)),
-      own_connection_(own_connection) {}
+      own_connection_(own_connection),
+      secret_(std::move(secret)) {}
 
 MasterLocator::~MasterLocator() = default;
 
 Result<std::shared_ptr<MasterLocator>> MasterLocator::Create(const std::string& address,
                                                              const std::string& cluster_id,
                                                              int timeout_ms,
-                                                             bool own_connection) {
+                                                             bool own_connection,
+                                                             const std::string& secret) {
   std::string cluster = cluster_id;
   if (cluster.empty()) {
     const char* env = std::getenv("GRANARY_CLUSTER_ID");
     cluster = env && *env ? env : etcd::kDefaultClusterId;
   }
   std::shared_ptr<MasterLocator> locator(
-      new MasterLocator(address, cluster, timeout_ms, own_connection));
+      new MasterLocator(address, cluster, timeout_ms, own_connection, secret));
   if (auto endpoints = etcd::EtcdEndpointsOf(address)) {
     // etcd's own calls are short; a failover is waited out by polling, bounded by each caller.
     auto client = etcd::EtcdClient::Connect(*endpoints, std::min(timeout_ms, 2000));
@@ -40,7 +42,7 @@ Result<std::shared_ptr<MasterLocator>> MasterLocator::Create(const std::string& 
     if (address.empty()) return Status(ErrorCode::INVALID_PARAMS, "no master address");
     auto target = std::make_shared<Target>();
     target->address = address;
-    target->stub = proto::Master::NewStub(rpc::MakeChannel(address, own_connection));
+    target->stub = proto::Master::NewStub(rpc::MakeChannel(address, own_connection, secret));
     target->generation = locator->next_generation_++;
     locator->current_ = std::move(target);
   }
@@ -97,7 +99,7 @@ Result<std::shared_ptr<const MasterLocator::Target>> MasterLocator::LookUp(Stead
         if (old && old->term == record->term && old->address == record->grpc) return old;
         auto target = std::make_shared<Target>();
         target->address = record->grpc;
-        target->stub = proto::Master::NewStub(rpc::MakeChannel(record->grpc, own_connection_));
+        target->stub = proto::Master::NewStub(rpc::MakeChannel(record->grpc, own_connection_, secret_));
         target->term = record->term;
         target->fast_port = record->fast_port;
         {

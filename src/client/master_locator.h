@@ -51,10 +51,13 @@ class MasterLocator {
   // cluster_id: used with an etcd address (empty: $GRANARY_CLUSTER_ID, else "granary").
   // own_connection: this locator's channels share no TCP connection with other channels to the
   // same master (a benchmark thread each).
+  // secret: the cluster's (security/secret.h), presented on every call of every channel and by
+  // the fast port's connections (MasterLink); empty: none.
   static Result<std::shared_ptr<MasterLocator>> Create(const std::string& address,
                                                        const std::string& cluster_id = "",
                                                        int timeout_ms = 10'000,
-                                                       bool own_connection = false);
+                                                       bool own_connection = false,
+                                                       const std::string& secret = "");
   ~MasterLocator();
 
   // The master to call; null (and *why) when none could be found by the deadline.
@@ -78,11 +81,13 @@ class MasterLocator {
   const std::string& address() const { return address_; }
   const std::string& cluster_id() const { return cluster_id_; }
   int timeout_ms() const { return timeout_ms_; }
+  const std::string& secret() const { return secret_; }
   // Targets looked up so far (for tests and stats).
   uint64_t lookups() const { return lookups_.load(); }
 
  private:
-  MasterLocator(std::string address, std::string cluster_id, int timeout_ms, bool own_connection);
+  MasterLocator(std::string address, std::string cluster_id, int timeout_ms, bool own_connection,
+                std::string secret);
   // Reads the leader record; waits (polling) for a serving one until the deadline.
   Result<std::shared_ptr<const Target>> LookUp(SteadyTime deadline);
 
@@ -90,6 +95,7 @@ class MasterLocator {
   const std::string cluster_id_;
   const int timeout_ms_;
   const bool own_connection_;
+  const std::string secret_;
   std::unique_ptr<etcd::EtcdClient> etcd_;  // null: a fixed address
   std::mutex mu_;
   std::condition_variable looked_up_;

@@ -1,5 +1,7 @@
 #include "master/master_config.h"
 
+#include "security/secret.h"
+
 namespace granary::master {
 
 void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
@@ -87,6 +89,13 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                        "dropped; another standby becomes synchronous");
   schema.AddSize("replication_log_bytes", &c->replication_log_bytes,
                  "HA: recent history kept for standbys that reconnect (older: a snapshot)");
+  schema.AddString("auth_token_file", &c->auth_token_file,
+                   "file (mode 0600) whose first line is the cluster's secret: every call, on "
+                   "gRPC and the fast port, must present it (clients, nodes and standby masters "
+                   "read the same file); empty: none (docs/security.md)");
+  schema.AddBool("insecure", &c->insecure,
+                 "serve a host other than loopback without auth_token_file (anyone who reaches "
+                 "the ports can then read, write and remove everything)");
 }
 
 Status ValidateMasterConfig(const MasterConfig& c) {
@@ -134,6 +143,13 @@ Status ValidateMasterConfig(const MasterConfig& c) {
       return Status(ErrorCode::INVALID_PARAMS,
                     "--etcd needs the fast port (standbys stream the history over it)");
     }
+  }
+  if (c.auth_token_file.empty() && !c.insecure && !security::IsLoopbackHost(c.host)) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "host " + c.host + " serves other machines, and without --auth-token-file "
+                  "anyone who reaches the port can read, write and remove every object and "
+                  "unmount every node: give the cluster's secret file (docs/security.md), or "
+                  "--insecure on a network only trusted hosts reach");
   }
   if (p.put_release_timeout_ms < p.put_discard_timeout_ms) {
     return Status(ErrorCode::INVALID_PARAMS,

@@ -45,6 +45,10 @@ struct MasterConfig {
   int64_t standby_timeout_ms = 1000;
   uint64_t replication_log_bytes = 256ull << 20;
 
+  // Security (docs/security.md).
+  std::string auth_token_file;  // the cluster's secret; empty: no caller is asked for one
+  bool insecure = false;        // serve a non-loopback host without a secret anyway
+
   OffloadPolicy EffectiveOffload() const {
     OffloadPolicy o;
     auto parsed = ParsePersistence(persistence);  // validated by ValidateMasterConfig

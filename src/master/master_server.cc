@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
+#include "security/secret.h"
 
 namespace granary::master {
 
@@ -26,6 +27,14 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
 MasterServer::~MasterServer() { Shutdown(); }
 
 Status MasterServer::Start() {
+  std::string secret;
+  if (!config_.auth_token_file.empty()) {
+    auto loaded = security::LoadSecretFile(config_.auth_token_file);
+    if (!loaded.ok()) return loaded.status();
+    secret = std::move(*loaded);
+  }
+  auth_ = std::make_unique<security::Authenticator>(secret, &metrics_, "granary_master");
+  service_->set_authenticator(auth_.get());
   if (!config_.history_file.empty()) {
     auto history = HistoryFile::Create(config_.history_file, *state_);
     if (!history.ok()) return history.status();
@@ -43,6 +52,7 @@ Status MasterServer::Start() {
     o.sync_timeout = std::chrono::milliseconds(config_.sync_timeout_ms);
     o.standby_timeout = std::chrono::milliseconds(config_.standby_timeout_ms);
     o.log_bytes = config_.replication_log_bytes;
+    o.secret = secret;  // a standby presents it to the leader's fast port
     coordinator_ = std::make_unique<ha::Coordinator>(state_.get(), std::move(o), &metrics_);
     // Before anything can apply: every operation, the leader's or a replayed one, goes to the
     // log standbys stream from.
@@ -77,6 +87,7 @@ Status MasterServer::Start() {
   grpc_port_ = static_cast<uint16_t>(selected);
   if (config_.fast_path) {
     fast_ = std::make_unique<FastServer>(service_.get(), &metrics_);
+    fast_->set_authenticator(auth_.get());
     if (coordinator_) {
       fast_->set_stream_handler([c = coordinator_.get()](int fd, std::string_view request) {
         c->streams().Serve(fd, request);
@@ -106,9 +117,11 @@ Status MasterServer::Start() {
     doc["digest"] = fmt::format("{:016x}", f.digest);
     return HttpResponse{200, "application/json", doc.dump() + "\n"};
   });
-  http_.Get("/debug/snapshot", [this] {
-    return HttpResponse{200, "application/octet-stream", state_->EncodeSnapshot()};
-  });
+  if (!auth_->required()) {  // the state holds every node's data-plane token
+    http_.Get("/debug/snapshot", [this] {
+      return HttpResponse{200, "application/octet-stream", state_->EncodeSnapshot()};
+    });
+  }
   if (Status s = http_.Start(config_.host, config_.http_port); !s.ok()) {
     if (fast_) fast_->Stop();
     grpc_->Shutdown();

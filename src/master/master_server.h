@@ -28,6 +28,7 @@
 #include "master/master_config.h"
 #include "master/service/master_service.h"
 #include "master/state/master_state.h"
+#include "security/authenticator.h"
 
 namespace granary::master {
 
@@ -61,6 +62,7 @@ class MasterServer {
   std::unique_ptr<MasterState> state_;
   std::unique_ptr<Evictor> evictor_;
   MetricsRegistry metrics_;
+  std::unique_ptr<security::Authenticator> auth_;  // made by Start(); before service_ dies
   std::unique_ptr<MasterService> service_;
   std::unique_ptr<HistoryFile> history_;
   std::unique_ptr<ha::Coordinator> coordinator_;

@@ -15,6 +15,7 @@
 #include "master/master_config.h"
 #include "master/master_server.h"
 #include "node/storage_node.h"
+#include "security/secret.h"
 
 namespace {
 
@@ -45,6 +46,8 @@ struct NodeConfig {
   uint64_t data_max_connections = granary::node::StorageNodeOptions{}.data_max_connections;
   uint64_t data_io_threads = granary::node::StorageNodeOptions{}.data_io_threads;
   int64_t data_request_timeout_ms = granary::node::StorageNodeOptions{}.data_request_timeout_ms;
+  std::string auth_token_file;
+  bool insecure = false;
 };
 
 // Half of what /dev/shm can still hold, a quarter of RAM, and at most 4 GiB.
@@ -111,6 +114,11 @@ int main(int argc, char** argv) {
                  "SSD tier: shared-memory staging for same-host clients' loads (0: TCP only)");
   schema.AddDurationMs("disk_staging_ttl", &c.disk_staging_ttl_ms,
                        "SSD tier: a staged load not released by its client this long is reclaimed");
+  schema.AddString("auth_token_file", &c.auth_token_file,
+                   "file (mode 0600) whose first line is the cluster's secret, presented to the "
+                   "master (and required by the --standalone one); docs/security.md");
+  schema.AddBool("insecure", &c.insecure,
+                 "serve a host other than loopback without auth_token_file");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
   schema.AddPort("master_port", &c.master_port, "with --standalone: the master's gRPC port");
   schema.AddPort("http_port", &c.http_port, "with --standalone: the master's HTTP port");
@@ -124,6 +132,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (c.segment_size == 0) c.segment_size = FittingSegmentSize();
+  if (c.auth_token_file.empty() && !c.insecure && !security::IsLoopbackHost(c.host)) {
+    std::fprintf(stderr,
+                 "granary-node: host %s serves other machines, and without --auth-token-file the "
+                 "master hands this node's data-plane token to anyone who asks: give the "
+                 "cluster's secret file (docs/security.md), or --insecure on a network only "
+                 "trusted hosts reach\n",
+                 c.host.c_str());
+    return 2;
+  }
+  std::string secret;
+  if (!c.auth_token_file.empty()) {
+    auto loaded = security::LoadSecretFile(c.auth_token_file);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "granary-node: %s\n", loaded.status().message().c_str());
+      return 2;
+    }
+    secret = std::move(*loaded);
+  }
 
   std::unique_ptr<master::MasterServer> master;
   if (c.standalone) {
@@ -131,6 +157,8 @@ int main(int argc, char** argv) {
     mc.host = c.host;
     mc.port = c.master_port;
     mc.http_port = c.http_port;
+    mc.auth_token_file = c.auth_token_file;
+    mc.insecure = c.insecure;
     master = std::make_unique<master::MasterServer>(mc);
     if (Status s = master->Start(); !s.ok()) {
       GLOG_ERROR("{}", s.ToString());
@@ -143,6 +171,7 @@ int main(int argc, char** argv) {
   node::StorageNodeOptions options;
   options.master_address = c.master;
   options.cluster_id = c.cluster_id;
+  options.secret = secret;
   options.segment_name = c.name;
   options.segment_size = c.segment_size;
   options.listen_host = c.host;

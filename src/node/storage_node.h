@@ -54,6 +54,7 @@ namespace granary::node {
 struct StorageNodeOptions {
   std::string master_address = "127.0.0.1:50051";  // or etcd://h1:p1[;h2:p2] (HA, docs/ha.md)
   std::string cluster_id;            // with an etcd address; empty: $GRANARY_CLUSTER_ID or granary
+  std::string secret;                // the cluster's, presented to the master (security/secret.h)
   std::string segment_name;          // default: "<hostname>-<pid>-<random per process>"
   uint64_t segment_size = 0;         // required
   std::string listen_host = "127.0.0.1";

@@ -24,7 +24,7 @@ inline constexpr uint32_t kMaxFastBody = 16u << 20;
 inline constexpr uint32_t kMaxFastReply = 256u << 20;
 
 // The hot calls. Numbers are wire values: never reuse one. 0xF0-0xFF are kept for connection
-// control (a hello/auth frame before the first call, when the cluster gets a secret).
+// control (the hello that presents the secret before the first call).
 enum class Method : uint8_t {
   kPing = 1,
   kPutStart = 2,
@@ -39,7 +39,7 @@ enum class Method : uint8_t {
   // Not a call: a standby master's request to stream the leader's ordered history; the
   // connection then carries that stream (master/ha/stream_wire.h) until either side closes it.
   kReplicate = 11,
-  kHello = 0xF0,  // reserved, not served yet
+  kHello = 0xF0,  // presents the cluster's secret before any call (security/fast_hello.h)
 };
 inline constexpr uint8_t kMethodCount = 12;  // one past the highest call number
 

@@ -9,15 +9,49 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "granary/status.h"
 
 namespace granary::rpc {
 
+// Puts "authorization: Bearer <secret>" on every call of a channel (security/secret.h), so no
+// call site can forget it.
+class BearerInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(std::shared_ptr<const std::string> value) : value_(std::move(value)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", *value_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::shared_ptr<const std::string> value_;
+};
+
+class BearerInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerInterceptorFactory(const std::string& secret)
+      : value_(std::make_shared<const std::string>("Bearer " + secret)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerInterceptor(value_);
+  }
+
+ private:
+  std::shared_ptr<const std::string> value_;
+};
+
 // own_connection: do not share a TCP connection with other channels to the same target (gRPC
 // pools them by default), e.g. one connection per benchmark thread.
+// secret: presented on every call (empty: none).
 inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                                  bool own_connection = false) {
+                                                  bool own_connection = false,
+                                                  const std::string& secret = "") {
   grpc::ChannelArguments args;
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(256 << 20);
@@ -28,7 +62,13 @@ inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   // gRPC rate-limits re-resolving the name after a failure (30 s by default), which kept a
   // channel that saw the master down broken for ~10 s after it came back.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (secret.empty()) {
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
+  creators.push_back(std::make_unique<BearerInterceptorFactory>(secret));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, grpc::InsecureChannelCredentials(), args, std::move(creators));
 }
 
 inline void SetDeadline(grpc::ClientContext& ctx, int timeout_ms) {
@@ -37,14 +77,18 @@ inline void SetDeadline(grpc::ClientContext& ctx, int timeout_ms) {
 
 // A Granary error a whole call ends with (the master refusing it, e.g. a standby's
 // UNAVAILABLE_IN_CURRENT_MODE), carried in the gRPC status: "granary:<code>:<message>", so the
-// client gets the code back (FromGrpc). A refusal applied nothing (FAILED_PRECONDITION); any
-// other code means the call may have been applied (ABORTED).
+// client gets the code back (FromGrpc). A refusal applied nothing (FAILED_PRECONDITION, or
+// UNAUTHENTICATED for a missing or wrong secret); any other code means the call may have been
+// applied (ABORTED).
 inline constexpr std::string_view kCodePrefix = "granary:";
 inline grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
   const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE ||
                        s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  return grpc::Status(refused ? grpc::StatusCode::FAILED_PRECONDITION : grpc::StatusCode::ABORTED,
+  const grpc::StatusCode code = s.code() == ErrorCode::UNAUTHENTICATED ? grpc::StatusCode::UNAUTHENTICATED
+                                : refused ? grpc::StatusCode::FAILED_PRECONDITION
+                                          : grpc::StatusCode::ABORTED;
+  return grpc::Status(code,
                       std::string(kCodePrefix) + std::to_string(static_cast<int32_t>(s.code())) +
                           ":" + s.message());
 }

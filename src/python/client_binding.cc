@@ -695,10 +695,11 @@ void RegisterClient(py::module_& m) {
                        const std::string& disk_backend, const std::string& disk_eviction,
                        const std::string& disk_io, int64_t offload_interval_ms,
                        bool warm_shared_memory, uint64_t reserve_bytes,
-                       const std::string& cluster_id) {
+                       const std::string& cluster_id, const std::string& auth_token_file) {
              ClientOptions o;
              o.master_address = master;
              o.cluster_id = cluster_id;
+             o.auth_token_file = auth_token_file;
              o.segment_size = segment_size;
              o.segment_name = segment_name;
              o.data_host = data_host;
@@ -733,7 +734,9 @@ void RegisterClient(py::module_& m) {
            py::arg("reserve_bytes") = ClientOptions().reserve_bytes,
            // With an etcd:// master: the HA cluster's name ("": $GRANARY_CLUSTER_ID, else
            // "granary").
-           py::arg("cluster_id") = "")
+           py::arg("cluster_id") = "",
+           // The cluster's secret file ("": $GRANARY_AUTH_TOKEN_FILE, else none).
+           py::arg("auth_token_file") = "")
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)

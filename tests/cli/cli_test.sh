@@ -219,6 +219,41 @@ timeout 30 "$GRANARY" --help >"$WORK/out" 2>&1
 RC=$?
 expect_rc 0 "--help"
 
+# ---- a master that requires the cluster's secret (docs/security.md) ----
+SECURE_PORT=$(free_port)
+SECURE_HTTP=$(free_port)
+SECRET_FILE="$WORK/secret"
+( umask 077; echo "cli-test-secret-0123456789abcdef" >"$SECRET_FILE" )
+"$BIN_DIR/granary-master" --host 127.0.0.1 --port "$SECURE_PORT" --http-port "$SECURE_HTTP" \
+  --auth-token-file "$SECRET_FILE" --log-level warn >"$WORK/secure-master.log" 2>&1 &
+SECURE_PID=$!
+sg() {  # granary against the secure master; the caller adds the secret's flags
+  timeout 30 "$GRANARY" --master "127.0.0.1:$SECURE_PORT" --timeout-ms 3000 "$@" \
+    >"$WORK/out" 2>"$WORK/err"
+  RC=$?
+  OUT=$(cat "$WORK/out")
+  ERR=$(cat "$WORK/err")
+}
+if wait_for 10 env GRANARY_AUTH_TOKEN_FILE="$SECRET_FILE" "$GRANARY" \
+    --master "127.0.0.1:$SECURE_PORT" --timeout-ms 1000 health; then
+  sg health
+  expect_rc 3 "health without the secret"
+  expect_contains "$ERR" "UNAUTHENTICATED" "health without the secret says UNAUTHENTICATED"
+  one_line_stderr "health without the secret"
+  sg --auth-token-file "$SECRET_FILE" health
+  expect_rc 0 "health with --auth-token-file"
+  GRANARY_AUTH_TOKEN_FILE="$SECRET_FILE" sg ls
+  expect_rc 0 "ls with GRANARY_AUTH_TOKEN_FILE"
+  cp "$SECRET_FILE" "$WORK/loose" && chmod 644 "$WORK/loose"
+  sg --auth-token-file "$WORK/loose" health
+  expect_rc 3 "a secret file others can read"
+  expect_contains "$ERR" "chmod 600" "a secret file others can read: says chmod 600"
+  if [[ "$ERR" == *cli-test-secret* ]]; then fail "the secret is printed"; else pass "the secret is never printed"; fi
+else
+  fail "the master with a secret did not answer within 10 s: $(tail -3 "$WORK/secure-master.log")"
+fi
+kill -9 "$SECURE_PID" 2>/dev/null; wait "$SECURE_PID" 2>/dev/null
+
 # ---- master down: exit 3 ----
 kill -TERM "$MASTER_PID"
 if timeout 10 tail --pid="$MASTER_PID" -f /dev/null; then

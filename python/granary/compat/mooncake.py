@@ -428,6 +428,7 @@ class MooncakeDistributedStore:
         self._hostname = ""
         self._segment = ""
         self._buffer_limit = 0
+        self._auth_token_file = ""  # "": $GRANARY_AUTH_TOKEN_FILE, read by the client library
 
     # ---- setup ----
     def setup(self, local_hostname, metadata_server=None, global_segment_size=_DEFAULT_SEGMENT,
@@ -443,13 +444,16 @@ class MooncakeDistributedStore:
         "etcd://HOST:PORT[;HOST:PORT...]": the serving leader of Granary's HA masters, followed
         across failovers. Extra dict keys: `use_shared_memory` (default True; False forces TCP
         even to same-host segments) and `cluster_id`, the HA cluster an etcd:// address names
-        (default $GRANARY_CLUSTER_ID, else "granary").
+        (default $GRANARY_CLUSTER_ID, else "granary"), and `auth_token_file`, the file holding
+        the cluster's secret for a master started with --auth-token-file (default
+        $GRANARY_AUTH_TOKEN_FILE, else none; docs/security.md).
         enable_ssd_offload=True runs the embedded segment's SSD tier in ssd_offload_path (an
         existing, writable directory; granary-node's --disk-* defaults: 80% of its free space);
         the master's --persistence decides what goes there. Without a path or a segment, or with
         a path the tier cannot use, setup returns -600."""
         use_shm = True
         cluster_id = None
+        auth_token_file = ""
         if isinstance(local_hostname, dict):
             cfg = dict(local_hostname)
             local_hostname = cfg.pop("local_hostname", "")
@@ -468,6 +472,7 @@ class MooncakeDistributedStore:
             client_http_port = cfg.pop("client_http_port", 0)
             use_shm = _truthy(cfg.pop("use_shared_memory", True))
             cluster_id = cfg.pop("cluster_id", None)
+            auth_token_file = os.fspath(cfg.pop("auth_token_file", "") or "")
             for key in ("enable_egm_store_pool", "egm_numa_nodes"):
                 if _truthy(cfg.pop(key, False)) and key == "enable_egm_store_pool":
                     return _refuse(_INVALID_PARAMS, "setup: enable_egm_store_pool needs the "
@@ -515,6 +520,7 @@ class MooncakeDistributedStore:
             _log.warning("setup: enable_client_http_server is ignored (client_http_port %s): "
                          "Granary's metrics are served by the master's HTTP port",
                          client_http_port)
+        self._auth_token_file = auth_token_file
         code = self._setup_segment((master, cluster), segment, buffer, label, bind_host, port,
                                    use_shm, disk_dir)
         if code == _OK:
@@ -579,7 +585,8 @@ class MooncakeDistributedStore:
             client = _granary.Client(address, segment_size=segment,
                                      segment_name=segment_name, data_host=host, data_port=port,
                                      use_shared_memory=use_shm, disk_dir=disk_dir,
-                                     cluster_id=cluster)
+                                     cluster_id=cluster,
+                                     auth_token_file=self._auth_token_file)
         except Error as e:
             return _refuse(e.code, f"cannot connect to the master at {master} or start the "
                                    f"embedded segment: {e}")

@@ -56,7 +56,8 @@ Status Coordinator::Start() {
   etcd_ = std::move(*client);
   follower_ = std::make_unique<StandbyFollower>(
       state_, &log_,
-      StandbyFollower::Options{member_id_, options_.advertise, options_.standby_timeout});
+      StandbyFollower::Options{member_id_, options_.advertise, options_.standby_timeout,
+                               options_.secret});
   {
     std::lock_guard lock(mu_);
     stopping_ = false;

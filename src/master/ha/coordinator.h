@@ -69,6 +69,7 @@ struct HaOptions {
   std::chrono::milliseconds tick{50};             // the coordinator's pace when nothing happens
   size_t log_bytes = 256 << 20;                   // history kept for standbys that reconnect
   int etcd_timeout_ms = 1000;
+  std::string secret;  // the cluster's: a standby presents it to the leader (empty: none)
 };
 
 class Coordinator final : public ServingGate {

@@ -6,12 +6,14 @@
 #include "common/logging.h"
 #include "master/state/state_codec.h"
 #include "proto/fast_frame.h"
+#include "security/fast_hello.h"
 
 namespace granary::master::ha {
 
 namespace {
 using SteadyClock = std::chrono::steady_clock;
 constexpr auto kRetry = std::chrono::milliseconds(50);
+constexpr auto kRefusedRetry = std::chrono::seconds(1);  // after the leader refused our secret
 constexpr auto kSnapshotWait = std::chrono::seconds(300);  // for each chunk of a snapshot
 }  // namespace
 
@@ -116,7 +118,8 @@ void StandbyFollower::Run() {
     }
     std::unique_lock lock(mu_);
     if (stop_) return;
-    changed_.wait_for(lock, kRetry, [&] { return stop_ || target != target_; });
+    changed_.wait_for(lock, refusals_ > 0 ? kRefusedRetry : kRetry,
+                      [&] { return stop_ || target != target_; });
   }
 }
 
@@ -127,6 +130,22 @@ Status StandbyFollower::SendAck(int fd, uint64_t seq) {
 
 void StandbyFollower::Session(int fd, uint64_t term) {
   const auto deadline = [&] { return SteadyClock::now() + options_.timeout; };
+  if (!options_.secret.empty()) {
+    if (Status s = security::PresentSecret(fd, options_.secret, deadline()); !s.ok()) {
+      // A wrong secret is an operator's fault that retrying does not mend: said once, then
+      // every 30th try (a second apart).
+      if (s.code() == ErrorCode::UNAUTHENTICATED) {
+        if (refusals_++ % 30 == 0) {
+          GLOG_ERROR("history stream: the leader refused this standby's secret ({} times): {}",
+                     refusals_, s.ToString());
+        }
+      } else {
+        GLOG_WARN("history stream: no hello answered: {}", s.ToString());
+      }
+      return;
+    }
+    refusals_ = 0;
+  }
   Hello hello;
   hello.standby_id = options_.id;
   hello.advertise = options_.advertise;

@@ -35,6 +35,7 @@ class StandbyFollower {
     std::string id;         // this master's member id
     std::string advertise;  // this master's gRPC address
     std::chrono::milliseconds timeout{1000};  // a leader silent this long is left
+    std::string secret;  // presented in the fast port's hello first (empty: none)
   };
   struct Progress {
     bool connected = false;
@@ -67,6 +68,7 @@ class StandbyFollower {
   void Run();
   // One connection: hello, welcome, maybe a snapshot, then operations until it ends.
   void Session(int fd, uint64_t term);
+  uint64_t refusals_ = 0;  // hellos refused in a row (a wrong secret); the Run thread's own
   Status SendAck(int fd, uint64_t seq);
   // Applies one session's received frames in order on its own thread; its destructor returns
   // once every frame pushed was applied (or one was refused).

@@ -18,6 +18,7 @@
 
 #include "common/logging.h"
 #include "proto/fast_frame.h"
+#include "proto/rpc_util.h"
 
 namespace granary::master {
 
@@ -28,6 +29,25 @@ using SteadyClock = std::chrono::steady_clock;
 // into blocks the arena mallocs and frees itself.
 constexpr size_t kArenaBlock = 256 * 1024;
 constexpr size_t kKeepOut = 1 << 20;  // reply buffer kept between calls
+constexpr uint32_t kMaxHelloBody = 4096;  // a secret is a line (security/secret.h)
+
+std::string PeerOf(int fd) {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof(peer);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (peer.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  } else if (peer.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
 
 bool SendAll(int fd, const std::string& bytes) {
   size_t sent = 0;
@@ -56,15 +76,18 @@ class FrameReader {
       : fd_(fd), read_deadline_ms_(read_deadline_ms), idle_ms_(idle_timeout_ms), stop_(stop) {}
 
   // *body views this reader's buffer: valid until the next call.
-  Result Next(fast::Header* h, std::string_view* body, fast::HeaderError* why) {
+  Result Next(fast::Header* h, std::string_view* body, fast::HeaderError* why,
+              uint32_t max_body = fast::kMaxFastBody) {
     if (Result r = Fill(fast::kHeaderSize); r != Result::kFrame) return r;
-    *why = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(buf_.data() + pos_), h);
+    *why = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(buf_.data() + pos_), h,
+                              max_body);
     if (*why != fast::HeaderError::kNone) return Result::kBadHeader;
     if (Result r = Fill(fast::kHeaderSize + h->body_size); r != Result::kFrame) return r;
     *body = std::string_view(buf_.data() + pos_ + fast::kHeaderSize, h->body_size);
     pos_ += fast::kHeaderSize + h->body_size;
     return Result::kFrame;
   }
+  void set_idle_ms(int ms) { idle_ms_ = ms; }
 
  private:
   // Until `need` bytes past pos_ are buffered. Waiting for the first byte of a frame is idle time;
@@ -249,9 +272,12 @@ void FastServer::Serve(Connection* c) {
   std::string_view body;
   Scratch scratch;
   scratch.arena_block = std::make_unique<char[]>(kArenaBlock);
+  bool authenticated = auth_ == nullptr || !auth_->required();
+  // Until its hello, a connection may hold a slot only briefly and send only a short frame.
+  if (!authenticated) reader.set_idle_ms(options_.read_deadline_ms);
   for (;;) {  // one frame per pass; ends at close, idle timeout, a bad frame or Stop()
     fast::HeaderError why = fast::HeaderError::kNone;
-    auto r = reader.Next(&h, &body, &why);
+    auto r = reader.Next(&h, &body, &why, authenticated ? fast::kMaxFastBody : kMaxHelloBody);
     if (r == FrameReader::Result::kBadHeader) {
       bad_frames_->Inc();
       GLOG_WARN("fast port: closing a connection: {}",
@@ -267,11 +293,33 @@ void FastServer::Serve(Connection* c) {
       break;
     }
     if (r != FrameReader::Result::kFrame) break;  // closed by the peer, idle, or stopping
+    if (h.method == static_cast<uint8_t>(fast::Method::kHello) || !authenticated) {
+      if (!Hello(c->fd, h, body, &authenticated)) break;
+      reader.set_idle_ms(options_.idle_timeout_ms);
+      continue;
+    }
     if (!Handle(c->fd, h.method, h.request_id, body, &scratch)) break;
   }
   ::shutdown(c->fd, SHUT_RDWR);
   open_->Add(-1);
   c->done = true;
+}
+
+bool FastServer::Hello(int fd, const fast::Header& h, std::string_view body,
+                       bool* authenticated) {
+  const bool is_hello = h.method == static_cast<uint8_t>(fast::Method::kHello);
+  Status s = Status::Ok();
+  if (auth_ != nullptr) {
+    s = auth_->Check(is_hello ? std::optional<std::string_view>(body) : std::nullopt, "fast",
+                     PeerOf(fd));
+  }
+  if (s.ok()) {
+    *authenticated = true;
+    return SendAll(fd, Frame(h.method, fast::kReply, h.request_id, 0));
+  }
+  const std::string msg = rpc::ToGrpc(s).error_message();  // "granary:-1100:..."
+  (void)SendAll(fd, Frame(h.method, fast::kReply | fast::kError, h.request_id, msg.size()) + msg);
+  return false;
 }
 
 bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,

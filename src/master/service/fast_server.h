@@ -27,6 +27,7 @@
 #include "granary/status.h"
 #include "master/service/master_service.h"
 #include "proto/fast_frame.h"
+#include "security/authenticator.h"
 
 namespace granary::master {
 
@@ -53,6 +54,11 @@ class FastServer {
   // answered with an error. Set before Start.
   using StreamHandler = std::function<void(int fd, std::string_view request)>;
   void set_stream_handler(StreamHandler handler) { stream_handler_ = std::move(handler); }
+  // With a secret, a connection's first frame must be a hello that presents it
+  // (security/fast_hello.h); anything else, or a wrong secret, is answered UNAUTHENTICATED and
+  // the connection closed. Without (null, or no secret), a hello is answered OK whatever it
+  // carries. Borrowed; set before Start.
+  void set_authenticator(const security::Authenticator* auth) { auth_ = auth; }
 
  private:
   struct Connection {
@@ -72,10 +78,14 @@ class FastServer {
   bool Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
               Scratch* scratch);
   void ReapFinished();  // joins connections that ended; holds mu_
+  // A hello, or any frame before one on a connection that must authenticate: true keeps the
+  // connection (*authenticated set), false after answering a refusal.
+  bool Hello(int fd, const fast::Header& h, std::string_view body, bool* authenticated);
 
   MasterService* service_;
   Options options_;
   StreamHandler stream_handler_;
+  const security::Authenticator* auth_ = nullptr;
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};

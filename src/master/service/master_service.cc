@@ -1,10 +1,13 @@
 #include "master/service/master_service.h"
 #include "master/service/rpc_results.h"
 #include "proto/rpc_util.h"
+#include "security/secret.h"
 
 #include <algorithm>
 
 #include <chrono>
+#include <optional>
+#include <string_view>
 #include <stdexcept>
 
 namespace granary::master {
@@ -57,6 +60,20 @@ MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegist
 }
 
 grpc::Status MasterService::Admission::refusal() const { return rpc::ToGrpc(entry_); }
+
+Status MasterService::Authenticate(Ctx* ctx) const {
+  if (auth_ == nullptr || !auth_->required() || ctx == nullptr) return Status::Ok();
+  std::optional<std::string_view> presented;
+  const auto& metadata = ctx->client_metadata();
+  if (auto it = metadata.find(std::string(security::kAuthMetadataKey)); it != metadata.end()) {
+    std::string_view value(it->second.data(), it->second.size());
+    // Anything but the Bearer form counts as a wrong secret, not a missing one.
+    presented = value.substr(0, security::kBearerPrefix.size()) == security::kBearerPrefix
+                    ? value.substr(security::kBearerPrefix.size())
+                    : std::string_view();
+  }
+  return auth_->Check(presented, "grpc", ctx->peer());
+}
 
 grpc::Status MasterService::Admission::Finish() {
   if (!gate_) return grpc::Status::OK;
@@ -130,10 +147,10 @@ void MasterService::FillDiskReplicas(
 
 // ---- segments and liveness ----
 
-grpc::Status MasterService::MountSegment(Ctx*, const proto::MountSegmentRequest* req,
+grpc::Status MasterService::MountSegment(Ctx* ctx, const proto::MountSegmentRequest* req,
                                          proto::MountSegmentResponse* resp) {
   CallScope scope(Metrics("MountSegment"), 1);
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   MountResult r = state_->Mount({req->client_id(), FromProto(req->segment())});
   resp->set_code(Code(r.status));
@@ -144,10 +161,10 @@ grpc::Status MasterService::MountSegment(Ctx*, const proto::MountSegmentRequest*
   return admission.Finish();
 }
 
-grpc::Status MasterService::UnmountSegment(Ctx*, const proto::UnmountSegmentRequest* req,
+grpc::Status MasterService::UnmountSegment(Ctx* ctx, const proto::UnmountSegmentRequest* req,
                                            proto::UnmountSegmentResponse* resp) {
   CallScope scope(Metrics("UnmountSegment"), 1);
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   if (req->client_id().empty()) {  // an empty id is the master's own, never a caller's
     resp->set_code(Code(Status(ErrorCode::INVALID_PARAMS, "")));
@@ -162,10 +179,10 @@ grpc::Status MasterService::UnmountSegment(Ctx*, const proto::UnmountSegmentRequ
   return admission.Finish();
 }
 
-grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequest* req,
+grpc::Status MasterService::ReMountSegment(Ctx* ctx, const proto::ReMountSegmentRequest* req,
                                            proto::ReMountSegmentResponse* resp) {
   CallScope scope(Metrics("ReMountSegment"), req->segments_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   if (req->client_id().empty()) {
     for (int i = 0; i < req->segments_size(); ++i) {
@@ -184,10 +201,10 @@ grpc::Status MasterService::ReMountSegment(Ctx*, const proto::ReMountSegmentRequ
   return admission.Finish();
 }
 
-grpc::Status MasterService::ListSegments(Ctx*, const proto::ListSegmentsRequest*,
+grpc::Status MasterService::ListSegments(Ctx* ctx, const proto::ListSegmentsRequest*,
                                          proto::ListSegmentsResponse* resp) {
   CallScope scope(Metrics("ListSegments"), 0);
-  Admission admission(gate_, CallKind::kQuery, resp);
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   std::lock_guard disks_lock(disks_mu_);
   for (const auto& u : state_->segments().Usage()) {
@@ -226,9 +243,9 @@ proto::DiskStats MasterService::DiskTotals() const {
   return total;
 }
 
-grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::PingResponse* resp) {
+grpc::Status MasterService::Ping(Ctx* ctx, const proto::PingRequest* req, proto::PingResponse* resp) {
   CallScope scope(Metrics("Ping"), 0);
-  Admission admission(gate_, CallKind::kSoft, resp);
+  Admission admission(gate_, CallKind::kSoft, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   if (req->client_id().empty()) {
     resp->set_code(static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
@@ -249,10 +266,10 @@ grpc::Status MasterService::Ping(Ctx*, const proto::PingRequest* req, proto::Pin
 
 // ---- writes ----
 
-grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartRequest* req,
+grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRequest* req,
                                           proto::BatchPutStartResponse* resp) {
   CallScope scope(Metrics("BatchPutStart"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   PutStartOp op{req->client_id(), Keys(req->keys()),
                 std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
@@ -302,10 +319,10 @@ grpc::Status MasterService::BatchPutStart(Ctx*, const proto::BatchPutStartReques
   return admission.Finish();
 }
 
-grpc::Status MasterService::BatchPutEnd(Ctx*, const proto::BatchPutEndRequest* req,
+grpc::Status MasterService::BatchPutEnd(Ctx* ctx, const proto::BatchPutEndRequest* req,
                                         proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutEnd"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutEnd(
       {req->client_id(), Keys(req->keys()),
@@ -315,10 +332,10 @@ grpc::Status MasterService::BatchPutEnd(Ctx*, const proto::BatchPutEndRequest* r
   return admission.Finish();
 }
 
-grpc::Status MasterService::BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequest* req,
+grpc::Status MasterService::BatchPutRevoke(Ctx* ctx, const proto::BatchPutRevokeRequest* req,
                                            proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutRevoke"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutRevoke(
       {req->client_id(), Keys(req->keys()),
@@ -328,10 +345,10 @@ grpc::Status MasterService::BatchPutRevoke(Ctx*, const proto::BatchPutRevokeRequ
   return admission.Finish();
 }
 
-grpc::Status MasterService::Reserve(Ctx*, const proto::ReserveRequest* req,
+grpc::Status MasterService::Reserve(Ctx* ctx, const proto::ReserveRequest* req,
                                     proto::ReserveResponse* resp) {
   CallScope scope(Metrics("Reserve"), req->count());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   ReserveResult r = state_->Reserve(
       {req->client_id(), req->size(), req->count(),
@@ -351,10 +368,10 @@ grpc::Status MasterService::Reserve(Ctx*, const proto::ReserveRequest* req,
   return admission.Finish();
 }
 
-grpc::Status MasterService::BatchPutCommit(Ctx*, const proto::BatchPutCommitRequest* req,
+grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommitRequest* req,
                                            proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutCommit"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutCommit(
       {req->client_id(), Keys(req->keys()),
@@ -368,10 +385,10 @@ grpc::Status MasterService::BatchPutCommit(Ctx*, const proto::BatchPutCommitRequ
   return admission.Finish();
 }
 
-grpc::Status MasterService::ReleaseReservations(Ctx*, const proto::ReleaseReservationsRequest* req,
+grpc::Status MasterService::ReleaseReservations(Ctx* ctx, const proto::ReleaseReservationsRequest* req,
                                                 proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("ReleaseReservations"), req->reservations_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->ReleaseReservations(
       {req->client_id(),
@@ -384,10 +401,10 @@ grpc::Status MasterService::ReleaseReservations(Ctx*, const proto::ReleaseReserv
 
 // ---- reads ----
 
-grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetReplicaListRequest* req,
+grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetReplicaListRequest* req,
                                                 proto::BatchGetReplicaListResponse* resp) {
   CallScope scope(Metrics("BatchGetReplicaList"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto results = state_->GetReplicaList({req->client_id(), Keys(req->keys())});
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
@@ -427,20 +444,20 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx*, const proto::BatchGetRepli
   return admission.Finish();
 }
 
-grpc::Status MasterService::BatchFinishRead(Ctx*, const proto::BatchFinishReadRequest* req,
+grpc::Status MasterService::BatchFinishRead(Ctx* ctx, const proto::BatchFinishReadRequest* req,
                                             proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchFinishRead"), req->keys_size());
-  Admission admission(gate_, CallKind::kSoft, resp);
+  Admission admission(gate_, CallKind::kSoft, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->FinishRead({req->client_id(), Keys(req->keys())});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return admission.Finish();
 }
 
-grpc::Status MasterService::BatchExist(Ctx*, const proto::BatchExistRequest* req,
+grpc::Status MasterService::BatchExist(Ctx* ctx, const proto::BatchExistRequest* req,
                                        proto::BatchExistResponse* resp) {
   CallScope scope(Metrics("BatchExist"), req->keys_size());
-  Admission admission(gate_, CallKind::kQuery, resp);
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   // Views into the request: a query keeps no key, so none is copied.
   std::vector<std::string_view> keys(req->keys().begin(), req->keys().end());
@@ -449,20 +466,20 @@ grpc::Status MasterService::BatchExist(Ctx*, const proto::BatchExistRequest* req
   return admission.Finish();
 }
 
-grpc::Status MasterService::BatchGetSize(Ctx*, const proto::BatchGetSizeRequest* req,
+grpc::Status MasterService::BatchGetSize(Ctx* ctx, const proto::BatchGetSizeRequest* req,
                                          proto::BatchGetSizeResponse* resp) {
   CallScope scope(Metrics("BatchGetSize"), req->keys_size());
-  Admission admission(gate_, CallKind::kQuery, resp);
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto results = state_->BatchGetSize(Keys(req->keys()));
   resp->mutable_results()->Add(results.begin(), results.end());
   return admission.Finish();
 }
 
-grpc::Status MasterService::BatchPrefixMatch(Ctx*, const proto::BatchPrefixMatchRequest* req,
+grpc::Status MasterService::BatchPrefixMatch(Ctx* ctx, const proto::BatchPrefixMatchRequest* req,
                                              proto::BatchPrefixMatchResponse* resp) {
   CallScope scope(Metrics("BatchPrefixMatch"), req->keys_size());
-  Admission admission(gate_, CallKind::kQuery, resp);
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto matched = state_->PrefixMatch(Keys(req->keys()));
   resp->set_code(Code(matched.status()));
@@ -474,10 +491,10 @@ grpc::Status MasterService::BatchPrefixMatch(Ctx*, const proto::BatchPrefixMatch
   return admission.Finish();
 }
 
-grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req,
+grpc::Status MasterService::StatObject(Ctx* ctx, const proto::StatObjectRequest* req,
                                        proto::StatObjectResponse* resp) {
   CallScope scope(Metrics("StatObject"), 1);
-  Admission admission(gate_, CallKind::kQuery, resp);
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto stat = state_->Stat(req->key());
   resp->set_code(Code(stat.status()));
@@ -500,20 +517,20 @@ grpc::Status MasterService::StatObject(Ctx*, const proto::StatObjectRequest* req
 
 // ---- removal and queries ----
 
-grpc::Status MasterService::BatchRemove(Ctx*, const proto::BatchRemoveRequest* req,
+grpc::Status MasterService::BatchRemove(Ctx* ctx, const proto::BatchRemoveRequest* req,
                                         proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchRemove"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->Remove({Keys(req->keys()), req->force()});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return admission.Finish();
 }
 
-grpc::Status MasterService::RemoveByRegex(Ctx*, const proto::RegexRequest* req,
+grpc::Status MasterService::RemoveByRegex(Ctx* ctx, const proto::RegexRequest* req,
                                           proto::RemoveCountResponse* resp) {
   CallScope scope(Metrics("RemoveByRegex"), 0);
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   RemoveCountResult r = state_->RemoveByRegex({req->pattern(), req->force()});
   resp->set_code(Code(r.status));
@@ -523,10 +540,10 @@ grpc::Status MasterService::RemoveByRegex(Ctx*, const proto::RegexRequest* req,
   return admission.Finish();
 }
 
-grpc::Status MasterService::QueryByRegex(Ctx*, const proto::RegexRequest* req,
+grpc::Status MasterService::QueryByRegex(Ctx* ctx, const proto::RegexRequest* req,
                                          proto::QueryByRegexResponse* resp) {
   CallScope scope(Metrics("QueryByRegex"), 0);
-  Admission admission(gate_, CallKind::kQuery, resp);
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   size_t limit = req->limit() ? std::min<size_t>(req->limit(), kDefaultQueryLimit)
                               : kDefaultQueryLimit;
@@ -546,10 +563,10 @@ grpc::Status MasterService::QueryByRegex(Ctx*, const proto::RegexRequest* req,
   return admission.Finish();
 }
 
-grpc::Status MasterService::RemoveAll(Ctx*, const proto::RemoveAllRequest* req,
+grpc::Status MasterService::RemoveAll(Ctx* ctx, const proto::RemoveAllRequest* req,
                                       proto::RemoveCountResponse* resp) {
   CallScope scope(Metrics("RemoveAll"), 0);
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   RemoveCountResult r = state_->RemoveAll({req->force()});
   resp->set_code(Code(r.status));
@@ -560,10 +577,10 @@ grpc::Status MasterService::RemoveAll(Ctx*, const proto::RemoveAllRequest* req,
 
 // ---- high availability ----
 
-grpc::Status MasterService::ClusterStatus(Ctx*, const proto::ClusterStatusRequest*,
+grpc::Status MasterService::ClusterStatus(Ctx* ctx, const proto::ClusterStatusRequest*,
                                           proto::ClusterStatusResponse* resp) {
   CallScope scope(Metrics("ClusterStatus"), 0);
-  Admission admission(gate_, CallKind::kQuery, resp);
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   if (cluster_status_) {
     cluster_status_(resp);

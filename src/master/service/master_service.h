@@ -23,6 +23,7 @@
 #include "master/policy/offload_planner.h"
 #include "master/service/serving_gate.h"
 #include "master/state/master_state.h"
+#include "security/authenticator.h"
 #include "master/policy/promotion_tracker.h"
 
 namespace granary::master {
@@ -96,6 +97,11 @@ class MasterService final : public proto::Master::Service {
   // HA: every call passes this gate (serving_gate.h). Null (the default): every call is served.
   // Set before serving.
   void set_gate(ServingGate* gate) { gate_ = gate; }
+  // Security: with a secret, a gRPC call is served only if it presents it ("authorization:
+  // Bearer <secret>" metadata). A call without a ServerContext comes from the fast port, whose
+  // FastServer checked its connection's hello before any call. Null (the default), or an
+  // authenticator without a secret: every call is served. Set before serving.
+  void set_authenticator(const security::Authenticator* auth) { auth_ = auth; }
 
  private:
   struct RpcMetrics {
@@ -117,6 +123,7 @@ class MasterService final : public proto::Master::Service {
     std::chrono::steady_clock::time_point start_;
   };
   RpcMetrics& Metrics(const char* method);
+  Status Authenticate(Ctx* ctx) const;
   // How a call meets the gate: a query reads the state, a soft call changes only what a failover
   // may lose (liveness, read-lock releases), an update's reply waits for its replication.
   enum class CallKind { kQuery, kSoft, kUpdate };
@@ -124,14 +131,16 @@ class MasterService final : public proto::Master::Service {
   // Finish() commits what the call applied (updates) and stamps the term on the reply.
   class Admission {
    public:
+    // authenticated: the caller's check (Authenticate); a refusal there enters nothing.
     template <typename Resp>
-    Admission(ServingGate* gate, CallKind kind, Resp* resp)
-        : gate_(gate), kind_(kind), reply_(resp),
+    Admission(ServingGate* gate, CallKind kind, Resp* resp, Status authenticated)
+        : gate_(authenticated.ok() ? gate : nullptr), kind_(kind), reply_(resp),
           set_term_([](google::protobuf::Message* m, uint64_t term) {
             if constexpr (requires { static_cast<Resp*>(m)->set_term(term); }) {
               static_cast<Resp*>(m)->set_term(term);
             }
-          }) {
+          }),
+          entry_(std::move(authenticated)) {
       if (gate_) {
         entry_ = gate_->Enter(kind == CallKind::kUpdate);
         // The term the call was admitted under: a reply that outlives a step-down still names the
@@ -177,6 +186,7 @@ class MasterService final : public proto::Master::Service {
   std::unordered_map<std::string, proto::DiskStats> disks_;
   std::atomic<uint16_t> fast_port_{0};
   ServingGate* gate_ = nullptr;
+  const security::Authenticator* auth_ = nullptr;
   ClusterStatusSource cluster_status_;
   // Filled in the constructor, read-only after; std::less<> finds a method name without
   // building a std::string on every call.

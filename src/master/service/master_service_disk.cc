@@ -19,10 +19,10 @@ constexpr size_t kMaxGarbageKeyBytesPerReply = 1 << 20;
 constexpr size_t kMaxPromotionsPerRound = 256;
 }  // namespace
 
-grpc::Status MasterService::DiskRegister(Ctx*, const proto::DiskRegisterRequest* req,
+grpc::Status MasterService::DiskRegister(Ctx* ctx, const proto::DiskRegisterRequest* req,
                                          proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("DiskRegister"), req->copies_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   DiskRegisterOp op{req->client_id(), {}, req->disk_id(), req->complete()};
   op.entries.reserve(req->copies_size());
@@ -33,10 +33,10 @@ grpc::Status MasterService::DiskRegister(Ctx*, const proto::DiskRegisterRequest*
   return admission.Finish();
 }
 
-grpc::Status MasterService::DiskDrop(Ctx*, const proto::DiskDropRequest* req,
+grpc::Status MasterService::DiskDrop(Ctx* ctx, const proto::DiskDropRequest* req,
                                      proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("DiskDrop"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->DiskDrop(
       {req->client_id(), Keys(req->keys()),
@@ -45,10 +45,10 @@ grpc::Status MasterService::DiskDrop(Ctx*, const proto::DiskDropRequest* req,
   return admission.Finish();
 }
 
-grpc::Status MasterService::OffloadStart(Ctx*, const proto::OffloadStartRequest* req,
+grpc::Status MasterService::OffloadStart(Ctx* ctx, const proto::OffloadStartRequest* req,
                                          proto::OffloadStartResponse* resp) {
   CallScope scope(Metrics("OffloadStart"), 0);
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   const uint64_t disk_id = req->disk_id();
   if (disk_id != 0) {
@@ -147,11 +147,11 @@ void MasterService::StartPromotions(const proto::OffloadStartRequest& req,
   }
 }
 
-grpc::Status MasterService::PromoteEnd(Ctx*, const proto::PromoteEndRequest* req,
+grpc::Status MasterService::PromoteEnd(Ctx* ctx, const proto::PromoteEndRequest* req,
                                        proto::BatchStatusResponse* resp) {
   const int n = req->keys_size();
   CallScope scope(Metrics("PromoteEnd"), n);
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   if (req->version_gens_size() != n || req->copied_size() != n) {
     std::vector<Status> bad(n, Status(ErrorCode::INVALID_PARAMS,
@@ -168,11 +168,11 @@ grpc::Status MasterService::PromoteEnd(Ctx*, const proto::PromoteEndRequest* req
   return admission.Finish();
 }
 
-grpc::Status MasterService::OffloadEnd(Ctx*, const proto::OffloadEndRequest* req,
+grpc::Status MasterService::OffloadEnd(Ctx* ctx, const proto::OffloadEndRequest* req,
                                        proto::BatchStatusResponse* resp) {
   const int n = req->keys_size();
   CallScope scope(Metrics("OffloadEnd"), n);
-  Admission admission(gate_, CallKind::kUpdate, resp);
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
   if (!admission.ok()) return admission.refusal();
   std::vector<Status> results(n);
   if (req->version_gens_size() != n || req->locations_size() != n || req->written_size() != n) {

@@ -85,7 +85,8 @@ struct Conn {
   MasterLink link;
   Conn(const MasterBenchOptions& o)
       : stub(NewStub(o.master)),
-        link(client::MasterLocator::Create(o.master, "", kDeadlineMs, /*own_connection=*/true)
+        link(client::MasterLocator::Create(o.master, "", kDeadlineMs, /*own_connection=*/true,
+                                           BenchSecret())
                  .value(),
              kDeadlineMs, PathOf(o.path)) {}
 };
@@ -191,7 +192,9 @@ int RunMasterBench(const MasterBenchOptions& o) {
   }
 
   {
-    MasterLink probe(client::MasterLocator::Create(o.master, "", kDeadlineMs).value(), kDeadlineMs,
+    MasterLink probe(client::MasterLocator::Create(o.master, "", kDeadlineMs, false, BenchSecret())
+                         .value(),
+                     kDeadlineMs,
                      PathOf(o.path));
     const uint16_t fast = o.path == "grpc" ? 0 : probe.FastPort();
     if (o.path == "fast" && fast == 0) {

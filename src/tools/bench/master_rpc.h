@@ -1,21 +1,39 @@
 // tools/bench/master_rpc.h - how the benches talk to a master directly (raw gRPC, no Client).
 //
 // MasterStub opens its own connection, so each bench thread measures its own channel; RpcContext
-// gives a call a deadline, so a stuck master ends a bench instead of hanging it.
+// gives a call a deadline, so a stuck master ends a bench instead of hanging it. Both present the
+// secret of $GRANARY_AUTH_TOKEN_FILE when it is set.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "granary/proto/master.grpc.pb.h"
 #include "proto/rpc_util.h"
+#include "security/secret.h"
 
 namespace granary::bench {
 
+// The cluster's secret from $GRANARY_AUTH_TOKEN_FILE, as clients read it ("" when unset; a file
+// that cannot be used ends the bench).
+inline const std::string& BenchSecret() {
+  static const std::string secret = [] {
+    auto loaded = security::LoadClientSecret("");
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "granary-bench: %s\n", loaded.status().message().c_str());
+      std::exit(2);
+    }
+    return *loaded;
+  }();
+  return secret;
+}
+
 inline std::unique_ptr<proto::Master::Stub> MasterStub(const std::string& target) {
-  return proto::Master::NewStub(rpc::MakeChannel(target, /*own_connection=*/true));
+  return proto::Master::NewStub(rpc::MakeChannel(target, /*own_connection=*/true, BenchSecret()));
 }
 
 inline std::unique_ptr<grpc::ClientContext> RpcContext(int deadline_ms) {

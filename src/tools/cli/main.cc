@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   CLI::App app{"granary: command-line tool for a Granary store"};
   app.footer("Exit codes: 0 done, 1 key not found, 2 bad usage, 3 other failure.\n"
              "The master address may also come from $GRANARY_MASTER, the cluster id from "
-             "$GRANARY_CLUSTER_ID.");
+             "$GRANARY_CLUSTER_ID, the secret file from $GRANARY_AUTH_TOKEN_FILE.");
   app.require_subcommand(1);
   std::string master = std::getenv("GRANARY_MASTER") ? std::getenv("GRANARY_MASTER")
                                                       : "127.0.0.1:50051";
@@ -74,6 +74,9 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-id", cluster_id, "HA cluster name (with an etcd:// master)")
       ->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "timeout of each call")->capture_default_str();
+  std::string auth_token_file;  // empty: the client library reads $GRANARY_AUTH_TOKEN_FILE
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file (mode 0600) holding the cluster's secret, if the master requires one");
 
   std::string key, file = "-", out_path, pattern;
   bool force = false;
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
   ClientOptions options;
   options.master_address = master;
   options.cluster_id = cluster_id;
+  options.auth_token_file = auth_token_file;
   options.rpc_timeout_ms = timeout_ms;
   auto connected = Client::Connect(options);
   if (!connected.ok()) return Fail("connect to " + master, connected.status());

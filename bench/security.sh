@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# What the cluster's secret costs (docs/security.md): the same cases against a store without a
+# secret and one started with --auth-token-file, alternated (open, secret, open, secret) so that a
+# drift of the machine hits both. Cases: object puts and gets of 64 KiB (Granary shm and TCP, one
+# client: `granary-bench kv`) and metadata batches of 128 keys (`granary-bench master`, one
+# thread, fast port and gRPC). The machine's limits (memcpy, loopback TCP) are measured first in
+# the same run. Prints a markdown table; the raw JSON stays in bench/results/security-<stamp>/.
+#
+#   bench/security.sh [--seconds S] [--rounds N]      # defaults: 2 s a case, 2 rounds a mode
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${GRANARY_BIN:-build/bin}
+SECONDS_PER_CASE=2
+ROUNDS=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) SECONDS_PER_CASE=${2:?}; shift 2 ;;
+    --rounds) ROUNDS=${2:?}; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+source bench/lib.sh
+STAMP=$(date -u +%Y-%m-%dT%H%M%SZ)
+OUT=bench/results/security-$STAMP
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/granary-bench-security.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+SECRET="$WORK/secret"
+( umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$SECRET" )
+
+"$BIN/granary-bench" limits --seconds 1 --disk-bytes $((64 << 20)) --json "$OUT/limits.json" > "$OUT/limits.txt"
+
+# run_mode MODE ROUND: a fresh master and node; the object and metadata cases against them.
+run_mode() {
+  local mode=$1 round=$2 flags=() env_file=""
+  if [ "$mode" = secret ]; then flags=(--auth-token-file "$SECRET"); env_file=$SECRET; fi
+  local port http name=granary-bench-sec-$$-$mode-$round
+  port=$(free_port); http=$(free_port)
+  "$BIN/granary-master" --port "$port" --http-port "$http" --log-level warn "${flags[@]}" \
+    > "$WORK/master-$mode-$round.log" 2>&1 &
+  local master=$!; PIDS+=("$master")
+  wait_for_health "$http"
+  "$BIN/granary-node" --master "127.0.0.1:$port" --segment-size 1GiB --prefault --name "$name" \
+    --log-level warn "${flags[@]}" > "$WORK/node-$mode-$round.log" 2>&1 &
+  local node=$!; PIDS+=("$node")
+  GRANARY_AUTH_TOKEN_FILE=$env_file wait_for_segment "$port"
+  wait_for_populated "$node" $((1 << 30))
+  GRANARY_AUTH_TOKEN_FILE=$env_file "$BIN/granary-bench" kv --master "127.0.0.1:$port" \
+    --targets granary-shm,granary-tcp --sizes 64KiB --clients 1 --seconds "$SECONDS_PER_CASE" \
+    --budget $((512 << 20)) --json "$OUT/kv-$mode-$round.json" > "$OUT/kv-$mode-$round.txt"
+  kill -TERM "$node"; wait "$node" 2>/dev/null || true
+  for path in fast grpc; do
+    GRANARY_AUTH_TOKEN_FILE=$env_file "$BIN/granary-bench" master --master "127.0.0.1:$port" \
+      --segments 128 --batch 128 --value-size 4096 --threads 1 --path "$path" \
+      --seconds "$SECONDS_PER_CASE" --json "$OUT/master-$path-$mode-$round.json" \
+      > "$OUT/master-$path-$mode-$round.txt"
+  done
+  kill -TERM "$master"; wait "$master" 2>/dev/null || true
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in open secret; do
+    echo "== round $round, $mode =="
+    run_mode "$mode" "$round"
+  done
+done
+echo "machine: $(machine_summary)" | tee "$OUT/machine.txt"
+python3 bench/security_table.py "$OUT"

@@ -1,0 +1,103 @@
+#include "security/secret.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace granary::security {
+
+namespace {
+constexpr size_t kMaxSecretFileBytes = 4096;  // a secret is a line, not a document
+
+Status Bad(const std::string& path, const std::string& why) {
+  return Status(ErrorCode::INVALID_PARAMS, "secret file " + path + ": " + why);
+}
+}  // namespace
+
+Result<std::string> LoadSecretFile(const std::string& path) {
+  if (path.empty()) return Bad("(empty path)", "no file named");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Bad(path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Bad(path, "not a regular file");
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    ::close(fd);
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Bad(path, std::string("mode ") + mode +
+                         " lets group or others at it; chmod 600 it (anyone who reads it can do "
+                         "anything to the store)");
+  }
+  std::string bytes(kMaxSecretFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {  // bounded by the buffer
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return Bad(path, why);
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (got > kMaxSecretFileBytes) return Bad(path, "over 4 KiB: not a secret file");
+  bytes.resize(got);
+  std::string_view line(bytes);
+  line = line.substr(0, line.find('\n'));
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  while (!line.empty() && space(line.front())) line.remove_prefix(1);
+  while (!line.empty() && space(line.back())) line.remove_suffix(1);
+  if (line.empty()) return Bad(path, "empty (its first line is the secret)");
+  if (line.size() < kMinSecretBytes) {
+    return Bad(path, "shorter than " + std::to_string(kMinSecretBytes) +
+                         " characters (make one with `openssl rand -hex 16`)");
+  }
+  for (char c : line) {
+    if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e) {
+      return Bad(path, "only printable ASCII without spaces may form a secret");
+    }
+  }
+  return std::string(line);
+}
+
+Result<std::string> LoadClientSecret(const std::string& path) {
+  if (!path.empty()) return LoadSecretFile(path);
+  const char* env = std::getenv(kSecretFileEnv);
+  if (env == nullptr || *env == '\0') return std::string();
+  return LoadSecretFile(env);
+}
+
+bool SecretsEqual(std::string_view a, std::string_view b) {
+  // Every byte of the longer one is visited; the difference accumulates without a branch.
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  // Keeps the compiler from ending the loop at the first difference.
+  volatile unsigned char result = diff;
+  return result == 0;
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost" || host == "::1") return true;
+  return host.rfind("127.", 0) == 0;
+}
+
+}  // namespace granary::security

@@ -1,0 +1,38 @@
+// security/secret.h - the cluster's shared secret (docs/security.md): read from a file, presented
+// by every client, node and master, compared without telling a guesser how close it came.
+//
+// Promise: LoadSecretFile returns the file's first line without surrounding whitespace, or
+// INVALID_PARAMS naming the file and the fault (missing, unreadable, empty, shorter than
+// kMinSecretBytes, readable or writable by group or others: like an ssh key, the file must be
+// mode 0600 or 0400). No message ever contains the secret. SecretsEqual's time depends on the
+// lengths only, never on where two secrets differ. IsLoopbackHost says whether a bind address
+// can be reached from this host alone (what a process may serve without a secret).
+// Thread safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "granary/status.h"
+
+namespace granary::security {
+
+// 16 bytes: `openssl rand -hex 16` gives 32 characters; shorter ones are guessable.
+inline constexpr size_t kMinSecretBytes = 16;
+// gRPC metadata: "authorization: Bearer <secret>" (RFC 6750's form).
+inline constexpr std::string_view kAuthMetadataKey = "authorization";
+inline constexpr std::string_view kBearerPrefix = "Bearer ";
+// The environment variable clients read when no file is given (CLI, Python, Mooncake layer).
+inline constexpr const char* kSecretFileEnv = "GRANARY_AUTH_TOKEN_FILE";
+
+Result<std::string> LoadSecretFile(const std::string& path);
+
+// `path`, else $GRANARY_AUTH_TOKEN_FILE, loaded; "" when neither names a file (no secret).
+Result<std::string> LoadClientSecret(const std::string& path);
+
+bool SecretsEqual(std::string_view a, std::string_view b);
+
+// 127.0.0.0/8, ::1, localhost. 0.0.0.0, :: and "" bind every interface: not loopback.
+bool IsLoopbackHost(std::string_view host);
+
+}  // namespace granary::security

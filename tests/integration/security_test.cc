@@ -1,0 +1,527 @@
+// Integration tests of the cluster's secret (docs/security.md) with real processes: a master
+// started with --auth-token-file serves only callers that present it, on gRPC and on the fast
+// port, counts and logs each refusal without the secret, and keeps serving legitimate clients
+// and nodes while hundreds of unauthenticated connections come and go. Servers that would serve
+// other hosts without a secret refuse to start.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/socket_io.h"
+#include "granary/client.h"
+#include "ha_fixture.h"
+#include "master_fixture.h"
+#include "process_harness.h"
+#include "proto/fast_frame.h"
+#include "proto/rpc_util.h"
+#include "store_fixture.h"
+
+namespace granary::it {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kSecret = "0123456789abcdef-the-cluster-secret";
+constexpr const char* kWrongSecret = "0123456789abcdef-a-guess-at-it-xx";
+
+// A secret file of mode 0600 in `dir`.
+std::string SecretFile(const TempDir& dir, const std::string& name, const std::string& secret) {
+  const std::string path = dir.WriteFile(name, secret + "\n");
+  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+  return path;
+}
+
+// A stub whose calls present `secret` (none when empty).
+std::unique_ptr<pb::Master::Stub> StubWith(const std::string& address, const std::string& secret) {
+  return pb::Master::NewStub(rpc::MakeChannel(address, /*own_connection=*/true, secret));
+}
+
+grpc::Status ListSegments(pb::Master::Stub* stub, pb::ListSegmentsResponse* resp) {
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, 5000);
+  return stub->ListSegments(&ctx, pb::ListSegmentsRequest(), resp);
+}
+
+// One frame on a raw fast-port connection, and its answer.
+struct FastReply {
+  Status transport;  // not OK: no (complete) answer
+  fast::Header header;
+  std::string body;
+};
+
+std::string EncodeFrame(fast::Method method, const std::string& body) {
+  std::string frame(fast::kHeaderSize, '\0');
+  fast::EncodeHeader({static_cast<uint8_t>(method), 0, 7, static_cast<uint32_t>(body.size())},
+                     reinterpret_cast<unsigned char*>(frame.data()));
+  return frame + body;
+}
+
+FastReply Exchange(int fd, fast::Method method, const std::string& body) {
+  FastReply r;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  r.transport = net::SendAll(fd, EncodeFrame(method, body), deadline);
+  if (!r.transport.ok()) return r;
+  unsigned char header[fast::kHeaderSize];
+  r.transport = net::RecvExact(fd, reinterpret_cast<char*>(header), sizeof(header), deadline);
+  if (!r.transport.ok()) return r;
+  if (fast::DecodeHeader(header, &r.header, fast::kMaxFastReply) != fast::HeaderError::kNone) {
+    r.transport = Status(ErrorCode::RPC_FAIL, "bad reply header");
+    return r;
+  }
+  r.body.resize(r.header.body_size);
+  r.transport = net::RecvExact(fd, r.body.data(), r.body.size(), deadline);
+  return r;
+}
+
+// Whether the peer closed `fd` (EOF within 5 s).
+bool ClosedByPeer(int fd) {
+  char byte;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < deadline) {  // bounded by the deadline
+    if (!net::WaitFor(fd, POLLIN, deadline)) return false;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    return n < 0;  // a reset is closed too; a byte is not
+  }
+  return false;
+}
+
+int ConnectFast(uint16_t port) {
+  auto fd = net::ConnectTcp("127.0.0.1", port, std::chrono::steady_clock::now() + 5s);
+  EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+  return fd.ok() ? *fd : -1;
+}
+
+std::string PingBody() {
+  pb::PingRequest req;
+  req.set_client_id("a-prober");
+  return req.SerializeAsString();
+}
+
+// The value of the series of `metric` whose labels contain `label` in a Prometheus page; -1 if
+// none.
+double MetricValue(const std::string& page, const std::string& metric, const std::string& label) {
+  size_t pos = 0;
+  while ((pos = page.find(metric + "{", pos)) != std::string::npos) {  // bounded by the page
+    const size_t end = page.find('\n', pos);
+    const std::string line = page.substr(pos, end - pos);
+    pos = end;
+    if (line.find(label) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    secret_file_ = SecretFile(dir_, "secret", kSecret);
+    wrong_file_ = SecretFile(dir_, "wrong", kWrongSecret);
+    ASSERT_TRUE(master_.Start({"--auth-token-file", secret_file_, "--client-ttl", "3s"}));
+    auto stub = StubWith(master_.address(), kSecret);
+    pb::ListSegmentsResponse resp;
+    ASSERT_TRUE(ListSegments(stub.get(), &resp).ok());
+    fast_port_ = static_cast<uint16_t>(resp.fast_port());
+    ASSERT_NE(fast_port_, 0);
+  }
+
+  // A node that presents the secret (or `extra` decides), started and mounted.
+  ::testing::AssertionResult StartNode(NodeProcess* node, std::vector<std::string> extra) {
+    return node->Start(master_.address(), std::move(extra));
+  }
+
+  std::unique_ptr<Client> ClientWith(const std::string& secret_file, bool shm = true) {
+    ClientOptions o;
+    o.master_address = master_.address();
+    o.auth_token_file = secret_file;
+    o.use_shared_memory = shm;
+    o.rpc_timeout_ms = 5000;
+    o.io_timeout_ms = 10000;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  TempDir dir_{"granary-security"};
+  MasterProcess master_;
+  std::string secret_file_;
+  std::string wrong_file_;
+  uint16_t fast_port_ = 0;
+};
+
+TEST_F(SecurityTest, GrpcCallsWithoutTheSecretAreRefusedAndCounted) {
+  pb::ListSegmentsResponse resp;
+  for (const std::string& presented : {std::string(), std::string(kWrongSecret)}) {
+    auto stub = StubWith(master_.address(), presented);
+    const grpc::Status s = ListSegments(stub.get(), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+    const Status mapped = rpc::FromGrpc(s, "list segments");
+    EXPECT_EQ(mapped.code(), ErrorCode::UNAUTHENTICATED) << mapped.ToString();
+    EXPECT_EQ(s.error_message().find(kSecret), std::string::npos);
+    EXPECT_EQ(resp.segments_size(), 0);
+  }
+  // A mutation is refused as well, and nothing of it is applied.
+  {
+    auto stub = StubWith(master_.address(), kWrongSecret);
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, 5000);
+    pb::MountSegmentRequest req;
+    req.set_client_id("forger");
+    req.mutable_segment()->set_name("forged");
+    req.mutable_segment()->set_size(64 * MiB);
+    req.mutable_segment()->set_endpoint("127.0.0.1:1");
+    pb::MountSegmentResponse mount;
+    EXPECT_EQ(stub->MountSegment(&ctx, req, &mount).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  auto good = StubWith(master_.address(), kSecret);
+  ASSERT_TRUE(ListSegments(good.get(), &resp).ok());
+  EXPECT_EQ(resp.segments_size(), 0) << "the forged mount must not have happened";
+
+  const HttpResult metrics = HttpGet(master_.http_port(), "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(MetricValue(metrics.body, "granary_master_unauthenticated_total",
+                        "transport=\"grpc\""),
+            3);
+  EXPECT_EQ(MetricValue(metrics.body, "granary_master_unauthenticated_total",
+                        "transport=\"fast\""),
+            0);
+  // The state holds every node's data-plane token: not served over HTTP with a secret.
+  EXPECT_EQ(HttpGet(master_.http_port(), "/debug/snapshot").status, 404);
+  const std::string log = master_.Log();
+  EXPECT_NE(log.find("refused a grpc caller"), std::string::npos) << log;
+  EXPECT_EQ(log.find(kSecret), std::string::npos);
+  EXPECT_EQ(log.find(kWrongSecret), std::string::npos);
+}
+
+TEST_F(SecurityTest, TheFastPortServesAConnectionOnlyAfterAHelloWithTheSecret) {
+  // A call before any hello: refused, then the connection is closed.
+  int fd = ConnectFast(fast_port_);
+  ASSERT_GE(fd, 0);
+  FastReply r = Exchange(fd, fast::Method::kPing, PingBody());
+  ASSERT_TRUE(r.transport.ok()) << r.transport.ToString();
+  EXPECT_TRUE(r.header.flags & fast::kError);
+  auto coded = rpc::ParseCodedMessage(r.body);
+  ASSERT_TRUE(coded.has_value()) << r.body;
+  EXPECT_EQ(coded->code(), ErrorCode::UNAUTHENTICATED);
+  EXPECT_TRUE(ClosedByPeer(fd));
+  ::close(fd);
+
+  // A hello with a wrong secret: refused and closed.
+  fd = ConnectFast(fast_port_);
+  r = Exchange(fd, fast::Method::kHello, kWrongSecret);
+  ASSERT_TRUE(r.transport.ok());
+  EXPECT_TRUE(r.header.flags & fast::kError);
+  EXPECT_EQ(r.body.find(kSecret), std::string::npos);
+  auto wrong = rpc::ParseCodedMessage(r.body);
+  ASSERT_TRUE(wrong.has_value()) << r.body;
+  EXPECT_EQ(wrong->code(), ErrorCode::UNAUTHENTICATED);
+  EXPECT_TRUE(ClosedByPeer(fd));
+  ::close(fd);
+
+  // A hello announcing more than a secret's size is not read at all.
+  fd = ConnectFast(fast_port_);
+  r = Exchange(fd, fast::Method::kHello, std::string(8192, 'x'));
+  EXPECT_FALSE(r.transport.ok() && !(r.header.flags & fast::kError));
+  EXPECT_TRUE(ClosedByPeer(fd));
+  ::close(fd);
+
+  // The right secret: the connection then serves calls.
+  fd = ConnectFast(fast_port_);
+  r = Exchange(fd, fast::Method::kHello, kSecret);
+  ASSERT_TRUE(r.transport.ok());
+  EXPECT_FALSE(r.header.flags & fast::kError) << r.body;
+  r = Exchange(fd, fast::Method::kPing, PingBody());
+  ASSERT_TRUE(r.transport.ok());
+  EXPECT_FALSE(r.header.flags & fast::kError) << r.body;
+  pb::PingResponse ping;
+  EXPECT_TRUE(ping.ParseFromString(r.body));
+  ::close(fd);
+
+  const HttpResult metrics = HttpGet(master_.http_port(), "/metrics");
+  EXPECT_EQ(MetricValue(metrics.body, "granary_master_unauthenticated_total",
+                        "transport=\"fast\""),
+            2);  // the oversized hello was closed as a bad frame
+  EXPECT_EQ(master_.Log().find(kSecret), std::string::npos);
+}
+
+TEST_F(SecurityTest, NodesAndClientsWorkWithTheSecretAndAreRefusedWithoutIt) {
+  // A node without the secret cannot mount: it stops with the reason.
+  NodeProcess stranger(UniqueName("sec-stranger"), 32 * MiB, dir_.path());
+  EXPECT_FALSE(stranger.Start(master_.address()));
+  const auto ended = stranger.Wait(10s);
+  ASSERT_TRUE(ended.has_value()) << stranger.Log();
+  EXPECT_FALSE(ended->Succeeded());
+  EXPECT_NE(stranger.Log().find("UNAUTHENTICATED"), std::string::npos) << stranger.Log();
+
+  NodeProcess node(UniqueName("sec-node"), 64 * MiB, dir_.path());
+  ASSERT_TRUE(StartNode(&node, {"--auth-token-file", secret_file_}));
+
+  // A client with the secret: puts and gets over shared memory and over TCP.
+  for (bool shm : {true, false}) {
+    auto client = ClientWith(secret_file_, shm);
+    ASSERT_NE(client, nullptr);
+    const std::string key = shm ? "k-shm" : "k-tcp";
+    const std::string value(256 * KiB, shm ? 's' : 't');
+    ASSERT_TRUE(client->Put(key, {reinterpret_cast<const std::byte*>(value.data()), value.size()})
+                    .ok());
+    auto got = client->Get(key);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(got->data()), got->size()), value);
+  }
+
+  // Without a secret, or with a wrong one: every call is refused with UNAUTHENTICATED, and
+  // nothing is written or read.
+  ::unsetenv("GRANARY_AUTH_TOKEN_FILE");
+  for (const std::string& file : {std::string(), wrong_file_}) {
+    auto client = ClientWith(file);
+    ASSERT_NE(client, nullptr);
+    const std::string value(4 * KiB, 'x');
+    Status put = client->Put("intruder", {reinterpret_cast<const std::byte*>(value.data()),
+                                          value.size()});
+    EXPECT_EQ(put.code(), ErrorCode::UNAUTHENTICATED) << put.ToString();
+    auto got = client->Get("k-shm");
+    EXPECT_EQ(got.status().code(), ErrorCode::UNAUTHENTICATED) << got.status().ToString();
+    EXPECT_EQ(client->RemoveAll().status().code(), ErrorCode::UNAUTHENTICATED);
+  }
+  auto client = ClientWith(secret_file_);
+  ASSERT_NE(client, nullptr);
+  auto exists = client->Exist("intruder");
+  ASSERT_TRUE(exists.ok()) << exists.status().ToString();
+  EXPECT_FALSE(*exists);
+  EXPECT_TRUE(client->Get("k-shm").ok()) << "an intruder's RemoveAll must have removed nothing";
+
+  // The secret file from the environment, as the CLI, Python and Mooncake layers read it.
+  ::setenv("GRANARY_AUTH_TOKEN_FILE", secret_file_.c_str(), 1);
+  auto from_env = ClientWith("");
+  ::unsetenv("GRANARY_AUTH_TOKEN_FILE");
+  ASSERT_NE(from_env, nullptr);
+  EXPECT_TRUE(from_env->Get("k-tcp").ok());
+  EXPECT_EQ(master_.Log().find(kSecret), std::string::npos);
+  EXPECT_EQ(node.Log().find(kSecret), std::string::npos);
+}
+
+TEST_F(SecurityTest, HundredsOfUnauthenticatedConnectionsLeaveLegitimateClientsWorking) {
+  NodeProcess node(UniqueName("sec-load"), 64 * MiB, dir_.path());
+  ASSERT_TRUE(StartNode(&node, {"--auth-token-file", secret_file_}));
+  auto client = ClientWith(secret_file_);
+  ASSERT_NE(client, nullptr);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> attacks{0};
+  std::atomic<int> served_to_attacker{0};
+  std::vector<std::thread> attackers;
+  std::vector<int> idle;  // held open, never saying hello
+  for (int i = 0; i < 300; ++i) {
+    auto fd = net::ConnectTcp("127.0.0.1", fast_port_, std::chrono::steady_clock::now() + 5s);
+    if (fd.ok()) idle.push_back(*fd);
+  }
+  for (int t = 0; t < 4; ++t) {
+    attackers.emplace_back([&, t] {
+      for (int i = 0; i < 2000 && !stop.load(); ++i) {  // bounded
+        auto fd = net::ConnectTcp("127.0.0.1", fast_port_, std::chrono::steady_clock::now() + 2s);
+        if (!fd.ok()) continue;
+        const bool hello = (i + t) % 2 == 0;
+        FastReply r = hello ? Exchange(*fd, fast::Method::kHello, kWrongSecret)
+                            : Exchange(*fd, fast::Method::kPing, PingBody());
+        if (r.transport.ok() && !(r.header.flags & fast::kError)) served_to_attacker++;
+        attacks++;
+        ::close(*fd);
+      }
+    });
+  }
+  int ok = 0;
+  const int rounds = 60;
+  for (int i = 0; i < rounds; ++i) {
+    const std::string key = "during-attack-" + std::to_string(i);
+    const std::string value(64 * KiB, static_cast<char>('a' + i % 26));
+    Status put = client->Put(key, {reinterpret_cast<const std::byte*>(value.data()), value.size()});
+    auto got = client->Get(key);
+    if (put.ok() && got.ok() &&
+        std::string(reinterpret_cast<const char*>(got->data()), got->size()) == value) {
+      ok++;
+    } else {
+      ADD_FAILURE() << "round " << i << ": " << put.ToString() << " / "
+                    << got.status().ToString();
+    }
+  }
+  stop = true;
+  for (auto& t : attackers) t.join();
+  for (int fd : idle) ::close(fd);
+  EXPECT_EQ(ok, rounds);
+  EXPECT_GT(attacks.load(), 100);
+  EXPECT_EQ(served_to_attacker.load(), 0);
+  EXPECT_TRUE(master_.Running());
+  EXPECT_TRUE(node.Running());
+  const HttpResult metrics = HttpGet(master_.http_port(), "/metrics");
+  EXPECT_GE(MetricValue(metrics.body, "granary_master_unauthenticated_total", "transport=\"fast\""),
+            100);
+  // The log is not flooded: at most a line a second, each saying how many it left out.
+  size_t lines = 0;
+  const std::string log = master_.Log();
+  for (size_t p = log.find("refused a fast caller"); p != std::string::npos;
+       p = log.find("refused a fast caller", p + 1)) {
+    lines++;
+  }
+  EXPECT_LT(lines, static_cast<size_t>(attacks.load()) / 4);
+}
+
+// ---- HA: masters present the secret to each other ----
+
+// Sets an environment variable for one scope (the fixture's clients read the secret file from it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST_F(HaTest, MastersWithTheSecretReplicateAndFailOverAndAStandbyWithoutItIsLeftOut) {
+  TempDir dir("granary-security");
+  const std::string good = SecretFile(dir, "secret", kSecret);
+  const std::string wrong = SecretFile(dir, "wrong", kWrongSecret);
+  ScopedEnv env("GRANARY_AUTH_TOKEN_FILE", good);
+  // Serving alone allowed: after the kill, the survivor's only possible standby is the one
+  // with the wrong secret.
+  ASSERT_TRUE(cluster_.Start(2, 0, 0, {"--auth-token-file", good, "--allow-serving-alone"}));
+  ASSERT_TRUE(cluster_.AddNode(32 * MiB, {"--auth-token-file", good}));
+  const int leader = cluster_.LeaderIndex();
+  ASSERT_GE(leader, 0);
+  ASSERT_TRUE(cluster_.WaitForRole(1 - leader, "standby", Millis(10000)));
+
+  auto client = cluster_.MakeClient();
+  ASSERT_NE(client, nullptr);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) {
+    keys.push_back("ha-secret-" + std::to_string(i));
+    const std::string value(16 * KiB, static_cast<char>('A' + i));
+    ASSERT_TRUE(client->Put(keys.back(), {reinterpret_cast<const std::byte*>(value.data()),
+                                          value.size()})
+                    .ok());
+  }
+  ASSERT_TRUE(cluster_.WaitForStandbysCaughtUp(Millis(10000)));
+
+  // A third master with another secret: the leader refuses its history stream.
+  ASSERT_TRUE(cluster_.AddMaster({"--auth-token-file", wrong}));
+  const bool refused = WaitUntil(
+      [&] {
+        const HttpResult m = HttpGet(cluster_.master(leader).http_port(), "/metrics");
+        return MetricValue(m.body, "granary_master_unauthenticated_total",
+                           "transport=\"fast\"") >= 1;
+      },
+      Millis(10000), Millis(50));
+  EXPECT_TRUE(refused) << cluster_.Logs();
+  // The refused standby says so, once (it then tries once a second, silently).
+  const std::string third_log = cluster_.master(2).Log();
+  EXPECT_NE(third_log.find("refused this standby's secret"), std::string::npos) << third_log;
+  EXPECT_EQ(third_log.find("refused this standby's secret", third_log.find("refused this")+ 1),
+            std::string::npos)
+      << third_log;
+
+  // The leader dies: the standby that presented the secret holds every object and takes over;
+  // the one that did not never held anything and does not.
+  ASSERT_TRUE(cluster_.master(leader).process().Kill(SIGKILL));
+  const int next = cluster_.WaitForLeader(Millis(10000), leader);
+  ASSERT_EQ(next, 1 - leader) << cluster_.Logs();
+  for (int i = 0; i < 20; ++i) {
+    auto got = client->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status().ToString();
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(got->data()), got->size()),
+              std::string(16 * KiB, static_cast<char>('A' + i)));
+  }
+  for (int i = 0; i < cluster_.master_count(); ++i) {
+    if (i == leader) continue;
+    EXPECT_EQ(cluster_.master(i).Log().find(kSecret), std::string::npos);
+  }
+}
+
+// ---- safe defaults and bad secret files ----
+
+// Runs `binary args` to its exit (bounded); its log.
+std::string RunToExit(const std::string& binary, const std::vector<std::string>& args,
+                      const TempDir& dir, std::optional<ExitStatus>* status) {
+  std::string error;
+  const std::string log = dir.File(UniqueName("run") + ".log");
+  *status = RunCommand(BinaryPath(binary), args, log, 20s, &error);
+  return ReadFile(log) + error;
+}
+
+TEST(SecurityDefaultsTest, ServersOnOtherHostsRefuseToStartWithoutASecret) {
+  TempDir dir("granary-security");
+  const std::string port = std::to_string(PickFreePort());
+  const std::string http = std::to_string(PickFreePort());
+  std::optional<ExitStatus> st;
+  std::string log = RunToExit("granary-master",
+                              {"--host", "0.0.0.0", "--port", port, "--http-port", http}, dir, &st);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code, 2) << log;
+  EXPECT_NE(log.find("--auth-token-file"), std::string::npos) << log;
+  EXPECT_NE(log.find("--insecure"), std::string::npos) << log;
+
+  log = RunToExit("granary-node",
+                  {"--host", "0.0.0.0", "--master", "127.0.0.1:" + port, "--segment-size", "8MiB"},
+                  dir, &st);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code, 2) << log;
+  EXPECT_NE(log.find("--auth-token-file"), std::string::npos) << log;
+
+  // --insecure: the operator said so; the master serves.
+  MasterProcess open_master;
+  ASSERT_TRUE(open_master.Start({"--host", "0.0.0.0", "--insecure", "true"}));
+  pb::ListSegmentsResponse resp;
+  auto stub = StubWith(open_master.address(), "");
+  EXPECT_TRUE(ListSegments(stub.get(), &resp).ok());
+}
+
+TEST(SecurityDefaultsTest, AnUnusableSecretFileStopsTheMasterWithTheReasonAndNotTheSecret) {
+  TempDir dir("granary-security");
+  struct Case {
+    std::string contents;
+    mode_t mode;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {std::string(kSecret) + "\n", 0644, "chmod 600"},
+      {"short-one\n", 0600, "shorter than 16"},
+      {"\n\n", 0600, "empty"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = dir.WriteFile("secret-" + std::to_string(i), cases[i].contents);
+    ASSERT_EQ(::chmod(path.c_str(), cases[i].mode), 0);
+    std::optional<ExitStatus> st;
+    const std::string log =
+        RunToExit("granary-master",
+                  {"--port", std::to_string(PickFreePort()), "--http-port",
+                   std::to_string(PickFreePort()), "--auth-token-file", path},
+                  dir, &st);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_FALSE(st->Succeeded());
+    EXPECT_NE(log.find(cases[i].why), std::string::npos) << log;
+    EXPECT_NE(log.find(path), std::string::npos) << log;
+    EXPECT_EQ(log.find(kSecret), std::string::npos) << log;
+  }
+  std::optional<ExitStatus> st;
+  const std::string log = RunToExit(
+      "granary-master", {"--auth-token-file", dir.File("missing")}, dir, &st);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_FALSE(st->Succeeded());
+  EXPECT_NE(log.find("No such file"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace granary::it
