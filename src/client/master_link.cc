@@ -99,6 +99,11 @@ Status MasterLink::CallOnce(const Target& target, fast::Method method, const Req
       if (!s.ok() && !coded && s.code() != ErrorCode::RPC_TIMEOUT) Forget(channel);
       return s.ok() ? s : Status(s.code(), std::string(what) + ": " + s.message());
     }
+    // The master refused our secret at the hello: gRPC would only be refused too.
+    if (s.code() == ErrorCode::UNAUTHENTICATED) {
+      Forget(channel);
+      return Status(s.code(), std::string(what) + ": " + s.message());
+    }
     // Nothing was sent, so gRPC may carry this call. A master over its connection cap is
     // reachable: keep the channel for the next call instead of tearing it down.
     const bool busy = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
@@ -146,6 +151,9 @@ Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool id
       if (s.ok()) return s;
     }
     last = s;
+    // A wrong or missing secret is the caller's to fix: no other leader or retry answers it
+    // differently.
+    if (s.code() == ErrorCode::UNAUTHENTICATED) return s;
     const bool ha = locator_->follows_etcd();
     // Refused as not the leader: nothing applied. A fixed address has no other master to ask.
     const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE;

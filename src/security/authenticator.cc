@@ -45,8 +45,12 @@ Status Authenticator::Check(std::optional<std::string_view> presented, const cha
                             std::string_view peer) const {
   if (secret_.empty()) return Status::Ok();
   if (presented && SecretsEqual(*presented, secret_)) return Status::Ok();
+  return Refuse(transport, peer, presented ? "a wrong secret" : "no secret");
+}
+
+Status Authenticator::Refuse(const char* transport, std::string_view peer,
+                             const char* why) const {
   refused_.fetch_add(1);
-  const char* why = presented ? "a wrong secret" : "no secret";
   if (::granary::Counter* c = CounterFor(transport)) c->Inc();
   {
     std::lock_guard lock(mu_);

@@ -35,6 +35,9 @@ class Authenticator {
   // metric label: a fixed, small set). peer: for the log line.
   Status Check(std::optional<std::string_view> presented, const char* transport,
                std::string_view peer) const;
+  // Counts and logs (as Check's refusals) a caller refused for another reason before it could
+  // present anything, e.g. a malformed first frame; `why` is a fixed phrase. UNAUTHENTICATED.
+  Status Refuse(const char* transport, std::string_view peer, const char* why) const;
   uint64_t refused() const { return refused_.load(); }
 
  private:

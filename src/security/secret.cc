@@ -1,6 +1,8 @@
 #include "security/secret.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -96,8 +98,17 @@ bool IsLoopbackHost(std::string_view host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (host == "localhost" || host == "::1") return true;
-  return host.rfind("127.", 0) == 0;
+  if (host == "localhost") return true;
+  // Addresses only: a name such as "127.example.com" may resolve anywhere.
+  const std::string text(host);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) return v6.s6_addr[12] == 127;  // ::ffff:127.x.y.z
+  }
+  return false;
 }
 
 }  // namespace granary::security

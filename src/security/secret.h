@@ -32,7 +32,8 @@ Result<std::string> LoadClientSecret(const std::string& path);
 
 bool SecretsEqual(std::string_view a, std::string_view b);
 
-// 127.0.0.0/8, ::1, localhost. 0.0.0.0, :: and "" bind every interface: not loopback.
+// Addresses in 127.0.0.0/8 (IPv4-mapped too), ::1, and the name localhost. Any other name is
+// not (it may resolve anywhere); 0.0.0.0, :: and "" bind every interface.
 bool IsLoopbackHost(std::string_view host);
 
 }  // namespace granary::security

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/fast_channel.h"
 #include "common/socket_io.h"
 #include "granary/client.h"
 #include "ha_fixture.h"
@@ -252,7 +253,7 @@ TEST_F(SecurityTest, TheFastPortServesAConnectionOnlyAfterAHelloWithTheSecret) {
   const HttpResult metrics = HttpGet(master_.http_port(), "/metrics");
   EXPECT_EQ(MetricValue(metrics.body, "granary_master_unauthenticated_total",
                         "transport=\"fast\""),
-            2);  // the oversized hello was closed as a bad frame
+            3);  // no hello, a wrong one, an oversized one
   EXPECT_EQ(master_.Log().find(kSecret), std::string::npos);
 }
 
@@ -327,6 +328,19 @@ TEST_F(SecurityTest, HundredsOfUnauthenticatedConnectionsLeaveLegitimateClientsW
     auto fd = net::ConnectTcp("127.0.0.1", fast_port_, std::chrono::steady_clock::now() + 5s);
     if (fd.ok()) idle.push_back(*fd);
   }
+  ASSERT_GT(idle.size(), 250u);
+  // Past 64 silent connections the oldest ones are shed: a client with the secret still gets a
+  // fast-port connection, not a "busy" one.
+  {
+    client::FastChannel channel("127.0.0.1", fast_port_, 5000, kSecret);
+    pb::BatchExistRequest req;
+    req.add_keys("nothing");
+    pb::BatchExistResponse resp;
+    bool sent = false;
+    Status s = channel.Call(fast::Method::kExist, req, &resp, true, &sent);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(resp.results_size(), 1);
+  }
   for (int t = 0; t < 4; ++t) {
     attackers.emplace_back([&, t] {
       for (int i = 0; i < 2000 && !stop.load(); ++i) {  // bounded
@@ -358,7 +372,24 @@ TEST_F(SecurityTest, HundredsOfUnauthenticatedConnectionsLeaveLegitimateClientsW
   }
   stop = true;
   for (auto& t : attackers) t.join();
-  for (int fd : idle) ::close(fd);
+  // The silent connections held no slot for long: the master closed every one of them (shed for
+  // newer ones, or at the 5 s hello deadline).
+  size_t closed = 0;
+  const auto until = std::chrono::steady_clock::now() + 8s;
+  for (int fd : idle) {
+    char byte;
+    for (;;) {  // bounded by `until`
+      const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        closed++;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, idle.size());
   EXPECT_EQ(ok, rounds);
   EXPECT_GT(attacks.load(), 100);
   EXPECT_EQ(served_to_attacker.load(), 0);
@@ -448,6 +479,17 @@ TEST_F(HaTest, MastersWithTheSecretReplicateAndFailOverAndAStandbyWithoutItIsLef
     if (i == leader) continue;
     EXPECT_EQ(cluster_.master(i).Log().find(kSecret), std::string::npos);
   }
+
+  // A client with a wrong secret following the cluster is told so at once, not after retrying
+  // leader after leader until its deadline (5 s).
+  ClientOptions wrong_options;
+  wrong_options.auth_token_file = wrong;
+  auto intruder = cluster_.MakeClient(false, wrong_options);
+  ASSERT_NE(intruder, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  auto exists = intruder->Exist(keys[0]);
+  EXPECT_EQ(exists.status().code(), ErrorCode::UNAUTHENTICATED) << exists.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
 // ---- safe defaults and bad secret files ----

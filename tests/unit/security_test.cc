@@ -121,11 +121,13 @@ TEST(SecretsEqualTest, OnlyTheSameBytesAreEqual) {
 }
 
 TEST(LoopbackTest, OnlyAddressesThatStayOnThisHostAreLoopback) {
-  for (const char* host : {"127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"}) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "127.255.255.254", "localhost", "::1",
+                           "[::1]", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1"}) {
     EXPECT_TRUE(IsLoopbackHost(host)) << host;
   }
   for (const char* host : {"0.0.0.0", "::", "", "10.0.0.5", "192.168.1.1", "example.com",
-                           "128.0.0.1", "::ffff:10.0.0.1", "1127.0.0.1"}) {
+                           "128.0.0.1", "::ffff:10.0.0.1", "1127.0.0.1", "127.evil.example",
+                           "127.0.0.1.nip.io", "127", "127.0.0.1:50051"}) {
     EXPECT_FALSE(IsLoopbackHost(host)) << host;
   }
 }

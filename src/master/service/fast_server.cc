@@ -87,7 +87,8 @@ class FrameReader {
     pos_ += fast::kHeaderSize + h->body_size;
     return Result::kFrame;
   }
-  void set_idle_ms(int ms) { idle_ms_ = ms; }
+  // Every wait also ends by `until` (a connection's hello deadline); max(): none.
+  void set_until(SteadyClock::time_point until) { until_ = until; }
 
  private:
   // Until `need` bytes past pos_ are buffered. Waiting for the first byte of a frame is idle time;
@@ -104,8 +105,8 @@ class FrameReader {
       buf_.shrink_to_fit();
     }
     bool idle = len_ == 0;
-    auto deadline =
-        SteadyClock::now() + std::chrono::milliseconds(idle ? idle_ms_ : read_deadline_ms_);
+    auto deadline = std::min(
+        until_, SteadyClock::now() + std::chrono::milliseconds(idle ? idle_ms_ : read_deadline_ms_));
     while (len_ < need) {  // bounded by the deadline: every pass waits or reads
       if (stop_->load()) return Result::kStopped;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -127,7 +128,8 @@ class FrameReader {
       len_ += static_cast<size_t>(n);
       if (idle) {  // a frame has begun: the rest is due within the read deadline
         idle = false;
-        deadline = SteadyClock::now() + std::chrono::milliseconds(read_deadline_ms_);
+        deadline = std::min(until_,
+                            SteadyClock::now() + std::chrono::milliseconds(read_deadline_ms_));
       }
     }
     return Result::kFrame;
@@ -139,6 +141,7 @@ class FrameReader {
   int read_deadline_ms_;
   int idle_ms_;
   const std::atomic<bool>* stop_;
+  SteadyClock::time_point until_ = SteadyClock::time_point::max();
   std::string buf_;  // bytes [pos_, len_) are received and not yet handed out
   size_t pos_ = 0;
   size_t len_ = 0;
@@ -226,6 +229,23 @@ void FastServer::ReapFinished() {
   }
 }
 
+void FastServer::ShedUnauthenticated() {
+  if (auth_ == nullptr || !auth_->required()) return;
+  size_t waiting = 0;
+  Connection* oldest = nullptr;
+  for (auto& c : connections_) {  // in accept order
+    if (c->done.load() || c->authenticated.load()) continue;
+    if (oldest == nullptr) oldest = c.get();
+    waiting++;
+  }
+  if (waiting < options_.max_unauthenticated || oldest == nullptr) return;
+  // Its thread wakes and ends; a client's hello takes one round trip, so only a connection
+  // that has been silent for a while is old enough to be the oldest of many.
+  (void)auth_->Refuse("fast", PeerOf(oldest->fd), "no hello while others waited");
+  ::shutdown(oldest->fd, SHUT_RDWR);
+  oldest->authenticated = true;  // not counted again before its thread ends
+}
+
 void FastServer::AcceptLoop() {
   while (!stopping_.load()) {  // ends when Stop() shuts the listener down
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -241,9 +261,13 @@ void FastServer::AcceptLoop() {
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     std::lock_guard lock(mu_);
     ReapFinished();
+    ShedUnauthenticated();
     if (stopping_.load() || connections_.size() >= options_.max_connections) {
-      GLOG_WARN("fast port: {} connections open (the cap): closing a new one",
-                connections_.size());
+      if (const auto now = SteadyClock::now(); now - last_cap_log_ >= std::chrono::seconds(1)) {
+        GLOG_WARN("fast port: {} connections open (the cap): closing a new one",
+                  connections_.size());
+        last_cap_log_ = now;
+      }
       refused_->Inc();
       // Said before any request is read, so the client knows nothing was applied and may use gRPC.
       const std::string busy = "busy";
@@ -259,6 +283,7 @@ void FastServer::AcceptLoop() {
     accepted_->Inc();
     auto c = std::make_unique<Connection>();
     c->fd = fd;
+    c->authenticated = auth_ == nullptr || !auth_->required();
     Connection* raw = c.get();
     connections_.push_back(std::move(c));
     raw->thread = std::thread([this, raw] { Serve(raw); });
@@ -270,14 +295,23 @@ void FastServer::Serve(Connection* c) {
   FrameReader reader(c->fd, options_.read_deadline_ms, options_.idle_timeout_ms, &stopping_);
   fast::Header h;
   std::string_view body;
-  Scratch scratch;
-  scratch.arena_block = std::make_unique<char[]>(kArenaBlock);
-  bool authenticated = auth_ == nullptr || !auth_->required();
+  Scratch scratch;  // its arena block only once the connection may call
+  bool authenticated = c->authenticated.load();
   // Until its hello, a connection may hold a slot only briefly and send only a short frame.
-  if (!authenticated) reader.set_idle_ms(options_.read_deadline_ms);
+  if (!authenticated) {
+    reader.set_until(SteadyClock::now() + std::chrono::milliseconds(options_.read_deadline_ms));
+  }
   for (;;) {  // one frame per pass; ends at close, idle timeout, a bad frame or Stop()
     fast::HeaderError why = fast::HeaderError::kNone;
     auto r = reader.Next(&h, &body, &why, authenticated ? fast::kMaxFastBody : kMaxHelloBody);
+    if (!authenticated && (r == FrameReader::Result::kBadHeader ||
+                           r == FrameReader::Result::kStalled || r == FrameReader::Result::kIdle)) {
+      // A stranger's noise: counted and logged as a refusal (at most a line a second).
+      (void)auth_->Refuse("fast", PeerOf(c->fd),
+                          r == FrameReader::Result::kBadHeader ? "a malformed first frame"
+                                                               : "no hello in time");
+      break;
+    }
     if (r == FrameReader::Result::kBadHeader) {
       bad_frames_->Inc();
       GLOG_WARN("fast port: closing a connection: {}",
@@ -294,10 +328,12 @@ void FastServer::Serve(Connection* c) {
     }
     if (r != FrameReader::Result::kFrame) break;  // closed by the peer, idle, or stopping
     if (h.method == static_cast<uint8_t>(fast::Method::kHello) || !authenticated) {
-      if (!Hello(c->fd, h, body, &authenticated)) break;
-      reader.set_idle_ms(options_.idle_timeout_ms);
+      if (!Hello(c, h, body)) break;
+      authenticated = true;
+      reader.set_until(SteadyClock::time_point::max());
       continue;
     }
+    if (!scratch.arena_block) scratch.arena_block = std::make_unique<char[]>(kArenaBlock);
     if (!Handle(c->fd, h.method, h.request_id, body, &scratch)) break;
   }
   ::shutdown(c->fd, SHUT_RDWR);
@@ -305,8 +341,8 @@ void FastServer::Serve(Connection* c) {
   c->done = true;
 }
 
-bool FastServer::Hello(int fd, const fast::Header& h, std::string_view body,
-                       bool* authenticated) {
+bool FastServer::Hello(Connection* c, const fast::Header& h, std::string_view body) {
+  const int fd = c->fd;
   const bool is_hello = h.method == static_cast<uint8_t>(fast::Method::kHello);
   Status s = Status::Ok();
   if (auth_ != nullptr) {
@@ -314,7 +350,7 @@ bool FastServer::Hello(int fd, const fast::Header& h, std::string_view body,
                      PeerOf(fd));
   }
   if (s.ok()) {
-    *authenticated = true;
+    c->authenticated = true;
     return SendAll(fd, Frame(h.method, fast::kReply, h.request_id, 0));
   }
   const std::string msg = rpc::ToGrpc(s).error_message();  // "granary:-1100:..."

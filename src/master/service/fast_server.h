@@ -5,6 +5,10 @@
 // Promise: one thread per connection, at most max_connections (more get a "busy" frame, method 0,
 // and are closed before any request is read): the master has few clients (one per engine
 // process) and a blocking thread answers with no handoff.
+// With a secret (set_authenticator), a connection is served only after its hello: until then it
+// may send one frame of at most 4 KiB, must complete it within read_deadline_ms of its accept,
+// holds no arena, and at most max_unauthenticated such connections wait at once (a new one
+// closes the oldest); each one refused is counted and logged as the authenticator does.
 // A hostile frame (bad magic or version, a body over the cap, an unknown method, a body that does
 // not parse, a frame cut short or stalled past the read deadline) closes that connection with a
 // warning and never touches the others. Stop() is prompt: it shuts every socket down and joins
@@ -14,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -37,6 +42,9 @@ class FastServer {
     size_t max_connections = 1024;
     int read_deadline_ms = 5'000;          // a frame started must be complete by then
     int idle_timeout_ms = 10 * 60 * 1000;  // a silent connection is closed; the client reopens
+    // With a secret: connections that have not said hello yet, at most (a new one over it closes
+    // the oldest such), so hostile connections cannot take the slots of clients and standbys.
+    size_t max_unauthenticated = 64;
   };
   FastServer(MasterService* service, MetricsRegistry* metrics, Options options);
   FastServer(MasterService* service, MetricsRegistry* metrics)
@@ -65,6 +73,7 @@ class FastServer {
     int fd = -1;
     std::thread thread;
     std::atomic<bool> done{false};
+    std::atomic<bool> authenticated{false};  // said hello (or no secret is required)
   };
   void AcceptLoop();
   void Serve(Connection* c);
@@ -79,13 +88,17 @@ class FastServer {
               Scratch* scratch);
   void ReapFinished();  // joins connections that ended; holds mu_
   // A hello, or any frame before one on a connection that must authenticate: true keeps the
-  // connection (*authenticated set), false after answering a refusal.
-  bool Hello(int fd, const fast::Header& h, std::string_view body, bool* authenticated);
+  // connection (c->authenticated set), false after answering a refusal.
+  bool Hello(Connection* c, const fast::Header& h, std::string_view body);
+  // Before accepting one more: closes the oldest connection still without its hello when
+  // max_unauthenticated are waiting. Holds mu_.
+  void ShedUnauthenticated();
 
   MasterService* service_;
   Options options_;
   StreamHandler stream_handler_;
   const security::Authenticator* auth_ = nullptr;
+  std::chrono::steady_clock::time_point last_cap_log_{};  // the acceptor's own
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
