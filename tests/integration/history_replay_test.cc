@@ -90,10 +90,17 @@ TEST_F(HistoryReplayTest, RealMasterUnderConcurrentClientsReplaysToTheSameDigest
       }
     });
   }
-  // A snapshot while the clients run.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // A snapshot while the clients run, after a first part of the load and before a second (by
+  // count, at least 1.5 s each: a slow build, e.g. under ThreadSanitizer, needs longer).
+  const auto load_part = [&](uint64_t at_least) {
+    const auto earliest = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    WaitUntil([&] { return std::chrono::steady_clock::now() >= earliest &&
+                           operations.load() >= at_least; },
+              Millis(30000), Millis(20));
+  };
+  load_part(200);
   auto snap = HttpGet(http, "/debug/snapshot");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  load_part(400);
   stop = true;
   for (auto& c : clients) c.join();
   ASSERT_EQ(snap.status, 200) << snap.error;
