@@ -234,7 +234,7 @@ void FastServer::ShedUnauthenticated() {
   size_t waiting = 0;
   Connection* oldest = nullptr;
   for (auto& c : connections_) {  // in accept order
-    if (c->done.load() || c->authenticated.load()) continue;
+    if (c->done.load() || !c->awaiting_hello.load()) continue;
     if (oldest == nullptr) oldest = c.get();
     waiting++;
   }
@@ -243,7 +243,7 @@ void FastServer::ShedUnauthenticated() {
   // that has been silent for a while is old enough to be the oldest of many.
   (void)auth_->Refuse("fast", PeerOf(oldest->fd), "no hello while others waited");
   ::shutdown(oldest->fd, SHUT_RDWR);
-  oldest->authenticated = true;  // not counted again before its thread ends
+  oldest->awaiting_hello = false;  // not counted again before its thread ends
 }
 
 void FastServer::AcceptLoop() {
@@ -283,7 +283,7 @@ void FastServer::AcceptLoop() {
     accepted_->Inc();
     auto c = std::make_unique<Connection>();
     c->fd = fd;
-    c->authenticated = auth_ == nullptr || !auth_->required();
+    c->awaiting_hello = auth_ != nullptr && auth_->required();
     Connection* raw = c.get();
     connections_.push_back(std::move(c));
     raw->thread = std::thread([this, raw] { Serve(raw); });
@@ -296,7 +296,8 @@ void FastServer::Serve(Connection* c) {
   fast::Header h;
   std::string_view body;
   Scratch scratch;  // its arena block only once the connection may call
-  bool authenticated = c->authenticated.load();
+  // From the configuration, never from the shared flag: a shed connection must not be served.
+  bool authenticated = auth_ == nullptr || !auth_->required();
   // Until its hello, a connection may hold a slot only briefly and send only a short frame.
   if (!authenticated) {
     reader.set_until(SteadyClock::now() + std::chrono::milliseconds(options_.read_deadline_ms));
@@ -350,7 +351,7 @@ bool FastServer::Hello(Connection* c, const fast::Header& h, std::string_view bo
                      PeerOf(fd));
   }
   if (s.ok()) {
-    c->authenticated = true;
+    c->awaiting_hello = false;
     return SendAll(fd, Frame(h.method, fast::kReply, h.request_id, 0));
   }
   const std::string msg = rpc::ToGrpc(s).error_message();  // "granary:-1100:..."

@@ -73,7 +73,9 @@ class FastServer {
     int fd = -1;
     std::thread thread;
     std::atomic<bool> done{false};
-    std::atomic<bool> authenticated{false};  // said hello (or no secret is required)
+    // Counted among those waiting for their hello (a secret is required, no hello yet, not
+    // shed). Accounting only: whether the connection may call is its Serve thread's own.
+    std::atomic<bool> awaiting_hello{false};
   };
   void AcceptLoop();
   void Serve(Connection* c);
@@ -88,7 +90,7 @@ class FastServer {
               Scratch* scratch);
   void ReapFinished();  // joins connections that ended; holds mu_
   // A hello, or any frame before one on a connection that must authenticate: true keeps the
-  // connection (c->authenticated set), false after answering a refusal.
+  // connection (no longer awaiting its hello), false after answering a refusal.
   bool Hello(Connection* c, const fast::Header& h, std::string_view body);
   // Before accepting one more: closes the oldest connection still without its hello when
   // max_unauthenticated are waiting. Holds mu_.
