@@ -15,15 +15,19 @@
 
 namespace granary::rpc {
 
-// Puts "authorization: Bearer <secret>" on every call of a channel (security/secret.h), so no
-// call site can forget it.
+// gRPC metadata carrying the cluster's secret (security/secret.h): "authorization: Bearer
+// <secret>" (RFC 6750's form). The master's check reads the same two constants.
+inline constexpr std::string_view kAuthMetadataKey = "authorization";
+inline constexpr std::string_view kBearerPrefix = "Bearer ";
+
+// Puts the secret's metadata on every call of a channel, so no call site can forget it.
 class BearerInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit BearerInterceptor(std::shared_ptr<const std::string> value) : value_(std::move(value)) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace("authorization", *value_);
+      methods->GetSendInitialMetadata()->emplace(std::string(kAuthMetadataKey), *value_);
     }
     methods->Proceed();
   }
@@ -36,7 +40,7 @@ class BearerInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit BearerInterceptorFactory(const std::string& secret)
-      : value_(std::make_shared<const std::string>("Bearer " + secret)) {}
+      : value_(std::make_shared<const std::string>(std::string(kBearerPrefix) + secret)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo*) override {
     return new BearerInterceptor(value_);

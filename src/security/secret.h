@@ -19,9 +19,7 @@ namespace granary::security {
 
 // 16 bytes: `openssl rand -hex 16` gives 32 characters; shorter ones are guessable.
 inline constexpr size_t kMinSecretBytes = 16;
-// gRPC metadata: "authorization: Bearer <secret>" (RFC 6750's form).
-inline constexpr std::string_view kAuthMetadataKey = "authorization";
-inline constexpr std::string_view kBearerPrefix = "Bearer ";
+// On gRPC it travels as rpc::kAuthMetadataKey (proto/rpc_util.h), with the channel.
 // The environment variable clients read when no file is given (CLI, Python, Mooncake layer).
 inline constexpr const char* kSecretFileEnv = "GRANARY_AUTH_TOKEN_FILE";
 

@@ -1,7 +1,6 @@
 #include "master/service/master_service.h"
 #include "master/service/rpc_results.h"
 #include "proto/rpc_util.h"
-#include "security/secret.h"
 
 #include <algorithm>
 
@@ -65,11 +64,11 @@ Status MasterService::Authenticate(Ctx* ctx) const {
   if (auth_ == nullptr || !auth_->required() || ctx == nullptr) return Status::Ok();
   std::optional<std::string_view> presented;
   const auto& metadata = ctx->client_metadata();
-  if (auto it = metadata.find(std::string(security::kAuthMetadataKey)); it != metadata.end()) {
+  if (auto it = metadata.find(std::string(rpc::kAuthMetadataKey)); it != metadata.end()) {
     std::string_view value(it->second.data(), it->second.size());
     // Anything but the Bearer form counts as a wrong secret, not a missing one.
-    presented = value.substr(0, security::kBearerPrefix.size()) == security::kBearerPrefix
-                    ? value.substr(security::kBearerPrefix.size())
+    presented = value.substr(0, rpc::kBearerPrefix.size()) == rpc::kBearerPrefix
+                    ? value.substr(rpc::kBearerPrefix.size())
                     : std::string_view();
   }
   return auth_->Check(presented, "grpc", ctx->peer());
