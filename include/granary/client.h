@@ -130,6 +130,13 @@ struct StandbyInfo {
   uint64_t acked_seq = 0;
   uint64_t lag = 0;          // operations behind the leader
 };
+// A tenant's objects (docs/security.md).
+struct TenantInfo {
+  std::string name;
+  uint64_t bytes = 0;        // complete and being put
+  uint64_t objects = 0;      // complete
+  uint64_t quota_bytes = 0;  // 0: none
+};
 struct ClusterStatus {
   bool ha = false;
   std::string cluster_id;
@@ -139,6 +146,11 @@ struct ClusterStatus {
   uint64_t applied_seq = 0;
   bool serving_alone = false;
   std::vector<StandbyInfo> standbys;
+  // Who the master took this client for: "admin", "member" or "tenant", and its tenant ("" for
+  // the default namespace); the tenants an admin or member may see, or a tenant's own.
+  std::string caller_role;
+  std::string caller_tenant;
+  std::vector<TenantInfo> tenants;
 };
 
 // Bytes this client moved, by path: for checking which transport a deployment really uses.

@@ -44,6 +44,8 @@ enum class ErrorCode : int32_t {
   UNAVAILABLE_IN_CURRENT_MODE = -1011,  // this master is not the leader (a standby, or stepped down)
   // Security (docs/security.md).
   UNAUTHENTICATED = -1100,  // no secret, or a wrong one, where the master or node requires one
+  PERMISSION_DENIED = -1101,  // a known caller whose role or tenant may not make this call
+  QUOTA_EXCEEDED = -1102,     // the tenant's objects would pass its quota
 };
 
 // The code's name, e.g. "OBJECT_NOT_FOUND"; "UNKNOWN_ERROR" for a number that is not a code.

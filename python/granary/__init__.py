@@ -11,15 +11,16 @@
 
 from . import _granary
 from .errors import (AlreadyExists, BatchError, BufferTooSmall, Error, HasLease, InvalidArgument,
-                     NoSpace, NotFound, NotReady, TransferError, Unauthenticated, Unavailable,
-                     error_for)
+                     NoSpace, NotFound, NotReady, PermissionDenied, QuotaExceeded, TransferError,
+                     Unauthenticated, Unavailable, error_for)
 from ._granary import Buffer, MemPool, ReplicateConfig, parse_size, set_log_level
 from .store import Store
 
 __all__ = [
     "Store", "ReplicateConfig", "Buffer", "MemPool", "parse_size", "set_log_level",
     "Error", "NotFound", "AlreadyExists", "NotReady", "HasLease", "BufferTooSmall", "NoSpace",
-    "InvalidArgument", "Unavailable", "Unauthenticated", "TransferError", "BatchError",
+    "InvalidArgument", "Unavailable", "Unauthenticated", "PermissionDenied", "QuotaExceeded",
+    "TransferError", "BatchError",
     "error_for",
 ]
 __version__ = "0.1.0"

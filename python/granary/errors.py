@@ -60,6 +60,16 @@ class Unauthenticated(Error, PermissionError):
     or a wrong one (auth_token_file= or $GRANARY_AUTH_TOKEN_FILE; docs/security.md)."""
 
 
+class PermissionDenied(Error, PermissionError):
+    """PERMISSION_DENIED: the master knows this Store's secret, but its role may not make the
+    call (a tenant's token mounting a segment, a forced removal without the admin's secret;
+    docs/security.md)."""
+
+
+class QuotaExceeded(NoSpace):
+    """QUOTA_EXCEEDED: the object would take this tenant past its quota (docs/security.md)."""
+
+
 class TransferError(Error):
     """TRANSFER_FAIL / CHECKSUM_MISMATCH / WRITE_FAIL: the bytes could not be moved intact."""
 
@@ -87,6 +97,8 @@ _BY_CODE = {
     -901: Unavailable,
     -1010: Unavailable,
     -1100: Unauthenticated,
+    -1101: PermissionDenied,
+    -1102: QuotaExceeded,
     -800: TransferError,
     -801: TransferError,
     -500: TransferError,

@@ -311,7 +311,9 @@ class Store:
         """Who leads the master cluster: a dict with ha, cluster_id, leader_id, leader_address,
         term, applied_seq, serving_alone and standbys (one dict each: id, address, connected,
         synchronous, acked_seq, lag). For a master running alone, ha is False and only
-        applied_seq is meaningful."""
+        applied_seq is meaningful. caller_role ("admin", "member" or "tenant") and
+        caller_tenant say who the master took this Store for; tenants lists the tenants it may
+        see (a tenant: itself), each a dict of name, bytes, objects and quota_bytes."""
         return self._client.cluster()
 
     def stats(self):

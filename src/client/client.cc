@@ -383,6 +383,11 @@ class ClientImpl final : public Client {
       out.standbys.push_back({st.id(), st.address(), st.connected(), st.synchronous(),
                               st.acked_seq(), st.lag()});
     }
+    out.caller_role = resp.caller_role();
+    out.caller_tenant = resp.caller_tenant();
+    for (const auto& t : resp.tenants()) {
+      out.tenants.push_back({t.name(), t.bytes(), t.objects(), t.quota_bytes()});
+    }
     return out;
   }
   const std::string& client_id() const override { return client_id_; }
@@ -867,7 +872,8 @@ void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
         const size_t k = keys[x];
         const auto& r = replicas.results(static_cast<int>(k));
         const auto& d = r.disk_replicas(next_replica[x]);
-        items.push_back({names[todo[k]], d.location(), r.checksum(), r.size(),
+        items.push_back({d.stored_key().empty() ? names[todo[k]] : d.stored_key(), d.location(),
+                         r.checksum(), r.size(),
                          {dst[todo[k]].begin(), dst[todo[k]].end()}});
       }
       std::vector<Status> got = io_.ReadDisk(endpoint, items, same_host);

@@ -95,7 +95,8 @@ Status MasterLink::CallOnce(const Target& target, fast::Method method, const Req
     Status s = channel->Call(method, req, resp, idempotent, sent);
     if (s.ok() || *sent) {
       const bool coded = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE ||
-                         s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+                         s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS ||
+                         s.code() == ErrorCode::PERMISSION_DENIED;
       if (!s.ok() && !coded && s.code() != ErrorCode::RPC_TIMEOUT) Forget(channel);
       return s.ok() ? s : Status(s.code(), std::string(what) + ": " + s.message());
     }
@@ -151,9 +152,11 @@ Status MasterLink::Call(fast::Method method, const Req& req, Resp* resp, bool id
       if (s.ok()) return s;
     }
     last = s;
-    // A wrong or missing secret is the caller's to fix: no other leader or retry answers it
-    // differently.
-    if (s.code() == ErrorCode::UNAUTHENTICATED) return s;
+    // A wrong or missing secret, or a role that may not make the call, is the caller's to fix:
+    // no other leader or retry answers it differently.
+    if (s.code() == ErrorCode::UNAUTHENTICATED || s.code() == ErrorCode::PERMISSION_DENIED) {
+      return s;
+    }
     const bool ha = locator_->follows_etcd();
     // Refused as not the leader: nothing applied. A fixed address has no other master to ask.
     const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE;

@@ -93,6 +93,14 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                    "file (mode 0600) whose first line is the cluster's secret: every call, on "
                    "gRPC and the fast port, must present it (clients, nodes and standby masters "
                    "read the same file); empty: none (docs/security.md)");
+  schema.AddString("admin_token_file", &c->admin_token_file,
+                   "file (mode 0600) whose first line is the admin's secret: only it may remove "
+                   "across tenants (remove-all, remove by regex) or force a removal; needs "
+                   "auth_token_file; empty: the cluster's secret is the admin's");
+  schema.AddString("tenants_file", &c->tenants_file,
+                   "file (mode 0600) naming tenants, a line each: NAME TOKEN [QUOTA]; a client "
+                   "presenting a tenant's token works in that tenant's own key namespace, within "
+                   "its quota; needs auth_token_file (docs/security.md)");
   schema.AddBool("insecure", &c->insecure,
                  "serve a host other than loopback without auth_token_file (anyone who reaches "
                  "the ports can then read, write and remove everything)");
@@ -150,6 +158,11 @@ Status ValidateMasterConfig(const MasterConfig& c) {
                   "anyone who reaches the port can read, write and remove every object and "
                   "unmount every node: give the cluster's secret file (docs/security.md), or "
                   "--insecure on a network only trusted hosts reach");
+  }
+  if (c.auth_token_file.empty() && (!c.admin_token_file.empty() || !c.tenants_file.empty())) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "--admin-token-file and --tenants-file need --auth-token-file too (the "
+                  "cluster's secret, which nodes and standby masters present)");
   }
   if (p.put_release_timeout_ms < p.put_discard_timeout_ms) {
     return Status(ErrorCode::INVALID_PARAMS,

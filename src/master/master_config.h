@@ -48,6 +48,8 @@ struct MasterConfig {
   // Security (docs/security.md).
   std::string auth_token_file;  // the cluster's secret; empty: no caller is asked for one
   bool insecure = false;        // serve a non-loopback host without a secret anyway
+  std::string admin_token_file;  // the admin's secret; empty: the cluster's secret is admin
+  std::string tenants_file;      // NAME TOKEN [QUOTA] a line (security/tenants.h); empty: none
 
   OffloadPolicy EffectiveOffload() const {
     OffloadPolicy o;

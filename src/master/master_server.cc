@@ -27,14 +27,28 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
 MasterServer::~MasterServer() { Shutdown(); }
 
 Status MasterServer::Start() {
-  std::string secret;
+  security::Credentials credentials;
   if (!config_.auth_token_file.empty()) {
     auto loaded = security::LoadSecretFile(config_.auth_token_file);
     if (!loaded.ok()) return loaded.status();
-    secret = std::move(*loaded);
+    credentials.cluster = std::move(*loaded);
   }
-  auth_ = std::make_unique<security::Authenticator>(secret, &metrics_, "granary_master");
+  if (!config_.admin_token_file.empty()) {
+    auto loaded = security::LoadSecretFile(config_.admin_token_file);
+    if (!loaded.ok()) return loaded.status();
+    credentials.admin = std::move(*loaded);
+  }
+  if (!config_.tenants_file.empty()) {
+    auto loaded = security::LoadTenantsFile(config_.tenants_file);
+    if (!loaded.ok()) return loaded.status();
+    credentials.tenants = std::move(*loaded);
+  }
+  if (Status s = credentials.Validate(); !s.ok()) return s;
+  const std::string secret = credentials.cluster;
+  auth_ = std::make_unique<security::Authenticator>(std::move(credentials), &metrics_,
+                                                    "granary_master");
   service_->set_authenticator(auth_.get());
+  RegisterTenantMetrics();
   if (!config_.history_file.empty()) {
     auto history = HistoryFile::Create(config_.history_file, *state_);
     if (!history.ok()) return history.status();
@@ -218,6 +232,37 @@ void MasterServer::HousekeepingLoop() {
     if (coordinator_) coordinator_->Exit();
     lock.lock();
   }
+}
+
+void MasterServer::RegisterTenantMetrics() {
+  if (auth_->tenants().empty()) return;
+  using Series = std::vector<std::pair<Labels, double>>;
+  const security::Authenticator* auth = auth_.get();
+  MasterState* s = state_.get();
+  auto per_tenant = [auth, s](auto value_of) {
+    return [auth, s, value_of] {
+      Series series;
+      for (const auto& t : auth->tenants()) {
+        series.push_back({{{"tenant", t.tenant}}, value_of(t, s->UsageOf(t.tenant))});
+      }
+      return series;
+    };
+  };
+  metrics_.AddGaugeCallback(
+      "granary_master_tenant_bytes", "bytes of a tenant's objects, complete and being put",
+      per_tenant([](const security::Principal&, const MasterState::TenantUsage& u) {
+        return static_cast<double>(u.bytes);
+      }));
+  metrics_.AddGaugeCallback(
+      "granary_master_tenant_objects", "a tenant's complete objects",
+      per_tenant([](const security::Principal&, const MasterState::TenantUsage& u) {
+        return static_cast<double>(u.objects);
+      }));
+  metrics_.AddGaugeCallback(
+      "granary_master_tenant_quota_bytes", "a tenant's quota (0: none)",
+      per_tenant([](const security::Principal& t, const MasterState::TenantUsage&) {
+        return static_cast<double>(t.quota_bytes);
+      }));
 }
 
 void MasterServer::RegisterMetrics() {

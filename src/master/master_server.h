@@ -56,6 +56,7 @@ class MasterServer {
  private:
   void HousekeepingLoop();
   void RegisterMetrics();
+  void RegisterTenantMetrics();  // after Start() made auth_
 
   MasterConfig config_;
   const Clock* clock_;

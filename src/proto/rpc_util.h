@@ -81,17 +81,19 @@ inline void SetDeadline(grpc::ClientContext& ctx, int timeout_ms) {
 
 // A Granary error a whole call ends with (the master refusing it, e.g. a standby's
 // UNAVAILABLE_IN_CURRENT_MODE), carried in the gRPC status: "granary:<code>:<message>", so the
-// client gets the code back (FromGrpc). A refusal applied nothing (FAILED_PRECONDITION, or
-// UNAUTHENTICATED for a missing or wrong secret); any other code means the call may have been
-// applied (ABORTED).
+// client gets the code back (FromGrpc). A refusal applied nothing (FAILED_PRECONDITION,
+// UNAUTHENTICATED for a missing or wrong secret, PERMISSION_DENIED for a role or tenant that may
+// not make the call); any other code means the call may have been applied (ABORTED).
 inline constexpr std::string_view kCodePrefix = "granary:";
 inline grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
   const bool refused = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_MODE ||
                        s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  const grpc::StatusCode code = s.code() == ErrorCode::UNAUTHENTICATED ? grpc::StatusCode::UNAUTHENTICATED
-                                : refused ? grpc::StatusCode::FAILED_PRECONDITION
-                                          : grpc::StatusCode::ABORTED;
+  const grpc::StatusCode code =
+      s.code() == ErrorCode::UNAUTHENTICATED     ? grpc::StatusCode::UNAUTHENTICATED
+      : s.code() == ErrorCode::PERMISSION_DENIED ? grpc::StatusCode::PERMISSION_DENIED
+      : refused                                  ? grpc::StatusCode::FAILED_PRECONDITION
+                                                 : grpc::StatusCode::ABORTED;
   return grpc::Status(code,
                       std::string(kCodePrefix) + std::to_string(static_cast<int32_t>(s.code())) +
                           ":" + s.message());

@@ -418,6 +418,18 @@ class PyClient {
     d["applied_seq"] = s.applied_seq;
     d["serving_alone"] = s.serving_alone;
     d["standbys"] = standbys;
+    d["caller_role"] = s.caller_role;
+    d["caller_tenant"] = s.caller_tenant;
+    py::list tenants;
+    for (const auto& t : s.tenants) {
+      py::dict td;
+      td["name"] = t.name;
+      td["bytes"] = t.bytes;
+      td["objects"] = t.objects;
+      td["quota_bytes"] = t.quota_bytes;
+      tenants.append(td);
+    }
+    d["tenants"] = tenants;
     return d;
   }
   py::dict Stats() {

@@ -17,9 +17,37 @@ int64_t NowMs() {
 }
 }  // namespace
 
-Authenticator::Authenticator(std::string secret, MetricsRegistry* registry,
+Status Credentials::Validate() const {
+  if (cluster.empty() && (!admin.empty() || !tenants.empty())) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "an admin secret or tenants need the cluster's secret too (--auth-token-file: "
+                  "nodes and standbys present it)");
+  }
+  std::vector<std::string_view> all = {cluster};
+  if (!admin.empty()) all.push_back(admin);
+  for (const auto& t : tenants) all.push_back(t.token);
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      if (!all[i].empty() && all[i] == all[j]) {
+        return Status(ErrorCode::INVALID_PARAMS,
+                      "the cluster's secret, the admin's and each tenant's token must all differ "
+                      "(one caller would hold two roles)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Authenticator::Authenticator(Credentials credentials, MetricsRegistry* registry,
                              const std::string& prefix)
-    : secret_(std::move(secret)), registry_(registry), metric_(prefix + "_unauthenticated_total") {
+    : cluster_(std::move(credentials.cluster)), admin_(std::move(credentials.admin)),
+      tenant_specs_(std::move(credentials.tenants)),
+      member_{admin_.empty() ? Principal::Role::kAdmin : Principal::Role::kMember, "", 0},
+      registry_(registry), metric_(prefix + "_unauthenticated_total") {
+  tenant_principals_.reserve(tenant_specs_.size());
+  for (const auto& t : tenant_specs_) {
+    tenant_principals_.push_back({Principal::Role::kTenant, t.name, t.quota_bytes});
+  }
   // Shown at 0 from the start, so a dashboard has the series before the first refusal.
   if (required() && registry_) {
     for (const char* transport : {"grpc", "fast"}) CounterFor(transport);
@@ -41,10 +69,20 @@ Authenticator::Authenticator(std::string secret, MetricsRegistry* registry,
   return it->second;
 }
 
-Status Authenticator::Check(std::optional<std::string_view> presented, const char* transport,
-                            std::string_view peer) const {
-  if (secret_.empty()) return Status::Ok();
-  if (presented && SecretsEqual(*presented, secret_)) return Status::Ok();
+Result<const Principal*> Authenticator::Identify(std::optional<std::string_view> presented,
+                                                 const char* transport,
+                                                 std::string_view peer) const {
+  if (cluster_.empty()) return &open_;
+  if (presented) {
+    // Every known secret is compared, whichever matches: the time tells nothing of which.
+    const Principal* found = nullptr;
+    if (SecretsEqual(*presented, cluster_)) found = &member_;
+    if (!admin_.empty() && SecretsEqual(*presented, admin_)) found = &admin_principal_;
+    for (size_t i = 0; i < tenant_specs_.size(); ++i) {
+      if (SecretsEqual(*presented, tenant_specs_[i].token)) found = &tenant_principals_[i];
+    }
+    if (found) return found;
+  }
   return Refuse(transport, peer, presented ? "a wrong secret" : "no secret");
 }
 

@@ -1,9 +1,13 @@
-// security/authenticator.h - the check a server makes of every caller: does it present the
-// cluster's secret (security/secret.h)?
+// security/authenticator.h - the check a server makes of every caller: which of the known
+// secrets (the cluster's, the admin's, a tenant's) does it present, and so who is it
+// (security/principal.h)?
 //
-// Promise: with no secret (the default) every caller passes. With one, Check passes only the
-// exact secret, compared in constant time; anything else is UNAUTHENTICATED saying what was wrong
-// (none presented, or a wrong one) and never the secret. Each refusal is counted in
+// Promise: with no secret (the default) every caller passes, as an admin. With one, Identify
+// passes only an exact known secret, compared in constant time against every known one (the
+// time depends on their number and lengths, not on which matched or where a guess differs);
+// anything else is UNAUTHENTICATED saying what was wrong (none presented, or a wrong one) and
+// never a secret. The cluster's secret is the admin's too when no admin secret is set. Secrets
+// must be distinct (the constructor's caller checks: Validate). Each refusal is counted in
 // `<prefix>_unauthenticated_total{transport=...}` and logged with the peer's address, at most one
 // line a second (thousands of hostile connections must not flood the log).
 // Ownership: borrows the metrics registry, which must outlive it.
@@ -17,24 +21,47 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/metrics.h"
 #include "granary/status.h"
+#include "security/principal.h"
+#include "security/tenants.h"
 
 namespace granary::security {
+
+struct Credentials {
+  std::string cluster;  // --auth-token-file; required where either of the others is given
+  std::string admin;    // --admin-token-file; "": the cluster's secret is the admin's
+  std::vector<TenantSpec> tenants;
+  // Secrets present only where the cluster's is, and all distinct; else INVALID_PARAMS.
+  Status Validate() const;
+};
 
 class Authenticator {
  public:
   // prefix: the metric's, e.g. "granary_master". registry may be null (no metric).
-  Authenticator(std::string secret, MetricsRegistry* registry, const std::string& prefix);
+  Authenticator(Credentials credentials, MetricsRegistry* registry, const std::string& prefix);
+  // The cluster's secret alone (or none).
+  Authenticator(std::string secret, MetricsRegistry* registry, const std::string& prefix)
+      : Authenticator(Credentials{std::move(secret), {}, {}}, registry, prefix) {}
   Authenticator(const Authenticator&) = delete;
   Authenticator& operator=(const Authenticator&) = delete;
 
-  bool required() const { return !secret_.empty(); }
+  bool required() const { return !cluster_.empty(); }
   // presented: what the caller sent (nullopt: nothing). transport: "grpc", "fast", ... (a
-  // metric label: a fixed, small set). peer: for the log line.
+  // metric label: a fixed, small set). peer: for the log line. The principal lives as long as
+  // the authenticator.
+  Result<const Principal*> Identify(std::optional<std::string_view> presented,
+                                    const char* transport, std::string_view peer) const;
   Status Check(std::optional<std::string_view> presented, const char* transport,
-               std::string_view peer) const;
+               std::string_view peer) const {
+    return Identify(presented, transport, peer).status();
+  }
+  // Who a caller is where no secret is asked for.
+  const Principal* open() const { return &open_; }
+  // The tenants, in the file's order (their principals, for per-tenant state and metrics).
+  const std::vector<Principal>& tenants() const { return tenant_principals_; }
   // Counts and logs (as Check's refusals) a caller refused for another reason before it could
   // present anything, e.g. a malformed first frame; `why` is a fixed phrase. UNAUTHENTICATED.
   Status Refuse(const char* transport, std::string_view peer, const char* why) const;
@@ -43,7 +70,13 @@ class Authenticator {
  private:
   ::granary::Counter* CounterFor(const char* transport) const;  // registered on first use
 
-  const std::string secret_;
+  const std::string cluster_;
+  const std::string admin_;
+  const std::vector<TenantSpec> tenant_specs_;
+  const Principal open_{Principal::Role::kAdmin, "", 0};
+  const Principal member_;
+  const Principal admin_principal_{Principal::Role::kAdmin, "", 0};
+  std::vector<Principal> tenant_principals_;  // tenant_specs_[i]'s; fixed after construction
   MetricsRegistry* registry_;
   const std::string metric_;
   mutable std::mutex mu_;

@@ -22,24 +22,26 @@ Status Bad(const std::string& path, const std::string& why) {
 }
 }  // namespace
 
-Result<std::string> LoadSecretFile(const std::string& path) {
-  if (path.empty()) return Bad("(empty path)", "no file named");
+Result<std::string> ReadPrivateFile(const std::string& path, size_t max_bytes, const char* what) {
+  const auto bad = [&](const std::string& why) {
+    return Status(ErrorCode::INVALID_PARAMS, std::string(what) + " " + path + ": " + why);
+  };
+  if (path.empty()) return bad("no file named");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Bad(path, std::strerror(errno));
+  if (fd < 0) return bad(std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Bad(path, "not a regular file");
+    return bad("not a regular file");
   }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {
     ::close(fd);
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return Bad(path, std::string("mode ") + mode +
-                         " lets group or others at it; chmod 600 it (anyone who reads it can do "
-                         "anything to the store)");
+    return bad(std::string("mode ") + mode +
+               " lets group or others at it; chmod 600 it (whoever reads it holds its secrets)");
   }
-  std::string bytes(kMaxSecretFileBytes + 1, '\0');
+  std::string bytes(max_bytes + 1, '\0');
   size_t got = 0;
   while (got < bytes.size()) {  // bounded by the buffer
     const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
@@ -47,29 +49,44 @@ Result<std::string> LoadSecretFile(const std::string& path) {
     if (n < 0) {
       const std::string why = std::strerror(errno);
       ::close(fd);
-      return Bad(path, why);
+      return bad(why);
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
   ::close(fd);
-  if (got > kMaxSecretFileBytes) return Bad(path, "over 4 KiB: not a secret file");
+  if (got > max_bytes) return bad("over " + std::to_string(max_bytes) + " bytes");
   bytes.resize(got);
+  return bytes;
+}
+
+Status CheckSecret(std::string_view secret) {
+  if (secret.size() < kMinSecretBytes) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "shorter than " + std::to_string(kMinSecretBytes) +
+                      " characters (make one with `openssl rand -hex 16`)");
+  }
+  for (char c : secret) {
+    if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    "only printable ASCII without spaces may form a secret");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::string> LoadSecretFile(const std::string& path) {
+  if (path.empty()) return Bad("(empty path)", "no file named");
+  auto read = ReadPrivateFile(path, kMaxSecretFileBytes, "secret file");
+  if (!read.ok()) return read.status();
+  std::string& bytes = *read;
   std::string_view line(bytes);
   line = line.substr(0, line.find('\n'));
   const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
   while (!line.empty() && space(line.front())) line.remove_prefix(1);
   while (!line.empty() && space(line.back())) line.remove_suffix(1);
   if (line.empty()) return Bad(path, "empty (its first line is the secret)");
-  if (line.size() < kMinSecretBytes) {
-    return Bad(path, "shorter than " + std::to_string(kMinSecretBytes) +
-                         " characters (make one with `openssl rand -hex 16`)");
-  }
-  for (char c : line) {
-    if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e) {
-      return Bad(path, "only printable ASCII without spaces may form a secret");
-    }
-  }
+  if (Status s = CheckSecret(line); !s.ok()) return Bad(path, s.message());
   return std::string(line);
 }
 

@@ -25,6 +25,13 @@ inline constexpr const char* kSecretFileEnv = "GRANARY_AUTH_TOKEN_FILE";
 
 Result<std::string> LoadSecretFile(const std::string& path);
 
+// The whole of a file that only its owner may read (mode 0600 or 0400) and of at most max_bytes;
+// else INVALID_PARAMS "<what> <path>: <fault>". The secret files and the tenants file use it.
+Result<std::string> ReadPrivateFile(const std::string& path, size_t max_bytes, const char* what);
+// At least kMinSecretBytes of printable ASCII without spaces; else INVALID_PARAMS saying why
+// (never quoting it).
+Status CheckSecret(std::string_view secret);
+
 // `path`, else $GRANARY_AUTH_TOKEN_FILE, loaded; "" when neither names a file (no secret).
 Result<std::string> LoadClientSecret(const std::string& path);
 

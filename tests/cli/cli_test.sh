@@ -223,9 +223,14 @@ expect_rc 0 "--help"
 SECURE_PORT=$(free_port)
 SECURE_HTTP=$(free_port)
 SECRET_FILE="$WORK/secret"
-( umask 077; echo "cli-test-secret-0123456789abcdef" >"$SECRET_FILE" )
+( umask 077; echo "cli-test-secret-0123456789abcdef" >"$SECRET_FILE"
+  echo "cli-test-admin-0123456789abcdef0" >"$WORK/admin"
+  echo "cli-test-acme-0123456789abcdef00" >"$WORK/acme"
+  printf 'acme %s 64MiB\nglobex cli-test-globex-0123456789abcdef\n' "$(cat "$WORK/acme")" \
+    >"$WORK/tenants" )
 "$BIN_DIR/granary-master" --host 127.0.0.1 --port "$SECURE_PORT" --http-port "$SECURE_HTTP" \
-  --auth-token-file "$SECRET_FILE" --log-level warn >"$WORK/secure-master.log" 2>&1 &
+  --auth-token-file "$SECRET_FILE" --admin-token-file "$WORK/admin" \
+  --tenants-file "$WORK/tenants" --log-level warn >"$WORK/secure-master.log" 2>&1 &
 SECURE_PID=$!
 sg() {  # granary against the secure master; the caller adds the secret's flags
   timeout 30 "$GRANARY" --master "127.0.0.1:$SECURE_PORT" --timeout-ms 3000 "$@" \
@@ -249,6 +254,23 @@ if wait_for 10 env GRANARY_AUTH_TOKEN_FILE="$SECRET_FILE" "$GRANARY" \
   expect_rc 3 "a secret file others can read"
   expect_contains "$ERR" "chmod 600" "a secret file others can read: says chmod 600"
   if [[ "$ERR" == *cli-test-secret* ]]; then fail "the secret is printed"; else pass "the secret is never printed"; fi
+  # Roles and tenants: who each secret names, what each may see and do.
+  sg --auth-token-file "$SECRET_FILE" whoami
+  expect_rc 0 "whoami with the cluster's secret"
+  expect_contains "$OUT" "member" "the cluster's secret names a member (an admin secret is set)"
+  sg --auth-token-file "$WORK/acme" whoami
+  expect_contains "$OUT" "tenant acme" "a tenant's token names its tenant"
+  sg --auth-token-file "$WORK/admin" tenants
+  expect_rc 0 "tenants as the admin"
+  expect_contains "$OUT" "globex" "the admin sees every tenant"
+  expect_contains "$OUT" "64 MiB" "with its quota"
+  sg --auth-token-file "$WORK/acme" tenants
+  expect_rc 0 "tenants as a tenant"
+  if [[ "$OUT" == *globex* ]]; then fail "a tenant sees another tenant"; else pass "a tenant sees only itself"; fi
+  sg --auth-token-file "$WORK/acme" rm some/key --force
+  expect_rc 3 "a forced rm by a tenant"
+  expect_contains "$ERR" "PERMISSION_DENIED" "a forced rm by a tenant says PERMISSION_DENIED"
+  one_line_stderr "a forced rm by a tenant"
 else
   fail "the master with a secret did not answer within 10 s: $(tail -3 "$WORK/secure-master.log")"
 fi

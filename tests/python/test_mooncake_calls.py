@@ -91,11 +91,14 @@ def test_setup_takes_engine_and_every_mooncake_keyword(standalone, caplog):
 
 def test_setup_errors_are_codes_not_exceptions(standalone, caplog):
     s = MooncakeDistributedStore()
-    # A tenant Granary cannot keep apart: refused, never silently shared.
+    # A tenant the secret presented does not name (here none): refused, never silently shared.
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", standalone.master, None,
-                   tenant_id="tenant-a") == INVALID_PARAMS
+                   tenant_id="tenant-a") == -1101
     assert "tenant_id 'tenant-a'" in caplog.text
+    assert s.health_check() == 1  # closed again
+    # A tenant contributes no segment (others' objects would land in memory it can read).
     assert s.setup({"master_server_addr": standalone.master, "tenant_id": "b"}) == INVALID_PARAMS
+    assert "global_segment_size=0" in caplog.text
     assert s.setup({"master_server_addr": standalone.master, "protocol": "nvlink",
                     "enable_egm_store_pool": "true"}) == INVALID_PARAMS
     assert s.health_check() == 1

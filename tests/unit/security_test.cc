@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "security/authenticator.h"
 #include "security/secret.h"
+#include "security/tenants.h"
 
 namespace granary::security {
 namespace {
@@ -64,7 +65,7 @@ TEST_F(SecretFileTest, EveryUnusableFileIsRefusedWithTheReasonAndNeverTheSecret)
       {"short", "0123456789abcde", 0600, "shorter than 16"},
       {"inner-space", "0123456789 abcdef0123", 0600, "printable ASCII"},
       {"control-byte", secret + std::string(1, '\x01'), 0600, "printable ASCII"},
-      {"huge", std::string(5000, 'a'), 0600, "over 4 KiB"},
+      {"huge", std::string(5000, 'a'), 0600, "over 4096 bytes"},
   };
   for (const Case& c : cases) {
     const std::string path = Write(c.name, c.contents, c.mode);
@@ -175,6 +176,102 @@ TEST(AuthenticatorTest, RefusalsAreCountedPerTransportAndSayWhatWasWrong) {
   EXPECT_NE(page.find("granary_test_unauthenticated_total{transport=\"fast\"} 3"),
             std::string::npos)
       << page;
+}
+
+
+constexpr const char* kAdminSecret = "admin-0123456789abcdef-secret";
+constexpr const char* kAcmeToken = "acme-0123456789abcdef-token00";
+constexpr const char* kGlobexToken = "globex-0123456789abcdef-token";
+
+TEST(TenantsFileTest, ALineANameATokenAndAnOptionalQuota) {
+  auto parsed = ParseTenants(std::string("# tenants\n\n  acme  ") + kAcmeToken +
+                                 "  8 GiB\r\nglobex\t" + kGlobexToken + "\n",
+                             "t");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].name, "acme");
+  EXPECT_EQ((*parsed)[0].token, kAcmeToken);
+  EXPECT_EQ((*parsed)[0].quota_bytes, 8ull << 30);
+  EXPECT_EQ((*parsed)[1].name, "globex");
+  EXPECT_EQ((*parsed)[1].quota_bytes, 0u);
+  EXPECT_TRUE(ParseTenants("", "t")->empty());
+}
+
+TEST(TenantsFileTest, EveryFaultNamesItsLineAndNeverAToken) {
+  const std::string acme = std::string("acme ") + kAcmeToken;
+  const struct {
+    std::string text;
+    std::string says;
+  } cases[] = {
+      {"acme", "no token"},
+      {"acme short", "shorter than"},
+      {"default " + std::string(kAcmeToken), "not \"default\""},
+      {"a/b " + std::string(kAcmeToken), "A-Z a-z"},
+      {std::string(65, 'n') + " " + kAcmeToken, "1-64"},
+      {acme + " lots", "line 1"},
+      {acme + " 0", "quota of 0"},
+      {acme + "\n" + acme, "named twice"},
+      {acme + "\nglobex " + kAcmeToken, "another tenant's token"},
+      {"# c\n" + acme + "\nglobex " + kGlobexToken + " -1G", "line 3"},
+  };
+  for (const auto& c : cases) {
+    auto parsed = ParseTenants(c.text, "tenants.txt");
+    ASSERT_FALSE(parsed.ok()) << c.text;
+    EXPECT_EQ(parsed.status().code(), ErrorCode::INVALID_PARAMS);
+    EXPECT_NE(parsed.status().message().find(c.says), std::string::npos)
+        << parsed.status().message();
+    EXPECT_NE(parsed.status().message().find("tenants.txt"), std::string::npos);
+    EXPECT_EQ(parsed.status().message().find(kAcmeToken), std::string::npos);
+    EXPECT_EQ(parsed.status().message().find(kGlobexToken), std::string::npos);
+  }
+}
+
+TEST(CredentialsTest, RoleSecretsNeedTheClustersAndAllDiffer) {
+  EXPECT_TRUE((Credentials{"", "", {}}).Validate().ok());
+  EXPECT_TRUE((Credentials{kSecret, kAdminSecret, {{"acme", kAcmeToken, 0}}}).Validate().ok());
+  EXPECT_FALSE((Credentials{"", kAdminSecret, {}}).Validate().ok());
+  EXPECT_FALSE((Credentials{"", "", {{"acme", kAcmeToken, 0}}}).Validate().ok());
+  EXPECT_FALSE((Credentials{kSecret, kSecret, {}}).Validate().ok());
+  EXPECT_FALSE((Credentials{kSecret, kAdminSecret, {{"acme", kAdminSecret, 0}}}).Validate().ok());
+  EXPECT_FALSE((Credentials{kSecret, "", {{"acme", kSecret, 0}}}).Validate().ok());
+}
+
+TEST(AuthenticatorTest, EachSecretNamesItsPrincipal) {
+  Authenticator auth(Credentials{kSecret, kAdminSecret,
+                                 {{"acme", kAcmeToken, 1 << 20}, {"globex", kGlobexToken, 0}}},
+                     nullptr, "granary_test");
+  auto member = auth.Identify(std::string_view(kSecret), "grpc", "p");
+  ASSERT_TRUE(member.ok());
+  EXPECT_EQ((*member)->role, Principal::Role::kMember);
+  EXPECT_EQ((*member)->tenant, "");
+  auto admin = auth.Identify(std::string_view(kAdminSecret), "fast", "p");
+  ASSERT_TRUE(admin.ok());
+  EXPECT_TRUE((*admin)->admin());
+  auto acme = auth.Identify(std::string_view(kAcmeToken), "grpc", "p");
+  ASSERT_TRUE(acme.ok());
+  EXPECT_TRUE((*acme)->tenant_only());
+  EXPECT_EQ((*acme)->tenant, "acme");
+  EXPECT_EQ((*acme)->quota_bytes, 1u << 20);
+  EXPECT_EQ(*acme, &auth.tenants()[0]);
+  auto globex = auth.Identify(std::string_view(kGlobexToken), "grpc", "p");
+  ASSERT_TRUE(globex.ok());
+  EXPECT_EQ((*globex)->tenant, "globex");
+  // A token's prefix, or one tenant's token with a byte changed, is nobody.
+  EXPECT_EQ(auth.Identify(std::string_view(kAcmeToken).substr(0, 20), "grpc", "p").status().code(),
+            ErrorCode::UNAUTHENTICATED);
+  std::string near(kGlobexToken);
+  near.back() ^= 1;
+  EXPECT_FALSE(auth.Identify(std::string_view(near), "grpc", "p").ok());
+  EXPECT_EQ(auth.refused(), 2u);
+
+  // Without an admin secret the cluster's is the admin's; without any, everyone is.
+  Authenticator no_admin(Credentials{kSecret, "", {}}, nullptr, "granary_test");
+  EXPECT_TRUE((*no_admin.Identify(std::string_view(kSecret), "grpc", "p"))->admin());
+  Authenticator open(Credentials{}, nullptr, "granary_test");
+  auto anyone = open.Identify(std::nullopt, "grpc", "p");
+  ASSERT_TRUE(anyone.ok());
+  EXPECT_TRUE((*anyone)->admin());
+  EXPECT_EQ((*anyone)->tenant, "");
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ _INVALID_PARAMS = -600
 _TRANSFER_FAIL = -800
 _RPC_FAIL = -900
 _UNAVAILABLE = -1010
+_PERMISSION_DENIED = -1101
 
 # Mooncake's setup() defaults.
 _DEFAULT_SEGMENT = 16 * 1024 * 1024
@@ -492,10 +493,12 @@ class MooncakeDistributedStore:
             label, bind_host, port = _split_host(local_hostname)
         except Error as e:
             return _refuse(e.code, f"setup: {e}")
-        if tenant_id not in (None, "", _DEFAULT_TENANT):
-            return _refuse(_INVALID_PARAMS, f"setup: tenant_id {tenant_id!r}: Granary has one "
-                           "key namespace, so it cannot keep this tenant's keys apart; use "
-                           "\"default\" and put a tenant prefix in the keys")
+        tenant = None if tenant_id in (None, "", _DEFAULT_TENANT) else str(tenant_id)
+        if tenant is not None and segment > 0:
+            return _refuse(_INVALID_PARAMS, f"setup: tenant_id {tenant!r} with "
+                           "global_segment_size > 0: a tenant contributes no segment (other "
+                           "tenants' objects would be placed in memory it can read); pass "
+                           "global_segment_size=0")
         if engine is not None:
             _log.info("setup: the transfer engine passed is not used; Granary moves bytes over "
                       "its own TCP and shared-memory paths")
@@ -523,9 +526,27 @@ class MooncakeDistributedStore:
         self._auth_token_file = auth_token_file
         code = self._setup_segment((master, cluster), segment, buffer, label, bind_host, port,
                                    use_shm, disk_dir)
+        if code == _OK and tenant is not None:
+            code = self._check_tenant(tenant)
         if code == _OK:
             self._buffer_limit = buffer
         return code
+
+    def _check_tenant(self, tenant):
+        """A tenant_id is a namespace of Granary's only if the secret presented is that
+        tenant's token (the master decides the namespace from the token, not from the name)."""
+        try:
+            caller = self._client.cluster().get("caller_tenant", "")
+        except Error as e:
+            self.close()
+            return _refuse(e.code, f"setup: tenant_id {tenant!r}: {e}")
+        if caller != tenant:
+            self.close()
+            held = f"the token of tenant {caller!r}" if caller else "not a tenant's token"
+            return _refuse(_PERMISSION_DENIED, f"setup: tenant_id {tenant!r}, but the secret "
+                           f"presented is {held}: give auth_token_file the tenant's token from "
+                           "the master's --tenants-file (docs/security.md)")
+        return _OK
 
     def _setup_segment(self, master, segment, buffer, label, bind_host, port, use_shm,
                        disk_dir=""):

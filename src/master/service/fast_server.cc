@@ -298,6 +298,7 @@ void FastServer::Serve(Connection* c) {
   Scratch scratch;  // its arena block only once the connection may call
   // From the configuration, never from the shared flag: a shed connection must not be served.
   bool authenticated = auth_ == nullptr || !auth_->required();
+  const security::Principal* who = nullptr;  // named by the hello
   // Until its hello, a connection may hold a slot only briefly and send only a short frame.
   if (!authenticated) {
     reader.set_until(SteadyClock::now() + std::chrono::milliseconds(options_.read_deadline_ms));
@@ -329,26 +330,30 @@ void FastServer::Serve(Connection* c) {
     }
     if (r != FrameReader::Result::kFrame) break;  // closed by the peer, idle, or stopping
     if (h.method == static_cast<uint8_t>(fast::Method::kHello) || !authenticated) {
-      if (!Hello(c, h, body)) break;
+      if (!Hello(c, h, body, &who)) break;
       authenticated = true;
       reader.set_until(SteadyClock::time_point::max());
       continue;
     }
     if (!scratch.arena_block) scratch.arena_block = std::make_unique<char[]>(kArenaBlock);
-    if (!Handle(c->fd, h.method, h.request_id, body, &scratch)) break;
+    MasterService::FastCaller caller(who);
+    if (!Handle(c->fd, h.method, h.request_id, body, &scratch, who)) break;
   }
   ::shutdown(c->fd, SHUT_RDWR);
   open_->Add(-1);
   c->done = true;
 }
 
-bool FastServer::Hello(Connection* c, const fast::Header& h, std::string_view body) {
+bool FastServer::Hello(Connection* c, const fast::Header& h, std::string_view body,
+                       const security::Principal** who) {
   const int fd = c->fd;
   const bool is_hello = h.method == static_cast<uint8_t>(fast::Method::kHello);
   Status s = Status::Ok();
   if (auth_ != nullptr) {
-    s = auth_->Check(is_hello ? std::optional<std::string_view>(body) : std::nullopt, "fast",
-                     PeerOf(fd));
+    auto found = auth_->Identify(is_hello ? std::optional<std::string_view>(body) : std::nullopt,
+                                 "fast", PeerOf(fd));
+    s = found.status();
+    if (found.ok()) *who = *found;
   }
   if (s.ok()) {
     c->awaiting_hello = false;
@@ -360,7 +365,7 @@ bool FastServer::Hello(Connection* c, const fast::Header& h, std::string_view bo
 }
 
 bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
-                        Scratch* scratch) {
+                        Scratch* scratch, const security::Principal* who) {
   // One handler per method, the gRPC one: the fast port is a second transport, not a second
   // implementation. The handlers ignore their ServerContext.
   // Req and Resp come from the handler's own signature.
@@ -429,6 +434,11 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string
       return call(&S::ReleaseReservations);
     case fast::Method::kReplicate: {
       calls_[method]->Inc();
+      if (who != nullptr && who->tenant_only()) {  // the history holds every tenant's keys
+        const std::string msg = "granary:-1101:a tenant may not stream the master's history";
+        (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+        return false;
+      }
       if (!stream_handler_) {
         const std::string msg = "granary:-1011:this master streams no history";
         (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);

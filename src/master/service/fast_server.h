@@ -87,11 +87,13 @@ class FastServer {
   };
   // Answers one frame; false closes the connection (the reason is logged).
   bool Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
-              Scratch* scratch);
+              Scratch* scratch, const security::Principal* who);
   void ReapFinished();  // joins connections that ended; holds mu_
   // A hello, or any frame before one on a connection that must authenticate: true keeps the
   // connection (no longer awaiting its hello), false after answering a refusal.
-  bool Hello(Connection* c, const fast::Header& h, std::string_view body);
+  // Checks the hello's secret; *who: the principal it names.
+  bool Hello(Connection* c, const fast::Header& h, std::string_view body,
+             const security::Principal** who);
   // Before accepting one more: closes the oldest connection still without its hello when
   // max_unauthenticated are waiting. Holds mu_.
   void ShedUnauthenticated();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/units.h"
+
 #include <chrono>
 #include <optional>
 #include <string_view>
@@ -60,18 +62,18 @@ MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegist
 
 grpc::Status MasterService::Admission::refusal() const { return rpc::ToGrpc(entry_); }
 
-Status MasterService::Authenticate(Ctx* ctx) const {
-  if (auth_ == nullptr || !auth_->required() || ctx == nullptr) return Status::Ok();
-  std::optional<std::string_view> presented;
-  const auto& metadata = ctx->client_metadata();
-  if (auto it = metadata.find(std::string(rpc::kAuthMetadataKey)); it != metadata.end()) {
-    std::string_view value(it->second.data(), it->second.size());
-    // Anything but the Bearer form counts as a wrong secret, not a missing one.
-    presented = value.substr(0, rpc::kBearerPrefix.size()) == rpc::kBearerPrefix
-                    ? value.substr(rpc::kBearerPrefix.size())
-                    : std::string_view();
-  }
-  return auth_->Check(presented, "grpc", ctx->peer());
+std::string MasterService::HeldClient(const std::string& id, const Principal* who) const {
+  if (id.empty() || !who->tenant_only()) return id;
+  return HeldKey(PrefixOf(who), id);
+}
+
+template <typename Repeated>
+std::vector<std::string> MasterService::HeldKeys(const Repeated& keys, const Principal* who) const {
+  const std::string& prefix = PrefixOf(who);
+  std::vector<std::string> held;
+  held.reserve(static_cast<size_t>(keys.size()));
+  for (const auto& key : keys) held.push_back(HeldKey(prefix, key));
+  return held;
 }
 
 grpc::Status MasterService::Admission::Finish() {
@@ -129,9 +131,11 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
 
 void MasterService::FillDiskReplicas(
     const std::vector<DiskReplica>& disk,
-    google::protobuf::RepeatedPtrField<proto::DiskReplica>* out) const {
+    google::protobuf::RepeatedPtrField<proto::DiskReplica>* out, std::string_view held,
+    std::string_view named) const {
   for (const auto& d : disk) {
     proto::DiskReplica* r = out->Add();
+    if (held != named) r->set_stored_key(std::string(held));
     r->set_node_id(d.node_id);
     for (uint64_t id : state_->segments().SegmentsOf(d.node_id)) {
       if (auto segment = state_->segments().Find(id)) {
@@ -149,8 +153,10 @@ void MasterService::FillDiskReplicas(
 grpc::Status MasterService::MountSegment(Ctx* ctx, const proto::MountSegmentRequest* req,
                                          proto::MountSegmentResponse* resp) {
   CallScope scope(Metrics("MountSegment"), 1);
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "MountSegment");
   MountResult r = state_->Mount({req->client_id(), FromProto(req->segment())});
   resp->set_code(Code(r.status));
   resp->set_message(r.status.message());
@@ -163,8 +169,10 @@ grpc::Status MasterService::MountSegment(Ctx* ctx, const proto::MountSegmentRequ
 grpc::Status MasterService::UnmountSegment(Ctx* ctx, const proto::UnmountSegmentRequest* req,
                                            proto::UnmountSegmentResponse* resp) {
   CallScope scope(Metrics("UnmountSegment"), 1);
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "UnmountSegment");
   if (req->client_id().empty()) {  // an empty id is the master's own, never a caller's
     resp->set_code(Code(Status(ErrorCode::INVALID_PARAMS, "")));
     resp->set_message("client id is empty");
@@ -181,8 +189,10 @@ grpc::Status MasterService::UnmountSegment(Ctx* ctx, const proto::UnmountSegment
 grpc::Status MasterService::ReMountSegment(Ctx* ctx, const proto::ReMountSegmentRequest* req,
                                            proto::ReMountSegmentResponse* resp) {
   CallScope scope(Metrics("ReMountSegment"), req->segments_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "ReMountSegment");
   if (req->client_id().empty()) {
     for (int i = 0; i < req->segments_size(); ++i) {
       SetStatus(Status(ErrorCode::INVALID_PARAMS, "client id is empty"), resp->add_results());
@@ -203,7 +213,8 @@ grpc::Status MasterService::ReMountSegment(Ctx* ctx, const proto::ReMountSegment
 grpc::Status MasterService::ListSegments(Ctx* ctx, const proto::ListSegmentsRequest*,
                                          proto::ListSegmentsResponse* resp) {
   CallScope scope(Metrics("ListSegments"), 0);
-  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   std::lock_guard disks_lock(disks_mu_);
   for (const auto& u : state_->segments().Usage()) {
@@ -217,6 +228,9 @@ grpc::Status MasterService::ListSegments(Ctx* ctx, const proto::ListSegmentsRequ
     info->set_free_bytes(u.stats.free_bytes);
     info->set_largest_free_block(u.stats.largest_free_block);
     info->set_object_count(u.replica_count);
+    // A tenant maps no segment (its memory holds every tenant's objects), so it is told no
+    // shared-memory name, host or token here; its bytes move over TCP by its replicas' tokens.
+    if (who->tenant_only()) continue;
     info->set_shm_name(u.identity->shm_name);
     info->set_host_id(u.identity->host_id);
     info->set_token(u.identity->token);
@@ -244,15 +258,18 @@ proto::DiskStats MasterService::DiskTotals() const {
 
 grpc::Status MasterService::Ping(Ctx* ctx, const proto::PingRequest* req, proto::PingResponse* resp) {
   CallScope scope(Metrics("Ping"), 0);
-  Admission admission(gate_, CallKind::kSoft, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kSoft, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  // A node's ping reports its mounts (segments are for nodes, not tenants).
+  if (who->tenant_only() && (req->mounts_size() > 0 || req->has_disk())) return Deny(who, "Ping");
   if (req->client_id().empty()) {
     resp->set_code(static_cast<int32_t>(ErrorCode::INVALID_PARAMS));
     return admission.Finish();
   }
   std::vector<MountRef> mounts;
   for (const auto& m : req->mounts()) mounts.push_back({m.name(), m.token()});
-  PingResult r = state_->Ping(req->client_id(), std::move(mounts));
+  PingResult r = state_->Ping(HeldClient(req->client_id(), who), std::move(mounts));
   if (req->has_disk()) {  // kept until replaced: shown only while the node has a segment
     std::lock_guard lock(disks_mu_);
     disks_[req->client_id()] = req->disk();
@@ -268,12 +285,41 @@ grpc::Status MasterService::Ping(Ctx* ctx, const proto::PingRequest* req, proto:
 grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRequest* req,
                                           proto::BatchPutStartResponse* resp) {
   CallScope scope(Metrics("BatchPutStart"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  PutStartOp op{req->client_id(), Keys(req->keys()),
+  PutStartOp op{HeldClient(req->client_id(), who), HeldKeys(req->keys(), who),
                 std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
                 ToPlacement(req->config()), req->upsert()};
-  std::vector<PutStartKeyResult> results = state_->PutStart(op);
+  // A tenant with a quota checks and starts under its lock: two puts cannot both pass it.
+  TenantRuntime* tenant = TenantOf(who);
+  std::unique_lock<std::mutex> quota_lock;
+  if (tenant && who->quota_bytes) quota_lock = std::unique_lock(tenant->quota_mu);
+  std::vector<PutStartKeyResult> results;
+  std::vector<bool> admitted;
+  std::vector<Status> refused;
+  FitQuota(who, tenant, op.sizes, &admitted, &refused);
+  if (op.sizes.size() != op.keys.size() ||
+      std::find(admitted.begin(), admitted.end(), false) == admitted.end()) {
+    results = state_->PutStart(op);
+  } else {
+    PutStartOp fit{op.client_id, {}, {}, op.config, op.upsert};
+    for (size_t i = 0; i < op.keys.size(); ++i) {
+      if (!admitted[i]) continue;
+      fit.keys.push_back(op.keys[i]);
+      fit.sizes.push_back(op.sizes[i]);
+    }
+    std::vector<PutStartKeyResult> started;
+    if (!fit.keys.empty()) started = state_->PutStart(std::move(fit));
+    results.resize(op.keys.size());
+    for (size_t i = 0, j = 0; i < op.keys.size(); ++i) {
+      if (admitted[i]) {
+        results[i] = std::move(started[j++]);
+      } else {
+        results[i].status = refused[i];
+      }
+    }
+  }
 
   // A full store evicts now, once, and retries just the keys that found no space. A key larger
   // than every segment can never fit: evicting for it would empty the cache for nothing.
@@ -303,6 +349,8 @@ grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRe
     std::vector<PutStartKeyResult> again = state_->PutStart(retry);
     for (size_t j = 0; j < full.size(); ++j) results[full[j]] = std::move(again[j]);
   }
+  // Applied: the reply's wait for the standbys need not hold the tenant's other puts.
+  if (quota_lock.owns_lock()) quota_lock.unlock();
 
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   size_t errors = 0;
@@ -321,10 +369,11 @@ grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRe
 grpc::Status MasterService::BatchPutEnd(Ctx* ctx, const proto::BatchPutEndRequest* req,
                                         proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutEnd"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutEnd(
-      {req->client_id(), Keys(req->keys()),
+      {HeldClient(req->client_id(), who), HeldKeys(req->keys(), who),
        std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
        std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
@@ -334,10 +383,11 @@ grpc::Status MasterService::BatchPutEnd(Ctx* ctx, const proto::BatchPutEndReques
 grpc::Status MasterService::BatchPutRevoke(Ctx* ctx, const proto::BatchPutRevokeRequest* req,
                                            proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutRevoke"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->PutRevoke(
-      {req->client_id(), Keys(req->keys()),
+      {HeldClient(req->client_id(), who), HeldKeys(req->keys(), who),
        std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end()),
        req->after_transfer_error()});
   scope.KeyErrors(FillStatuses(statuses, resp));
@@ -347,11 +397,33 @@ grpc::Status MasterService::BatchPutRevoke(Ctx* ctx, const proto::BatchPutRevoke
 grpc::Status MasterService::Reserve(Ctx* ctx, const proto::ReserveRequest* req,
                                     proto::ReserveResponse* resp) {
   CallScope scope(Metrics("Reserve"), req->count());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  // A tenant with a quota is granted what would fit it beside its objects and its clients'
+  // reservations (the commits are checked again): reserved space stays within the quota too.
+  uint32_t count = req->count();
+  TenantRuntime* tenant = TenantOf(who);
+  std::unique_lock<std::mutex> quota_lock;
+  if (tenant && who->quota_bytes && req->size() > 0) {
+    quota_lock = std::unique_lock(tenant->quota_mu);
+    const MasterState::TenantUsage usage = state_->UsageOf(who->tenant);
+    const uint64_t used = static_cast<uint64_t>(std::max<int64_t>(usage.bytes + usage.reserved, 0));
+    const uint64_t room = used < who->quota_bytes ? who->quota_bytes - used : 0;
+    count = static_cast<uint32_t>(std::min<uint64_t>(count, room / req->size()));
+  }
+  if (count == 0 && req->count() > 0) {
+    tenant->quota_refusals->Inc();
+    resp->set_code(Code(Status(ErrorCode::QUOTA_EXCEEDED, "")));
+    resp->set_message("tenant " + who->tenant + " has no room left in its quota of " +
+                      FormatSize(who->quota_bytes));
+    scope.KeyErrors(req->count());
+    return admission.Finish();
+  }
   ReserveResult r = state_->Reserve(
-      {req->client_id(), req->size(), req->count(),
+      {HeldClient(req->client_id(), who), req->size(), count,
        std::vector<std::string>(req->preferred_segments().begin(), req->preferred_segments().end())});
+  if (quota_lock.owns_lock()) quota_lock.unlock();
   resp->set_code(Code(r.status));
   if (!r.status.ok()) resp->set_message(r.status.message());
   resp->set_ttl_ms(static_cast<uint64_t>(state_->policy().reservation_ttl_ms));
@@ -370,16 +442,47 @@ grpc::Status MasterService::Reserve(Ctx* ctx, const proto::ReserveRequest* req,
 grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommitRequest* req,
                                            proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchPutCommit"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  auto statuses = state_->PutCommit(
-      {req->client_id(), Keys(req->keys()),
-       std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
-       std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
-       std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
-       ToPlacement(req->config()), req->upsert(),
-       std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
-       std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
+  PutCommitOp op{HeldClient(req->client_id(), who), HeldKeys(req->keys(), who),
+                 std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
+                 std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
+                 std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
+                 ToPlacement(req->config()), req->upsert(),
+                 std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
+                 std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())};
+  TenantRuntime* tenant = TenantOf(who);
+  std::unique_lock<std::mutex> quota_lock;
+  if (tenant && who->quota_bytes) quota_lock = std::unique_lock(tenant->quota_mu);
+  std::vector<bool> admitted;
+  std::vector<Status> refused;
+  FitQuota(who, tenant, op.sizes, &admitted, &refused);
+  const size_t n = op.keys.size();
+  const bool shaped = op.reservations.size() == n && op.sizes.size() == n &&
+                      op.checksums.size() == n && op.segment_ids.size() == n &&
+                      op.offsets.size() == n;
+  std::vector<Status> statuses;
+  if (!shaped || std::find(admitted.begin(), admitted.end(), false) == admitted.end()) {
+    statuses = state_->PutCommit(std::move(op));  // a misshapen batch is refused whole there
+  } else {
+    // Refused keys keep their reservations, as any refused commit does.
+    PutCommitOp fit{op.client_id, {}, {}, {}, {}, op.config, op.upsert, {}, {}};
+    for (size_t i = 0; i < n; ++i) {
+      if (!admitted[i]) continue;
+      fit.keys.push_back(op.keys[i]);
+      fit.reservations.push_back(op.reservations[i]);
+      fit.sizes.push_back(op.sizes[i]);
+      fit.checksums.push_back(op.checksums[i]);
+      fit.segment_ids.push_back(op.segment_ids[i]);
+      fit.offsets.push_back(op.offsets[i]);
+    }
+    std::vector<Status> committed;
+    if (!fit.keys.empty()) committed = state_->PutCommit(std::move(fit));
+    statuses.resize(n);
+    for (size_t i = 0, j = 0; i < n; ++i) statuses[i] = admitted[i] ? committed[j++] : refused[i];
+  }
+  if (quota_lock.owns_lock()) quota_lock.unlock();
   scope.KeyErrors(FillStatuses(statuses, resp));
   return admission.Finish();
 }
@@ -387,10 +490,11 @@ grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommit
 grpc::Status MasterService::ReleaseReservations(Ctx* ctx, const proto::ReleaseReservationsRequest* req,
                                                 proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("ReleaseReservations"), req->reservations_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   auto statuses = state_->ReleaseReservations(
-      {req->client_id(),
+      {HeldClient(req->client_id(), who),
        std::vector<uint64_t>(req->reservations().begin(), req->reservations().end()),
        std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
        std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())});
@@ -403,9 +507,13 @@ grpc::Status MasterService::ReleaseReservations(Ctx* ctx, const proto::ReleaseRe
 grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetReplicaListRequest* req,
                                                 proto::BatchGetReplicaListResponse* resp) {
   CallScope scope(Metrics("BatchGetReplicaList"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  auto results = state_->GetReplicaList({req->client_id(), Keys(req->keys())});
+  const std::string client = HeldClient(req->client_id(), who);
+  GetReplicaListOp op{client, HeldKeys(req->keys(), who)};
+  const std::vector<std::string> keys = op.keys;  // the op is moved into the state
+  auto results = state_->GetReplicaList(std::move(op));
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   size_t errors = 0;
   std::vector<std::string> unreadable;  // locked by the state, but refused here: unlocked below
@@ -413,7 +521,8 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
     const auto& r = results[k];
     proto::GetReplicaResult* out = resp->add_results();
     FillReplicas(r.replicas, out->mutable_replicas());
-    FillDiskReplicas(r.disk, out->mutable_disk_replicas());
+    FillDiskReplicas(r.disk, out->mutable_disk_replicas(), keys[k],
+                     req->keys(static_cast<int>(k)));
     Status status = r.status;
     if (status.ok() && out->replicas_size() == 0) {
       // A disk-only object is read through its node's data server (DISK_READ), which needs the
@@ -425,7 +534,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
         status = Status(ErrorCode::OBJECT_NOT_FOUND,
                         out->disk_replicas_size() > 0 ? "only on the disk of an unmounted node"
                                                       : "every replica's segment is gone");
-        unreadable.push_back(req->keys(static_cast<int>(k)));
+        unreadable.push_back(keys[k]);
       }
     }
     out->set_code(Code(status));
@@ -433,11 +542,11 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
     out->set_size(r.size);
     out->set_checksum(r.checksum);
     errors += !status.ok();
-    if (status.ok()) promotions_.NoteRead(req->keys(static_cast<int>(k)), r);
+    if (status.ok()) promotions_.NoteRead(keys[k], r);
   }
   // The client releases only what it was told it may read: a lock kept here would make the key
   // unremovable (OBJECT_HAS_LEASE) until the lease ran out.
-  if (!unreadable.empty()) (void)state_->FinishRead({req->client_id(), std::move(unreadable)});
+  if (!unreadable.empty()) (void)state_->FinishRead({client, std::move(unreadable)});
   resp->set_lease_ttl_ms(static_cast<uint64_t>(state_->policy().lease_ttl_ms));
   scope.KeyErrors(errors);
   return admission.Finish();
@@ -446,9 +555,11 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
 grpc::Status MasterService::BatchFinishRead(Ctx* ctx, const proto::BatchFinishReadRequest* req,
                                             proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchFinishRead"), req->keys_size());
-  Admission admission(gate_, CallKind::kSoft, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kSoft, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  auto statuses = state_->FinishRead({req->client_id(), Keys(req->keys())});
+  auto statuses =
+      state_->FinishRead({HeldClient(req->client_id(), who), HeldKeys(req->keys(), who)});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return admission.Finish();
 }
@@ -456,10 +567,19 @@ grpc::Status MasterService::BatchFinishRead(Ctx* ctx, const proto::BatchFinishRe
 grpc::Status MasterService::BatchExist(Ctx* ctx, const proto::BatchExistRequest* req,
                                        proto::BatchExistResponse* resp) {
   CallScope scope(Metrics("BatchExist"), req->keys_size());
-  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  // Views into the request: a query keeps no key, so none is copied.
+  // Views into the request: a query keeps no key, so none is copied (a tenant's are, prefixed).
   std::vector<std::string_view> keys(req->keys().begin(), req->keys().end());
+  std::vector<std::string> held;
+  const bool marked = std::any_of(keys.begin(), keys.end(), [](std::string_view k) {
+    return !k.empty() && k.front() == kNamespaceMark;
+  });
+  if (who->tenant_only() || marked) {
+    held = HeldKeys(req->keys(), who);
+    keys.assign(held.begin(), held.end());
+  }
   auto results = state_->BatchExist(std::span<const std::string_view>(keys));
   resp->mutable_results()->Add(results.begin(), results.end());
   return admission.Finish();
@@ -468,9 +588,10 @@ grpc::Status MasterService::BatchExist(Ctx* ctx, const proto::BatchExistRequest*
 grpc::Status MasterService::BatchGetSize(Ctx* ctx, const proto::BatchGetSizeRequest* req,
                                          proto::BatchGetSizeResponse* resp) {
   CallScope scope(Metrics("BatchGetSize"), req->keys_size());
-  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  auto results = state_->BatchGetSize(Keys(req->keys()));
+  auto results = state_->BatchGetSize(HeldKeys(req->keys(), who));
   resp->mutable_results()->Add(results.begin(), results.end());
   return admission.Finish();
 }
@@ -478,9 +599,10 @@ grpc::Status MasterService::BatchGetSize(Ctx* ctx, const proto::BatchGetSizeRequ
 grpc::Status MasterService::BatchPrefixMatch(Ctx* ctx, const proto::BatchPrefixMatchRequest* req,
                                              proto::BatchPrefixMatchResponse* resp) {
   CallScope scope(Metrics("BatchPrefixMatch"), req->keys_size());
-  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  auto matched = state_->PrefixMatch(Keys(req->keys()));
+  auto matched = state_->PrefixMatch(HeldKeys(req->keys(), who));
   resp->set_code(Code(matched.status()));
   if (!matched.ok()) {
     resp->set_message(matched.status().message());
@@ -493,9 +615,10 @@ grpc::Status MasterService::BatchPrefixMatch(Ctx* ctx, const proto::BatchPrefixM
 grpc::Status MasterService::StatObject(Ctx* ctx, const proto::StatObjectRequest* req,
                                        proto::StatObjectResponse* resp) {
   CallScope scope(Metrics("StatObject"), 1);
-  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  auto stat = state_->Stat(req->key());
+  auto stat = state_->Stat(HeldKey(PrefixOf(who), req->key()));
   resp->set_code(Code(stat.status()));
   if (!stat.ok()) {
     resp->set_message(stat.status().message());
@@ -519,9 +642,11 @@ grpc::Status MasterService::StatObject(Ctx* ctx, const proto::StatObjectRequest*
 grpc::Status MasterService::BatchRemove(Ctx* ctx, const proto::BatchRemoveRequest* req,
                                         proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("BatchRemove"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  auto statuses = state_->Remove({Keys(req->keys()), req->force()});
+  if (req->force() && !who->admin()) return Deny(who, "a forced BatchRemove");
+  auto statuses = state_->Remove({HeldKeys(req->keys(), who), req->force()});
   scope.KeyErrors(FillStatuses(statuses, resp));
   return admission.Finish();
 }
@@ -529,9 +654,13 @@ grpc::Status MasterService::BatchRemove(Ctx* ctx, const proto::BatchRemoveReques
 grpc::Status MasterService::RemoveByRegex(Ctx* ctx, const proto::RegexRequest* req,
                                           proto::RemoveCountResponse* resp) {
   CallScope scope(Metrics("RemoveByRegex"), 0);
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  RemoveCountResult r = state_->RemoveByRegex({req->pattern(), req->force()});
+  // An admin's reaches every namespace; anyone else's, their own (and never forced).
+  if (req->force() && !who->admin()) return Deny(who, "a forced RemoveByRegex");
+  RemoveCountResult r = state_->RemoveScoped(
+      {PrefixOf(who), who->admin(), req->pattern(), req->force()});
   resp->set_code(Code(r.status));
   resp->set_message(r.status.message());
   resp->set_removed(r.removed);
@@ -542,11 +671,13 @@ grpc::Status MasterService::RemoveByRegex(Ctx* ctx, const proto::RegexRequest* r
 grpc::Status MasterService::QueryByRegex(Ctx* ctx, const proto::RegexRequest* req,
                                          proto::QueryByRegexResponse* resp) {
   CallScope scope(Metrics("QueryByRegex"), 0);
-  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   size_t limit = req->limit() ? std::min<size_t>(req->limit(), kDefaultQueryLimit)
                               : kDefaultQueryLimit;
-  auto result = state_->QueryByRegex(req->pattern(), limit);
+  const KeyScope keys{PrefixOf(who), false};
+  auto result = state_->QueryByRegex(req->pattern(), limit, &keys);
   resp->set_code(Code(result.status()));
   if (!result.ok()) {
     resp->set_message(result.status().message());
@@ -565,9 +696,13 @@ grpc::Status MasterService::QueryByRegex(Ctx* ctx, const proto::RegexRequest* re
 grpc::Status MasterService::RemoveAll(Ctx* ctx, const proto::RemoveAllRequest* req,
                                       proto::RemoveCountResponse* resp) {
   CallScope scope(Metrics("RemoveAll"), 0);
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
-  RemoveCountResult r = state_->RemoveAll({req->force()});
+  // An admin's empties the store; anyone else's, their own namespace (and never forced).
+  if (req->force() && !who->admin()) return Deny(who, "a forced RemoveAll");
+  RemoveCountResult r = who->admin() ? state_->RemoveAll({req->force()})
+                                     : state_->RemoveScoped({PrefixOf(who), false, "", false});
   resp->set_code(Code(r.status));
   resp->set_removed(r.removed);
   resp->set_skipped(r.skipped);
@@ -579,12 +714,26 @@ grpc::Status MasterService::RemoveAll(Ctx* ctx, const proto::RemoveAllRequest* r
 grpc::Status MasterService::ClusterStatus(Ctx* ctx, const proto::ClusterStatusRequest*,
                                           proto::ClusterStatusResponse* resp) {
   CallScope scope(Metrics("ClusterStatus"), 0);
-  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   if (cluster_status_) {
     cluster_status_(resp);
   } else {
     resp->set_applied_seq(state_->last_seq());
+  }
+  resp->set_caller_role(who->role_name());
+  resp->set_caller_tenant(who->tenant);
+  if (auth_ != nullptr) {
+    for (const Principal& t : auth_->tenants()) {
+      if (who->tenant_only() && who != &t) continue;
+      const MasterState::TenantUsage usage = state_->UsageOf(t.tenant);
+      proto::TenantStatus* out = resp->add_tenants();
+      out->set_name(t.tenant);
+      out->set_bytes(static_cast<uint64_t>(std::max<int64_t>(usage.bytes, 0)));
+      out->set_objects(static_cast<uint64_t>(std::max<int64_t>(usage.objects, 0)));
+      out->set_quota_bytes(t.quota_bytes);
+    }
   }
   return admission.Finish();
 }

@@ -4,6 +4,11 @@
 // Promise: every RPC answers (never throws, never hangs on bad input): malformed requests get
 // per-key or per-call error codes; a put that finds no space triggers one synchronous eviction
 // and one retry of the keys that failed, so a full store keeps taking writes.
+// Security (security/principal.h): each call works as its caller's principal. A tenant's keys
+// are held in its namespace (master/state/key_namespace.h), so no call of one tenant names,
+// lists or removes another's object; its puts past its quota are QUOTA_EXCEEDED (checked and
+// applied under the tenant's lock, so concurrent puts cannot pass it together). Calls beyond a
+// role are PERMISSION_DENIED as a whole, applying nothing.
 // Ownership: borrows the state, the evictor and the metrics registry; they must outlive it.
 // Thread safety: gRPC calls it from its thread pool; MasterState is thread-safe.
 #pragma once
@@ -13,6 +18,8 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
+#include <span>
 #include <mutex>
 #include <unordered_map>
 #include <string>
@@ -24,6 +31,7 @@
 #include "master/service/serving_gate.h"
 #include "master/state/master_state.h"
 #include "security/authenticator.h"
+#include "security/principal.h"
 #include "master/policy/promotion_tracker.h"
 
 namespace granary::master {
@@ -101,7 +109,20 @@ class MasterService final : public proto::Master::Service {
   // Bearer <secret>" metadata). A call without a ServerContext comes from the fast port, whose
   // FastServer checked its connection's hello before any call. Null (the default), or an
   // authenticator without a secret: every call is served. Set before serving.
-  void set_authenticator(const security::Authenticator* auth) { auth_ = auth; }
+  void set_authenticator(const security::Authenticator* auth);
+  // The fast port's caller, for the handler calls this thread makes while it lives (the
+  // connection's hello named it). Without one, a fast-port call is refused where a secret is
+  // required.
+  class FastCaller {
+   public:
+    explicit FastCaller(const security::Principal* who);
+    ~FastCaller();
+    FastCaller(const FastCaller&) = delete;
+    FastCaller& operator=(const FastCaller&) = delete;
+
+   private:
+    const security::Principal* previous_;
+  };
 
  private:
   struct RpcMetrics {
@@ -123,7 +144,28 @@ class MasterService final : public proto::Master::Service {
     std::chrono::steady_clock::time_point start_;
   };
   RpcMetrics& Metrics(const char* method);
-  Status Authenticate(Ctx* ctx) const;
+  using Principal = security::Principal;
+  // The caller's principal into *who (never null on success).
+  Status Authenticate(Ctx* ctx, const Principal** who) const;
+  // Per tenant: its namespace's prefix, the lock its quota checks hold, its refusals.
+  struct TenantRuntime {
+    std::string prefix;
+    std::mutex quota_mu;
+    Counter* quota_refusals = nullptr;
+  };
+  TenantRuntime* TenantOf(const Principal* who) const;
+  const std::string& PrefixOf(const Principal* who) const;
+  // Keys as held for the caller (key_namespace.h).
+  template <typename Repeated>
+  std::vector<std::string> HeldKeys(const Repeated& keys, const Principal* who) const;
+  // A tenant's client ids live in its namespace too, so it cannot ping, reserve or release as
+  // a node or another tenant's client. "" stays "" (refused as such by the state).
+  std::string HeldClient(const std::string& id, const Principal* who) const;
+  // Of sizes[i] in order, which fit the tenant's quota beside what it holds (*admitted[i]);
+  // the others are QUOTA_EXCEEDED in *refused[i]. No quota: all. Caller holds quota_mu.
+  void FitQuota(const Principal* who, TenantRuntime* t, std::span<const uint64_t> sizes,
+                std::vector<bool>* admitted, std::vector<Status>* refused) const;
+  static grpc::Status Deny(const Principal* who, const char* call);
   // How a call meets the gate: a query reads the state, a soft call changes only what a failover
   // may lose (liveness, read-lock releases), an update's reply waits for its replication.
   enum class CallKind { kQuery, kSoft, kUpdate };
@@ -169,8 +211,11 @@ class MasterService final : public proto::Master::Service {
   };
   void FillReplicas(const std::vector<Extent>& extents,
                     google::protobuf::RepeatedPtrField<proto::Replica>* out) const;
+  // held: the key as the state holds it, named in each replica when it is not what the caller
+  // named (a tenant's).
   void FillDiskReplicas(const std::vector<DiskReplica>& disk,
-                        google::protobuf::RepeatedPtrField<proto::DiskReplica>* out) const;
+                        google::protobuf::RepeatedPtrField<proto::DiskReplica>* out,
+                        std::string_view held = {}, std::string_view named = {}) const;
 
   MasterState* state_;
   Evictor* evictor_;
@@ -187,6 +232,8 @@ class MasterService final : public proto::Master::Service {
   std::atomic<uint16_t> fast_port_{0};
   ServingGate* gate_ = nullptr;
   const security::Authenticator* auth_ = nullptr;
+  // Built by set_authenticator, read-only after (the TenantRuntimes' locks aside).
+  std::unordered_map<const Principal*, std::unique_ptr<TenantRuntime>> tenants_;
   ClusterStatusSource cluster_status_;
   // Filled in the constructor, read-only after; std::less<> finds a method name without
   // building a std::string on every call.

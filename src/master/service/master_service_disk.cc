@@ -22,8 +22,10 @@ constexpr size_t kMaxPromotionsPerRound = 256;
 grpc::Status MasterService::DiskRegister(Ctx* ctx, const proto::DiskRegisterRequest* req,
                                          proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("DiskRegister"), req->copies_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "DiskRegister");
   DiskRegisterOp op{req->client_id(), {}, req->disk_id(), req->complete()};
   op.entries.reserve(req->copies_size());
   for (const auto& c : req->copies()) {
@@ -36,8 +38,10 @@ grpc::Status MasterService::DiskRegister(Ctx* ctx, const proto::DiskRegisterRequ
 grpc::Status MasterService::DiskDrop(Ctx* ctx, const proto::DiskDropRequest* req,
                                      proto::BatchStatusResponse* resp) {
   CallScope scope(Metrics("DiskDrop"), req->keys_size());
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "DiskDrop");
   auto statuses = state_->DiskDrop(
       {req->client_id(), Keys(req->keys()),
        std::vector<uint64_t>(req->locations().begin(), req->locations().end())});
@@ -48,8 +52,10 @@ grpc::Status MasterService::DiskDrop(Ctx* ctx, const proto::DiskDropRequest* req
 grpc::Status MasterService::OffloadStart(Ctx* ctx, const proto::OffloadStartRequest* req,
                                          proto::OffloadStartResponse* resp) {
   CallScope scope(Metrics("OffloadStart"), 0);
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "OffloadStart");
   const uint64_t disk_id = req->disk_id();
   if (disk_id != 0) {
     // Acknowledged first, so the answer does not name them again. Only a real ack is an
@@ -151,8 +157,10 @@ grpc::Status MasterService::PromoteEnd(Ctx* ctx, const proto::PromoteEndRequest*
                                        proto::BatchStatusResponse* resp) {
   const int n = req->keys_size();
   CallScope scope(Metrics("PromoteEnd"), n);
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "PromoteEnd");
   if (req->version_gens_size() != n || req->copied_size() != n) {
     std::vector<Status> bad(n, Status(ErrorCode::INVALID_PARAMS,
                                       "keys, version_gens and copied differ in length"));
@@ -172,8 +180,10 @@ grpc::Status MasterService::OffloadEnd(Ctx* ctx, const proto::OffloadEndRequest*
                                        proto::BatchStatusResponse* resp) {
   const int n = req->keys_size();
   CallScope scope(Metrics("OffloadEnd"), n);
-  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx));
+  const Principal* who = nullptr;
+  Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  if (who->tenant_only()) return Deny(who, "OffloadEnd");
   std::vector<Status> results(n);
   if (req->version_gens_size() != n || req->locations_size() != n || req->written_size() != n) {
     std::fill(results.begin(), results.end(),

@@ -25,6 +25,14 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 Status ValidateKey(std::string_view key) {
   if (key.empty()) return Status(ErrorCode::INVALID_KEY, "key is empty");
+  // A held key that begins with the mark is a tenant's, "\0" NAME "\0" KEY (key_namespace.h).
+  if (key.front() == kNamespaceMark) {
+    const size_t end = key.find(kNamespaceMark, 1);
+    if (end == std::string_view::npos || end == 1 || end + 1 == key.size()) {
+      return Status(ErrorCode::INVALID_KEY,
+                    "a key may not begin with a NUL byte (it marks tenants' namespaces)");
+    }
+  }
   if (key.size() > kMaxKeyBytes) {
     return Status(ErrorCode::INVALID_KEY, "key of " + std::to_string(key.size()) +
                                               " bytes exceeds the limit of " +
@@ -115,6 +123,7 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const ReserveOp& o) -> OpResult { return ApplyReserve(o, now); },
           [&](const PutCommitOp& o) -> OpResult { return ApplyPutCommit(o, now); },
           [&](const ReleaseReservationsOp& o) -> OpResult { return ApplyReleaseReservations(o); },
+          [&](const RemoveScopedOp& o) -> OpResult { return ApplyRemoveScoped(o, now); },
       },
       op.body);
   for (const auto& observer : observers_) observer(op, result);
@@ -204,7 +213,7 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
         dropped += std::erase_if(meta.committed->replicas, on_segment);
         // With no copy left in memory or on disk the object is gone.
         if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
-          UncountCommitted(*meta.committed);
+          UncountCommitted(current->first, *meta.committed);
           meta.committed.reset();
         }
       }
@@ -282,7 +291,7 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
       disk_replica_count_ -= std::erase_if(
           meta.committed->disk, [&](const DiskReplica& d) { return d.node_id == op.client_id; });
       if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
-        UncountCommitted(*meta.committed);
+        UncountCommitted(current->first, *meta.committed);
         meta.committed.reset();  // nothing holds it any more (its memory was freed before)
         meta.readers.clear();
         EraseIfEmpty(shard, current);
@@ -470,7 +479,7 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
     } else {
       FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
     }
-    UncountCommitted(*meta.committed);
+    UncountCommitted(key, *meta.committed);
     meta.committed.reset();
   } else {  // a new object enters its queue (an upsert keeps its place)
     meta.in_main = policy_.eviction_policy == EvictionPolicy::kS3Fifo && GhostTake(key);
@@ -481,7 +490,7 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
   meta.committed = std::move(pending.version);
   meta.committed->checksum = checksum;
   meta.committed->gen = pending.gen;
-  CountCommitted(*meta.committed);
+  CountCommitted(key, *meta.committed);
   meta.hard_pinned = pending.pin.hard;
   meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
   meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
@@ -628,7 +637,7 @@ void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   } else {
     FreeExtents(meta.committed->replicas);
   }
-  UncountCommitted(*meta.committed);
+  UncountCommitted(it->first, *meta.committed);
   meta.committed.reset();
   meta.readers.clear();
   EraseIfEmpty(shard, it);
@@ -831,12 +840,18 @@ void MasterState::SetPending(Shard& shard, ObjectIter it, PendingWrite pending) 
   if (!it->second.pending) {
     shard.pending_keys.insert(std::string_view(it->first));
     pending_count_++;
+  } else {
+    CountTenant(it->first, -static_cast<int64_t>(it->second.pending->version.size), 0);
   }
+  CountTenant(it->first, static_cast<int64_t>(pending.version.size), 0);
   it->second.pending = std::move(pending);
 }
 
 void MasterState::ClearPending(Shard& shard, ObjectIter it) {
   if (!it->second.pending) return;
+  // CommitVersion calls this on a pending it moved from: a move copies the size (a scalar), so
+  // it is still the size that was counted.
+  CountTenant(it->first, -static_cast<int64_t>(it->second.pending->version.size), 0);
   shard.pending_keys.erase(std::string_view(it->first));
   it->second.pending.reset();
   pending_count_--;

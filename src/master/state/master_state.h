@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "granary/status.h"
 #include "master/state/disk_garbage.h"
+#include "master/state/key_namespace.h"
 #include "master/state/object_meta.h"
 #include "master/state/operations.h"
 #include "master/space/segment_table.h"
@@ -205,6 +206,9 @@ class MasterState {
   RemoveCountResult RemoveAll(RemoveAllOp op) {
     return Do<RemoveAllOp, RemoveCountResult>(std::move(op));
   }
+  RemoveCountResult RemoveScoped(RemoveScopedOp op) {
+    return Do<RemoveScopedOp, RemoveCountResult>(std::move(op));
+  }
   EvictResult Evict(EvictOp op) { return Do<EvictOp, EvictResult>(std::move(op)); }
   SweepResult Sweep() { return Do<SweepOp, SweepResult>(SweepOp{}); }
   std::vector<DemoteStartKeyResult> DemoteStart(DemoteStartOp op) {
@@ -248,7 +252,19 @@ class MasterState {
   // How many leading keys are complete.
   Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) const;
   Result<ObjectStat> Stat(const std::string& key) const;
-  Result<QueryResult> QueryByRegex(const std::string& pattern, size_t limit) const;
+  // Complete objects whose key matches, every key as held; with a scope, only the keys in it,
+  // matched and answered as their tenant wrote them.
+  Result<QueryResult> QueryByRegex(const std::string& pattern, size_t limit,
+                                   const KeyScope* scope = nullptr) const;
+  // A tenant's objects (key_namespace.h): bytes of complete and pending versions (a put counts
+  // from its start), and complete objects; and the space reserved by its clients (their ids are
+  // in its namespace too), as the allocator counts it. Zero for a tenant with nothing.
+  struct TenantUsage {
+    int64_t bytes = 0;
+    int64_t objects = 0;
+    int64_t reserved = 0;
+  };
+  TenantUsage UsageOf(std::string_view tenant) const;
   // Clients silent for longer than the client TTL, as of now_ms.
   std::vector<std::string> SilentClients(int64_t now_ms) const;
   // The disk's garbage, oldest first, within the bounds (DiskGarbage::Oldest).
@@ -392,6 +408,7 @@ class MasterState {
   RemoveCountResult ApplyRemoveMatching(const std::function<bool(const std::string&)>& match,
                                         bool force, int64_t now);
   RemoveCountResult ApplyRemoveByRegex(const RemoveByRegexOp& op, int64_t now);
+  RemoveCountResult ApplyRemoveScoped(const RemoveScopedOp& op, int64_t now);
   EvictResult ApplyEvict(const EvictOp& op, int64_t now);
   SweepResult ApplySweep(const SweepOp& op, int64_t now);
   std::vector<DemoteStartKeyResult> ApplyDemoteStart(const DemoteStartOp& op, int64_t now);
@@ -455,14 +472,23 @@ class MasterState {
   void ClearPending(Shard& shard, ObjectIter it);
   void EraseIfEmpty(Shard& shard, ObjectIter it);
   // Every committed version enters and leaves the counters through these two.
-  void CountCommitted(const Version& v) {
+  void CountCommitted(std::string_view key, const Version& v) {
     committed_count_++;
     if (v.persistence != PutPersistence::kDefault) explicit_persistence_count_++;
+    CountTenant(key, static_cast<int64_t>(v.size), 1);
   }
-  void UncountCommitted(const Version& v) {
+  void UncountCommitted(std::string_view key, const Version& v) {
     committed_count_--;
     if (v.persistence != PutPersistence::kDefault) explicit_persistence_count_--;
+    CountTenant(key, -static_cast<int64_t>(v.size), -1);
   }
+  // A tenant's usage (UsageOf) moves; a key (or client id) of the default namespace costs a
+  // byte compare.
+  void CountTenant(std::string_view key, int64_t bytes, int64_t objects, int64_t reserved = 0) {
+    if (key.empty() || key.front() != kNamespaceMark) return;
+    CountTenantSlow(TenantOfKey(key), bytes, objects, reserved);
+  }
+  void CountTenantSlow(std::string_view tenant, int64_t bytes, int64_t objects, int64_t reserved);
   void FreeExtents(const std::vector<Extent>& extents);
   // s3fifo ghost: remember a key evicted unread; Take answers whether it was remembered (and
   // forgets it).
@@ -477,6 +503,8 @@ class MasterState {
   SegmentTable segments_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> committed_count_{0};
+  mutable std::mutex tenants_mu_;
+  std::map<std::string, TenantUsage, std::less<>> tenant_usage_;  // guarded by tenants_mu_
   std::atomic<uint64_t> explicit_persistence_count_{0};
   std::atomic<uint64_t> pending_count_{0};
   uint64_t disk_replica_count_ = 0;  // under apply_mu_; lets node expiry skip its scan when 0

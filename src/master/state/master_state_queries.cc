@@ -197,22 +197,27 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   return stat;
 }
 
-Result<QueryResult> MasterState::QueryByRegex(const std::string& pattern, size_t limit) const {
+Result<QueryResult> MasterState::QueryByRegex(const std::string& pattern, size_t limit,
+                                              const KeyScope* scope) const {
   auto re = CompilePattern(pattern);
   if (!re.ok()) return re.status();
   QueryResult result;
   size_t reply_bytes = 0;
   for (const auto& shard_ptr : shards_) {
     std::lock_guard lock(shard_ptr->mu);
-    for (const auto& [key, meta] : shard_ptr->objects) {
-      if (!meta.committed || !RE2::PartialMatch(key, **re)) continue;
+    for (const auto& [held, meta] : shard_ptr->objects) {
+      std::string_view key = held;
+      if (!meta.committed || (scope && !scope->Contains(held, &key)) ||
+          !RE2::PartialMatch(key, **re)) {
+        continue;
+      }
       if (result.objects.size() >= limit || reply_bytes + key.size() > kMaxQueryReplyBytes) {
         result.truncated = true;
         return result;
       }
       reply_bytes += key.size();
       result.objects.push_back(
-          {key, meta.committed->size, static_cast<uint32_t>(meta.committed->replicas.size())});
+          {std::string(key), meta.committed->size, static_cast<uint32_t>(meta.committed->replicas.size())});
     }
   }
   return result;

@@ -95,6 +95,7 @@ ReserveResult MasterState::ApplyReserve(const ReserveOp& op, int64_t now) {
     held.count++;
     reservation_count_++;
     reserved_bytes_ += need;
+    CountTenant(op.client_id, 0, 0, static_cast<int64_t>(need));
     result.granted.push_back({gen, *extent, expires});
   }
   if (!result.granted.empty()) reserved_by_client_[op.client_id] = held;
@@ -255,6 +256,7 @@ void MasterState::ForgetReservation(std::map<uint64_t, HeldReservation>::iterato
   }
   reservation_count_--;
   reserved_bytes_ -= size;
+  CountTenant(it->second.client_id, 0, 0, -static_cast<int64_t>(size));
   reservations_.erase(it);
 }
 

@@ -190,6 +190,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   std::vector<std::unique_ptr<Shard>> shards;
   for (uint32_t i = 0; i < policy.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
   uint64_t count = 0, committed = 0, pending = 0, disk = 0, explicit_persistence = 0;
+  std::map<std::string, TenantUsage, std::less<>> tenants;
   in(count);
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
     std::string key;
@@ -204,6 +205,14 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
     auto [it, inserted] = shard.objects.try_emplace(std::move(key), std::move(meta));
     if (!inserted) return bad("duplicate key");
     committed += it->second.committed.has_value();
+    if (const std::string_view tenant = TenantOfKey(it->first); !tenant.empty()) {
+      TenantUsage& usage = tenants[std::string(tenant)];
+      if (it->second.committed) {
+        usage.bytes += static_cast<int64_t>(it->second.committed->size);
+        usage.objects++;
+      }
+      if (it->second.pending) usage.bytes += static_cast<int64_t>(it->second.pending->version.size);
+    }
     if (it->second.committed) {
       disk += it->second.committed->disk.size();
       explicit_persistence += it->second.committed->persistence != PutPersistence::kDefault;
@@ -283,6 +292,9 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
     reserved_by_client[held.client_id].count++;
     reserved_by_segment[held.extent.segment_id] += cost;
     reserved_bytes += cost;
+    if (const std::string_view tenant = TenantOfKey(held.client_id); !tenant.empty()) {
+      tenants[std::string(tenant)].reserved += static_cast<int64_t>(cost);
+    }
   }
   if (!in.ok() || !in.done()) return bad("malformed or trailing bytes");
 
@@ -296,6 +308,10 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   policy_ = policy;
   shards_ = std::move(shards);
   committed_count_ = committed;
+  {
+    std::lock_guard tenants_lock(tenants_mu_);
+    tenant_usage_ = std::move(tenants);
+  }
   explicit_persistence_count_ = explicit_persistence;
   pending_count_ = pending;
   disk_replica_count_ = disk;

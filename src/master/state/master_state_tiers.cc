@@ -208,7 +208,7 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
         meta.reads = 0;
         meta.queue_stamp = QueueStamp(now, i);
         meta.last_access_ms = now;
-        CountCommitted(*meta.committed);
+        CountCommitted(it->first, *meta.committed);
       } else if (it->second.committed->size != entry.size ||
                  it->second.committed->checksum != entry.checksum) {
         refuse(Status(ErrorCode::OBJECT_ALREADY_EXISTS, "other bytes are committed under this key"));

@@ -128,6 +128,15 @@ struct RemoveByRegexOp {
 struct RemoveAllOp {
   bool force = false;
 };
+// Removes the keys of one namespace (key_namespace.h: `prefix`, "" the default one) or of
+// every namespace whose key, as its tenant wrote it, matches `pattern` (RE2, searched anywhere;
+// "" matches every key). RemoveAllOp and RemoveByRegexOp reach every held key as it is held.
+struct RemoveScopedOp {
+  std::string prefix;
+  bool every_namespace = false;
+  std::string pattern;
+  bool force = false;
+};
 // Chosen by the evictor; Apply re-checks each key, since its state may have moved since.
 struct EvictOp {
   std::vector<std::string> keys;
@@ -233,7 +242,7 @@ struct Operation {
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
                EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp, DiskRegisterOp,
                DiskDropOp, DiskGarbageAckOp, PromoteStartOp, PromoteEndOp, ReserveOp,
-               PutCommitOp, ReleaseReservationsOp>
+               PutCommitOp, ReleaseReservationsOp, RemoveScopedOp>
       body;
 };
 

@@ -99,6 +99,9 @@ template <typename IO> void Fields(IO& io, FinishReadOp& o) { io(o.client_id); i
 template <typename IO> void Fields(IO& io, RemoveOp& o) { io(o.keys); io(o.force); }
 template <typename IO> void Fields(IO& io, RemoveByRegexOp& o) { io(o.pattern); io(o.force); }
 template <typename IO> void Fields(IO& io, RemoveAllOp& o) { io(o.force); }
+template <typename IO> void Fields(IO& io, RemoveScopedOp& o) {
+  io(o.prefix); io(o.every_namespace); io(o.pattern); io(o.force);
+}
 template <typename IO> void Fields(IO& io, EvictOp& o) {
   io(o.keys); io(o.allow_soft_pinned); io(o.requeue); io(o.whole_run);
 }

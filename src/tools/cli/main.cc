@@ -8,6 +8,8 @@
 //   granary stat KEY                                  size, state, replicas, locks, pins
 //   granary nodes                                     segments with capacity and usage
 //   granary health                                    is the master answering?
+//   granary whoami                                    the role and tenant the secret names
+//   granary tenants                                   tenants' bytes, objects and quotas
 //
 // Exit codes a script can rely on: 0 done, 1 the key is not there, 2 bad usage, 3 any other
 // failure (master unreachable, no space, ...). Errors are one line on stderr.
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", timeout_ms, "timeout of each call")->capture_default_str();
   std::string auth_token_file;  // empty: the client library reads $GRANARY_AUTH_TOKEN_FILE
   app.add_option("--auth-token-file", auth_token_file,
-                 "file (mode 0600) holding the cluster's secret, if the master requires one");
+                 "file (mode 0600) holding the secret to present, if the master requires one: "
+                 "the cluster's, the admin's or a tenant's token");
 
   std::string key, file = "-", out_path, pattern;
   bool force = false;
@@ -105,6 +108,10 @@ int main(int argc, char** argv) {
   stat->add_option("key", key, "the key")->required();
   auto* nodes = app.add_subcommand("nodes", "segments with capacity and usage");
   auto* health = app.add_subcommand("health", "check that the master answers");
+  auto* whoami = app.add_subcommand("whoami", "the role and tenant the master takes this "
+                                              "caller for (from its secret)");
+  auto* tenants = app.add_subcommand("tenants", "each tenant's bytes, objects and quota (a "
+                                                "tenant's secret: its own)");
 
   try {
     app.parse(argc, argv);
@@ -200,6 +207,30 @@ int main(int argc, char** argv) {
                   pct, static_cast<unsigned long long>(s.replicas),
                   disk ? FormatSize(s.disk_capacity).c_str() : "-",
                   disk ? FormatSize(s.disk_used).c_str() : "-");
+    }
+    return kExitOk;
+  }
+  if (whoami->parsed() || tenants->parsed()) {
+    auto cluster = client.Cluster();
+    if (!cluster.ok()) return Fail(whoami->parsed() ? "whoami" : "tenants", cluster.status());
+    if (whoami->parsed()) {
+      // "admin", "member", or "tenant NAME".
+      std::printf("%s%s%s\n", cluster->caller_role.c_str(),
+                  cluster->caller_tenant.empty() ? "" : " ", cluster->caller_tenant.c_str());
+      return kExitOk;
+    }
+    std::printf("%-24s %12s %10s %12s %7s\n", "TENANT", "BYTES", "OBJECTS", "QUOTA", "USED%");
+    for (const auto& t : cluster->tenants) {
+      const bool quota = t.quota_bytes > 0;
+      std::printf("%-24s %12s %10llu %12s", t.name.c_str(), FormatSize(t.bytes).c_str(),
+                  static_cast<unsigned long long>(t.objects),
+                  quota ? FormatSize(t.quota_bytes).c_str() : "-");
+      if (quota) {
+        std::printf(" %6.1f%%\n", 100.0 * static_cast<double>(t.bytes) /
+                                      static_cast<double>(t.quota_bytes));
+      } else {
+        std::printf(" %7s\n", "-");
+      }
     }
     return kExitOk;
   }
