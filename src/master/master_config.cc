@@ -92,7 +92,8 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
   schema.AddString("auth_token_file", &c->auth_token_file,
                    "file (mode 0600) whose first line is the cluster's secret: every call, on "
                    "gRPC and the fast port, must present it (clients, nodes and standby masters "
-                   "read the same file); empty: none (docs/security.md)");
+                   "read the same file); further lines: secondary secrets accepted too, for a "
+                   "rotation; empty: none (docs/security.md)");
   schema.AddString("admin_token_file", &c->admin_token_file,
                    "file (mode 0600) whose first line is the admin's secret: only it may remove "
                    "across tenants (remove-all, remove by regex) or force a removal; needs "

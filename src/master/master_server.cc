@@ -28,15 +28,18 @@ MasterServer::~MasterServer() { Shutdown(); }
 
 Status MasterServer::Start() {
   security::Credentials credentials;
+  // Each file's first line is the secret; further lines, secondary ones a rotation accepts too.
   if (!config_.auth_token_file.empty()) {
-    auto loaded = security::LoadSecretFile(config_.auth_token_file);
+    auto loaded = security::LoadAcceptedSecrets(config_.auth_token_file);
     if (!loaded.ok()) return loaded.status();
-    credentials.cluster = std::move(*loaded);
+    credentials.cluster = std::move(loaded->front());
+    credentials.cluster_secondary.assign(loaded->begin() + 1, loaded->end());
   }
   if (!config_.admin_token_file.empty()) {
-    auto loaded = security::LoadSecretFile(config_.admin_token_file);
+    auto loaded = security::LoadAcceptedSecrets(config_.admin_token_file);
     if (!loaded.ok()) return loaded.status();
-    credentials.admin = std::move(*loaded);
+    credentials.admin = std::move(loaded->front());
+    credentials.admin_secondary.assign(loaded->begin() + 1, loaded->end());
   }
   if (!config_.tenants_file.empty()) {
     auto loaded = security::LoadTenantsFile(config_.tenants_file);

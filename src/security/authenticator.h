@@ -34,6 +34,10 @@ struct Credentials {
   std::string cluster;  // --auth-token-file; required where either of the others is given
   std::string admin;    // --admin-token-file; "": the cluster's secret is the admin's
   std::vector<TenantSpec> tenants;
+  // Secondary secrets, accepted too while a rotation rolls (the secret files' further lines):
+  // each names the same principal as the first.
+  std::vector<std::string> cluster_secondary;
+  std::vector<std::string> admin_secondary;
   // Secrets present only where the cluster's is, and all distinct; else INVALID_PARAMS.
   Status Validate() const;
 };
@@ -66,12 +70,18 @@ class Authenticator {
   // present anything, e.g. a malformed first frame; `why` is a fixed phrase. UNAUTHENTICATED.
   Status Refuse(const char* transport, std::string_view peer, const char* why) const;
   uint64_t refused() const { return refused_.load(); }
+  // Callers that presented a secondary secret (a further line of a secret file).
+  uint64_t secondary_presented() const { return secondary_presented_.load(); }
 
  private:
   ::granary::Counter* CounterFor(const char* transport) const;  // registered on first use
 
   const std::string cluster_;
   const std::string admin_;
+  const std::vector<std::string> cluster_secondary_;
+  const std::vector<std::string> admin_secondary_;
+  ::granary::Counter* secondary_counter_ = nullptr;
+  mutable std::atomic<uint64_t> secondary_presented_{0};
   const std::vector<TenantSpec> tenant_specs_;
   const Principal open_{Principal::Role::kAdmin, "", 0};
   const Principal member_;

@@ -90,6 +90,39 @@ Result<std::string> LoadSecretFile(const std::string& path) {
   return std::string(line);
 }
 
+Result<std::vector<std::string>> LoadAcceptedSecrets(const std::string& path) {
+  auto first = LoadSecretFile(path);
+  if (!first.ok()) return first.status();
+  auto read = ReadPrivateFile(path, kMaxSecretFileBytes, "secret file");
+  if (!read.ok()) return read.status();
+  std::vector<std::string> accepted = {*first};
+  std::string_view rest(*read);
+  const size_t first_end = rest.find('\n');  // the first line was read above
+  rest.remove_prefix(first_end == std::string_view::npos ? rest.size() : first_end + 1);
+  size_t number = 1;
+  while (!rest.empty()) {  // one line a pass; each pass consumes at least its newline
+    const size_t eol = rest.find('\n');
+    std::string_view line = rest.substr(0, eol);
+    rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 1);
+    number++;
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+    while (!line.empty() && space(line.front())) line.remove_prefix(1);
+    while (!line.empty() && space(line.back())) line.remove_suffix(1);
+    if (line.empty() || line.front() == '#') continue;
+    const std::string where = "line " + std::to_string(number) + " (a secondary secret): ";
+    if (Status s = CheckSecret(line); !s.ok()) return Bad(path, where + s.message());
+    if (std::find(accepted.begin(), accepted.end(), line) != accepted.end()) {
+      return Bad(path, where + "the same secret twice");
+    }
+    if (accepted.size() == kMaxAcceptedSecrets) {
+      return Bad(path, "more than " + std::to_string(kMaxAcceptedSecrets) +
+                           " secrets (the first and the secondary ones)");
+    }
+    accepted.emplace_back(line);
+  }
+  return accepted;
+}
+
 Result<std::string> LoadClientSecret(const std::string& path) {
   if (!path.empty()) return LoadSecretFile(path);
   const char* env = std::getenv(kSecretFileEnv);

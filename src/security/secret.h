@@ -12,6 +12,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "granary/status.h"
 
@@ -31,6 +32,13 @@ Result<std::string> ReadPrivateFile(const std::string& path, size_t max_bytes, c
 // At least kMinSecretBytes of printable ASCII without spaces; else INVALID_PARAMS saying why
 // (never quoting it).
 Status CheckSecret(std::string_view secret);
+
+// What a master accepts from a secret file: the first line (the secret it presents itself) and
+// then each further line that is not blank or a '#' comment, a secondary secret accepted too
+// while a rotation rolls (docs/security.md); at most kMaxAcceptedSecrets, each checked as the
+// first. Faults as LoadSecretFile's, naming the line.
+inline constexpr size_t kMaxAcceptedSecrets = 4;
+Result<std::vector<std::string>> LoadAcceptedSecrets(const std::string& path);
 
 // `path`, else $GRANARY_AUTH_TOKEN_FILE, loaded; "" when neither names a file (no secret).
 Result<std::string> LoadClientSecret(const std::string& path);

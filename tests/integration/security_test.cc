@@ -423,6 +423,57 @@ std::string RunToExit(const std::string& binary, const std::vector<std::string>&
   return ReadFile(log) + error;
 }
 
+TEST(SecretRotationTest, AMasterAcceptsASecondarySecretUntilItsFileDropsIt) {
+  TempDir dir("granary-rotation");
+  const std::string kNew = "the-new-secret-0123456789abcdef";
+  const std::string master_file = SecretFile(dir, "master", kNew + "\n" + kSecret);
+  const std::string old_file = SecretFile(dir, "old", kSecret);
+  const std::string new_file = SecretFile(dir, "new", kNew);
+  MasterProcess master;
+  ASSERT_TRUE(master.Start({"--auth-token-file", master_file}));
+  // Mid-rotation: a node still on the old secret, clients on either.
+  NodeProcess node(UniqueName("rotation"), 32 * MiB, dir.path());
+  ASSERT_TRUE(node.Start(master.address(), {"--auth-token-file", old_file}));
+  auto connect = [&](const std::string& file) {
+    ClientOptions o;
+    o.master_address = master.address();
+    o.auth_token_file = file;
+    o.rpc_timeout_ms = 5000;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  const std::string value(64 * KiB, 'r');
+  const ByteSpan bytes{reinterpret_cast<const std::byte*>(value.data()), value.size()};
+  {
+    auto old_client = connect(old_file);
+    auto new_client = connect(new_file);
+    ASSERT_TRUE(old_client && new_client);
+    ASSERT_TRUE(old_client->Put("by-old", bytes).ok());
+    ASSERT_TRUE(new_client->Put("by-new", bytes).ok());
+    EXPECT_TRUE(new_client->Get("by-old").ok());
+    EXPECT_TRUE(old_client->Get("by-new").ok());
+  }
+  const HttpResult metrics = HttpGet(master.http_port(), "/metrics");
+  const std::string series = "\ngranary_master_secondary_secret_total ";
+  const size_t at = metrics.body.find(series);
+  ASSERT_NE(at, std::string::npos) << metrics.body;
+  EXPECT_GT(std::stod(metrics.body.substr(at + series.size())), 0)
+      << "the old secret's users are counted";
+
+  // The rotation ends: the master's file holds the new secret only.
+  ASSERT_EQ(::unlink(master_file.c_str()), 0);
+  ASSERT_EQ(SecretFile(dir, "master", kNew), master_file);
+  ASSERT_TRUE(master.Restart());
+  auto old_client = connect(old_file);
+  auto new_client = connect(new_file);
+  ASSERT_TRUE(old_client && new_client);
+  EXPECT_EQ(old_client->Put("late", bytes).code(), ErrorCode::UNAUTHENTICATED);
+  EXPECT_TRUE(new_client->Exist("late").ok());
+  EXPECT_EQ(master.Log().find(kSecret), std::string::npos);
+  EXPECT_EQ(master.Log().find(kNew), std::string::npos);
+}
+
 TEST(SecurityDefaultsTest, ServersOnOtherHostsRefuseToStartWithoutASecret) {
   TempDir dir("granary-security");
   const std::string port = std::to_string(PickFreePort());

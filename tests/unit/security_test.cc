@@ -48,6 +48,35 @@ TEST_F(SecretFileTest, TheFirstLineWithoutSurroundingSpaceIsTheSecret) {
   EXPECT_EQ(*s, kSecret);
 }
 
+TEST_F(SecretFileTest, FurtherLinesAreSecondarySecretsAMasterAcceptsToo) {
+  const std::string older = "older-0123456789abcdef-secret";
+  auto all = LoadAcceptedSecrets(Write("r", std::string(kSecret) + "\n# rotating\n\n  " + older +
+                                                "  \n"));
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all, (std::vector<std::string>{kSecret, older}));
+  // Clients present the first line only.
+  EXPECT_EQ(*LoadSecretFile(Write("r2", std::string(kSecret) + "\n" + older)), kSecret);
+  auto one = LoadAcceptedSecrets(Write("one", kSecret));
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->size(), 1u);
+  const struct {
+    std::string text;
+    std::string says;
+  } bad[] = {
+      {std::string(kSecret) + "\nshort", "line 2"},
+      {std::string(kSecret) + "\n" + kSecret, "the same secret twice"},
+      {std::string(kSecret) + "\na123456789abcdef0\nb123456789abcdef0\nc123456789abcdef0\n"
+                              "d123456789abcdef0",
+       "more than 4"},
+  };
+  for (const auto& b : bad) {
+    auto r = LoadAcceptedSecrets(Write("bad", b.text));
+    ASSERT_FALSE(r.ok()) << b.text;
+    EXPECT_NE(r.status().message().find(b.says), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find(kSecret), std::string::npos);
+  }
+}
+
 TEST_F(SecretFileTest, EveryUnusableFileIsRefusedWithTheReasonAndNeverTheSecret) {
   struct Case {
     std::string name;
@@ -263,6 +292,25 @@ TEST(AuthenticatorTest, EachSecretNamesItsPrincipal) {
   near.back() ^= 1;
   EXPECT_FALSE(auth.Identify(std::string_view(near), "grpc", "p").ok());
   EXPECT_EQ(auth.refused(), 2u);
+
+  // Older secrets of a rotation name the same principals, and are counted.
+  MetricsRegistry registry;
+  Authenticator rotating(Credentials{kSecret, kAdminSecret, {}, {"old-cluster-0123456789abcdef"},
+                                     {"old-admin-0123456789abcdef00"}},
+                         &registry, "granary_test");
+  auto old_member = rotating.Identify(std::string_view("old-cluster-0123456789abcdef"), "grpc", "p");
+  ASSERT_TRUE(old_member.ok());
+  EXPECT_EQ((*old_member)->role, Principal::Role::kMember);
+  auto old_admin = rotating.Identify(std::string_view("old-admin-0123456789abcdef00"), "fast", "p");
+  ASSERT_TRUE(old_admin.ok());
+  EXPECT_TRUE((*old_admin)->admin());
+  EXPECT_TRUE(rotating.Identify(std::string_view(kSecret), "grpc", "p").ok());
+  EXPECT_EQ(rotating.secondary_presented(), 2u);
+  EXPECT_NE(registry.RenderPrometheus().find("granary_test_secondary_secret_total 2"),
+            std::string::npos)
+      << registry.RenderPrometheus();
+  EXPECT_FALSE((Credentials{kSecret, "", {}, {kSecret}, {}}).Validate().ok());
+  EXPECT_FALSE((Credentials{kSecret, "", {}, {}, {"old-admin-0123456789abcdef00"}}).Validate().ok());
 
   // Without an admin secret the cluster's is the admin's; without any, everyone is.
   Authenticator no_admin(Credentials{kSecret, "", {}}, nullptr, "granary_test");
