@@ -5,8 +5,9 @@
 # drift of the machine hits each. Cases: object puts and gets of 64 KiB (Granary shm and TCP, one
 # client: `granary-bench kv`; a tenant maps no segment, so its "shm" case moves bytes over TCP)
 # and metadata batches of 128 keys (`granary-bench master`, one thread, fast port and gRPC; not
-# for the tenant, whose token may not mount the benchmark's segments). The machine's limits (memcpy, loopback TCP) are measured first in
-# the same run. Prints a markdown table; the raw JSON stays in bench/results/security-<stamp>/.
+# for the tenant, whose token may not mount the benchmark's segments). The machine's limits
+# (memcpy, loopback TCP) are measured first in the same run. Prints a markdown table; the raw
+# JSON stays in bench/results/security-<stamp>/.
 #
 #   bench/security.sh [--seconds S] [--rounds N]      # defaults: 2 s a case, 2 rounds a mode
 set -euo pipefail
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_PER_CASE=${2:?}; shift 2 ;;
     --rounds) ROUNDS=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
