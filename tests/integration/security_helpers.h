@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/socket_io.h"
+#include "granary/client.h"
 #include "master_fixture.h"
 #include "process_harness.h"
 #include "proto/fast_frame.h"
@@ -39,6 +40,18 @@ inline grpc::Status ListSegments(pb::Master::Stub* stub, pb::ListSegmentsRespons
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, 5000);
   return stub->ListSegments(&ctx, pb::ListSegmentsRequest(), resp);
+}
+
+// A client of the master at `address` presenting the secret in `file` (nullptr, and a test
+// failure, if it cannot connect).
+inline std::unique_ptr<Client> ConnectClient(const std::string& address, const std::string& file) {
+  ClientOptions o;
+  o.master_address = address;
+  o.auth_token_file = file;
+  o.rpc_timeout_ms = 5000;
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(*c) : nullptr;
 }
 
 // A MountSegment of a made-up segment, presenting `secret`: what a forger would send.

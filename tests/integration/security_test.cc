@@ -434,15 +434,7 @@ TEST(SecretRotationTest, AMasterAcceptsASecondarySecretUntilItsFileDropsIt) {
   // Mid-rotation: a node still on the old secret, clients on either.
   NodeProcess node(UniqueName("rotation"), 32 * MiB, dir.path());
   ASSERT_TRUE(node.Start(master.address(), {"--auth-token-file", old_file}));
-  auto connect = [&](const std::string& file) {
-    ClientOptions o;
-    o.master_address = master.address();
-    o.auth_token_file = file;
-    o.rpc_timeout_ms = 5000;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(*c) : nullptr;
-  };
+  auto connect = [&](const std::string& file) { return ConnectClient(master.address(), file); };
   const std::string value(64 * KiB, 'r');
   const ByteSpan bytes{reinterpret_cast<const std::byte*>(value.data()), value.size()};
   {

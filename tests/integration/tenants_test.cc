@@ -371,15 +371,7 @@ TEST(TenantsDiskTest, ATenantsObjectOnlyOnDiskIsReadByItsTenantOnly) {
   NodeProcess node(UniqueName("tenant-disk"), 64 * MiB, dir.path());
   ASSERT_TRUE(node.Start(master.address(), {"--auth-token-file", cluster, "--disk-dir",
                                             disk.path(), "--disk-size", "256MiB"}));
-  auto connect = [&](const std::string& file) {
-    ClientOptions o;
-    o.master_address = master.address();
-    o.auth_token_file = file;
-    o.rpc_timeout_ms = 5000;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(*c) : nullptr;
-  };
+  auto connect = [&](const std::string& file) { return ConnectClient(master.address(), file); };
   auto acme = connect(acme_file);
   auto globex = connect(globex_file);
   ASSERT_TRUE(acme && globex);

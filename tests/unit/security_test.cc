@@ -298,10 +298,12 @@ TEST(AuthenticatorTest, EachSecretNamesItsPrincipal) {
   Authenticator rotating(Credentials{kSecret, kAdminSecret, {}, {"old-cluster-0123456789abcdef"},
                                      {"old-admin-0123456789abcdef00"}},
                          &registry, "granary_test");
-  auto old_member = rotating.Identify(std::string_view("old-cluster-0123456789abcdef"), "grpc", "p");
+  auto old_member =
+      rotating.Identify(std::string_view("old-cluster-0123456789abcdef"), "grpc", "p");
   ASSERT_TRUE(old_member.ok());
   EXPECT_EQ((*old_member)->role, Principal::Role::kMember);
-  auto old_admin = rotating.Identify(std::string_view("old-admin-0123456789abcdef00"), "fast", "p");
+  auto old_admin =
+      rotating.Identify(std::string_view("old-admin-0123456789abcdef00"), "fast", "p");
   ASSERT_TRUE(old_admin.ok());
   EXPECT_TRUE((*old_admin)->admin());
   EXPECT_TRUE(rotating.Identify(std::string_view(kSecret), "grpc", "p").ok());
@@ -310,7 +312,8 @@ TEST(AuthenticatorTest, EachSecretNamesItsPrincipal) {
             std::string::npos)
       << registry.RenderPrometheus();
   EXPECT_FALSE((Credentials{kSecret, "", {}, {kSecret}, {}}).Validate().ok());
-  EXPECT_FALSE((Credentials{kSecret, "", {}, {}, {"old-admin-0123456789abcdef00"}}).Validate().ok());
+  EXPECT_FALSE(
+      (Credentials{kSecret, "", {}, {}, {"old-admin-0123456789abcdef00"}}).Validate().ok());
 
   // Without an admin secret the cluster's is the admin's; without any, everyone is.
   Authenticator no_admin(Credentials{kSecret, "", {}}, nullptr, "granary_test");

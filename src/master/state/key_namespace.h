@@ -3,8 +3,9 @@
 // Promise: a tenant T's key K is held as "\0" T "\0" K; a key of the default namespace (callers
 // without a tenant) is held as written and never begins with "\0": the service maps a caller's
 // key that begins with it to InvalidKeyFromCaller(), which ValidateKey refuses (INVALID_KEY
-// wherever keys are checked) and no object can have. So no key of one namespace names an object of another. A scope says which
-// namespaces a query or a removal reaches; its pattern meets the key as its tenant wrote it.
+// wherever keys are checked) and no object can have. So no key of one namespace names an
+// object of another. A scope says which namespaces a query or a removal reaches; its pattern
+// meets the key as its tenant wrote it.
 // Thread safety: pure functions over values.
 #pragma once
 
