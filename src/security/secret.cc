@@ -75,39 +75,50 @@ Status CheckSecret(std::string_view secret) {
   return Status::Ok();
 }
 
-Result<std::string> LoadSecretFile(const std::string& path) {
+std::string_view TrimBlanks(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::string_view NextLine(std::string_view* text) {
+  const size_t eol = text->find('\n');
+  const std::string_view line = text->substr(0, eol);
+  text->remove_prefix(eol == std::string_view::npos ? text->size() : eol + 1);
+  return TrimBlanks(line);
+}
+
+namespace {
+// A secret file's bytes: reads it once, and its first line as the secret (*rest: the others).
+Result<std::string> ReadFirstSecret(const std::string& path, std::string* bytes,
+                                    std::string_view* rest) {
   if (path.empty()) return Bad("(empty path)", "no file named");
   auto read = ReadPrivateFile(path, kMaxSecretFileBytes, "secret file");
   if (!read.ok()) return read.status();
-  std::string& bytes = *read;
-  std::string_view line(bytes);
-  line = line.substr(0, line.find('\n'));
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
-  while (!line.empty() && space(line.front())) line.remove_prefix(1);
-  while (!line.empty() && space(line.back())) line.remove_suffix(1);
+  *bytes = std::move(*read);
+  *rest = *bytes;
+  const std::string_view line = NextLine(rest);
   if (line.empty()) return Bad(path, "empty (its first line is the secret)");
   if (Status s = CheckSecret(line); !s.ok()) return Bad(path, s.message());
   return std::string(line);
 }
+}  // namespace
+
+Result<std::string> LoadSecretFile(const std::string& path) {
+  std::string bytes;
+  std::string_view rest;
+  return ReadFirstSecret(path, &bytes, &rest);
+}
 
 Result<std::vector<std::string>> LoadAcceptedSecrets(const std::string& path) {
-  auto first = LoadSecretFile(path);
+  std::string bytes;
+  std::string_view rest;
+  auto first = ReadFirstSecret(path, &bytes, &rest);
   if (!first.ok()) return first.status();
-  auto read = ReadPrivateFile(path, kMaxSecretFileBytes, "secret file");
-  if (!read.ok()) return read.status();
-  std::vector<std::string> accepted = {*first};
-  std::string_view rest(*read);
-  const size_t first_end = rest.find('\n');  // the first line was read above
-  rest.remove_prefix(first_end == std::string_view::npos ? rest.size() : first_end + 1);
-  size_t number = 1;
-  while (!rest.empty()) {  // one line a pass; each pass consumes at least its newline
-    const size_t eol = rest.find('\n');
-    std::string_view line = rest.substr(0, eol);
-    rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 1);
-    number++;
-    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
-    while (!line.empty() && space(line.front())) line.remove_prefix(1);
-    while (!line.empty() && space(line.back())) line.remove_suffix(1);
+  std::vector<std::string> accepted = {std::move(*first)};
+  for (size_t number = 2; !rest.empty(); ++number) {  // each pass consumes a line
+    const std::string_view line = NextLine(&rest);
     if (line.empty() || line.front() == '#') continue;
     const std::string where = "line " + std::to_string(number) + " (a secondary secret): ";
     if (Status s = CheckSecret(line); !s.ok()) return Bad(path, where + s.message());

@@ -29,6 +29,10 @@ Result<std::string> LoadSecretFile(const std::string& path);
 // The whole of a file that only its owner may read (mode 0600 or 0400) and of at most max_bytes;
 // else INVALID_PARAMS "<what> <path>: <fault>". The secret files and the tenants file use it.
 Result<std::string> ReadPrivateFile(const std::string& path, size_t max_bytes, const char* what);
+// The secret files' and the tenants file's lines: without surrounding blanks (space, tab, CR);
+// NextLine takes the next line off *text, with its newline.
+std::string_view TrimBlanks(std::string_view s);
+std::string_view NextLine(std::string_view* text);
 // At least kMinSecretBytes of printable ASCII without spaces; else INVALID_PARAMS saying why
 // (never quoting it).
 Status CheckSecret(std::string_view secret);

@@ -10,16 +10,9 @@ namespace granary::security {
 namespace {
 constexpr size_t kMaxTenantsFileBytes = 1 << 20;
 
-std::string_view Trim(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 // The next blank-separated field of `line`, which loses it.
 std::string_view Field(std::string_view* line) {
-  *line = Trim(*line);
+  *line = TrimBlanks(*line);
   size_t end = 0;
   while (end < line->size() && (*line)[end] != ' ' && (*line)[end] != '\t') end++;
   std::string_view field = line->substr(0, end);
@@ -41,12 +34,8 @@ bool ValidTenantName(std::string_view name) {
 Result<std::vector<TenantSpec>> ParseTenants(std::string_view text, const std::string& path) {
   std::vector<TenantSpec> tenants;
   std::set<std::string, std::less<>> names, tokens;
-  size_t number = 0;
-  while (!text.empty()) {  // one line a pass; each pass consumes at least its newline
-    const size_t eol = text.find('\n');
-    std::string_view line = Trim(text.substr(0, eol));
-    text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
-    number++;
+  for (size_t number = 1; !text.empty(); ++number) {  // each pass consumes a line
+    std::string_view line = NextLine(&text);
     if (line.empty() || line.front() == '#') continue;
     const auto bad = [&](const std::string& why) {
       return Status(ErrorCode::INVALID_PARAMS,
@@ -55,7 +44,7 @@ Result<std::vector<TenantSpec>> ParseTenants(std::string_view text, const std::s
     TenantSpec t;
     t.name = std::string(Field(&line));
     const std::string_view token = Field(&line);
-    const std::string_view quota = Trim(line);
+    const std::string_view quota = TrimBlanks(line);
     if (!ValidTenantName(t.name)) {
       return bad("a tenant's name is 1-64 of A-Z a-z 0-9 _ . - and not \"default\"");
     }
