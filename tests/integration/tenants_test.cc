@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "granary/client.h"
@@ -216,6 +218,35 @@ TEST_F(TenantsTest, ATenantOverItsQuotaIsRefusedAndOthersKeepPutting) {
       EXPECT_EQ(t.bytes, 0u) << t.name;
     }
   }
+}
+
+TEST_F(TenantsTest, ConcurrentPutsOfOneTenantCannotPassItsQuotaTogether) {
+  // Four clients of acme (1 MiB) put 200 KiB objects at once: five fit, whoever wins them.
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.push_back(ClientWith(acme_file_, true, c % 2 ? 4 * MiB : 0));  // reserved or not
+  }
+  for (const auto& c : clients) ASSERT_TRUE(c);
+  const std::string value(200 * KiB, 'c');
+  std::atomic<int> stored{0}, over{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 4; ++c) {
+    threads.emplace_back([&, c] {
+      for (int i = 0; i < 6; ++i) {
+        const std::string key = "c" + std::to_string(c) + "-" + std::to_string(i);
+        Status s = clients[c]->Put(key, Bytes(value));
+        if (s.ok()) stored++;
+        if (s.code() == ErrorCode::QUOTA_EXCEEDED) over++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(stored.load(), 5);
+  EXPECT_EQ(over.load(), 19);
+  auto cluster = clients[0]->Cluster();
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_EQ(cluster->tenants.size(), 1u);
+  EXPECT_EQ(cluster->tenants[0].bytes, 5 * value.size());
 }
 
 TEST_F(TenantsTest, CallsBeyondARoleAreDeniedAndApplyNothing) {
