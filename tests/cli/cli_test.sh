@@ -33,8 +33,25 @@ CHECKS=0
 pass() { CHECKS=$((CHECKS + 1)); echo "ok   - $1"; }
 fail() { CHECKS=$((CHECKS + 1)); FAILURES=$((FAILURES + 1)); echo "FAIL - $1"; }
 
+# A free port below the kernel's ephemeral range (no outgoing connection can take it before the
+# master binds it), at random; the kernel's pick if that range is too small.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'PY'
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+for attempt in range(1000):
+    port = random.randrange(10000, low) if low - 10000 >= 2000 and attempt < 900 else 0
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break
+PY
 }
 MASTER_PORT=$(free_port)
 HTTP_PORT=$(free_port)

@@ -19,6 +19,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -51,7 +54,10 @@ std::string BinaryPath(const std::string& name) {
 #endif
 }
 
-uint16_t PickFreePort() {
+namespace {
+
+// Binds 127.0.0.1:port (0: the kernel's pick) without SO_REUSEADDR; the bound port, or 0.
+uint16_t BindLoopback(uint16_t port) {
   Fd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (sock.fd < 0) {
     std::perror("PickFreePort: socket");
@@ -60,17 +66,53 @@ uint16_t PickFreePort() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (::bind(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::perror("PickFreePort: bind");
-    std::abort();
-  }
+  addr.sin_port = htons(port);
+  if (::bind(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return 0;
   socklen_t len = sizeof(addr);
-  if (::getsockname(sock.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("PickFreePort: getsockname");
-    std::abort();
-  }
+  if (::getsockname(sock.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
   return ntohs(addr.sin_port);
+}
+
+// The lowest port of the kernel's ephemeral range (32768 when it cannot be read).
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (in >> low >> high && low > 0) return low;
+  return 32768;
+}
+
+}  // namespace
+
+uint16_t PickFreePort() {
+  // Below 10000 live well-known services; a range under 2000 ports is too crowded to pick from.
+  constexpr int kFloor = 10000;
+  static std::mutex mu;
+  static std::set<uint16_t> handed_out;
+  static std::mt19937 rng(static_cast<uint32_t>(::getpid()) ^
+                          static_cast<uint32_t>(Clock::now().time_since_epoch().count()));
+  static const int ceiling = EphemeralLow();
+  std::lock_guard<std::mutex> lock(mu);
+  if (ceiling - kFloor >= 2000) {
+    std::uniform_int_distribution<int> pick(kFloor, ceiling - 1);
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      const auto port = static_cast<uint16_t>(pick(rng));
+      if (handed_out.count(port) != 0) continue;
+      if (BindLoopback(port) == port) {
+        handed_out.insert(port);
+        return port;
+      }
+    }
+  }
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const uint16_t port = BindLoopback(0);
+    if (port == 0) {
+      std::perror("PickFreePort: bind");
+      std::abort();
+    }
+    if (handed_out.insert(port).second) return port;
+  }
+  std::fprintf(stderr, "PickFreePort: no port left\n");
+  std::abort();
 }
 
 bool WaitUntil(const std::function<bool()>& predicate, Millis timeout, Millis interval) {

@@ -24,10 +24,12 @@ using Millis = std::chrono::milliseconds;
 // Absolute path of a binary built next to granary-master (GRANARY_BIN_DIR/name).
 std::string BinaryPath(const std::string& name);
 
-// A port that was free a moment ago: binds 127.0.0.1:0, reads the port, closes. Another process
-// could still take it before the caller binds it; the kernel hands ephemeral ports out in a
-// rotating order, so in practice that does not happen within a test. Aborts the test binary if no
-// socket can be bound at all (nothing else could work then).
+// A port that was free a moment ago, for a server the test starts. Ports come from below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range), at random, so no process's outgoing
+// connection can take one between the pick and the server's bind, nor while a server restarts
+// on it (with 127.0.0.1:0 that happened: CI's masters found their port taken). A port is handed
+// out once per test process and must bind without SO_REUSEADDR. Falls back to the kernel's pick
+// when the range below is too small. Aborts the test binary if no socket can be bound at all.
 uint16_t PickFreePort();
 
 // Polls `predicate` every `interval` until it returns true (-> true) or `timeout` elapsed

@@ -362,7 +362,7 @@ TEST_F(TenantsTest, ATenantsClientIdsAndSegmentViewAreItsOwn) {
   // Reserved space counts against the quota across the tenant's clients: acme's 1 MiB holds
   // four 256 KiB reservations in all, however many client ids ask.
   uint32_t reserved = 0;
-  for (const std::string& id : {"acme-1", "acme-2", "acme-3"}) {
+  for (const char* id : {"acme-1", "acme-2", "acme-3"}) {
     pb::ReserveRequest ask;
     ask.set_client_id(id);
     ask.set_size(256 * KiB);

@@ -8,6 +8,7 @@ comes from PYTHONPATH (the build tree's python/ directory, see tests/CMakeLists.
 import itertools
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -22,10 +23,36 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN_DIR = os.environ.get("GRANARY_BIN_DIR", os.path.join(REPO, "build", "bin"))
 
 
+_HANDED_OUT = set()
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port for a server a test starts, picked at random below the kernel's ephemeral
+    range: no outgoing connection can take it before the server binds it or while the server
+    restarts on it (127.0.0.1:0 picks from that range). Handed out once per process."""
+    low = _ephemeral_low()
+    candidates = [random.randrange(10000, low) for _ in range(1000)] if low - 10000 >= 2000 else []
+    for port in candidates + [0] * 100:
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free port")
 
 
 def wait_for_line(proc, prefix, timeout=20.0):
