@@ -50,7 +50,8 @@ struct DataConn {
 
   Phase phase = Phase::kHeader;
   transfer::RequestHeader request;
-  size_t header_got = 0;
+  transfer::Capability capability;  // CAP_READ / CAP_WRITE: follows the header
+  size_t header_got = 0;            // of the header, then of the capability
   std::vector<uint8_t> body;  // grows as its bytes arrive, never ahead of them
   uint64_t body_charged = 0;  // of the server's bound on bytes held for partial bodies
   uint64_t done = 0;  // bytes of the body, payload or drain so far

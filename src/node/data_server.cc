@@ -23,6 +23,7 @@
 
 #include "common/logging.h"
 #include "common/tsan.h"
+#include "security/capability.h"
 #include "transfer/iovec.h"
 #include "transfer/protocol.h"
 
@@ -51,11 +52,16 @@ constexpr int kEventsPerWait = 64;
 constexpr int kAcceptsPerWake = 256;
 constexpr uint64_t kStopEventKey = 0;  // connection ids start at 1
 
+bool IsCapability(Opcode op) { return op == Opcode::kCapRead || op == Opcode::kCapWrite; }
+
 bool WellFormed(const RequestHeader& h) {
   bool opcode_ok = h.opcode == Opcode::kRead || h.opcode == Opcode::kWrite ||
                    h.opcode == Opcode::kPing || h.opcode == Opcode::kDiskRead ||
                    h.opcode == Opcode::kDiskStage || h.opcode == Opcode::kStageRelease ||
-                   h.opcode == Opcode::kStageInfo;
+                   h.opcode == Opcode::kStageInfo || h.opcode == Opcode::kCapRead ||
+                   h.opcode == Opcode::kCapWrite;
+  // A capability names its mount by its key: a token beside it would be a second claim.
+  if (IsCapability(h.opcode) && h.segment_token != 0) return false;
   uint64_t max_length = transfer::kMaxRequestBytes;
   switch (h.opcode) {
     case Opcode::kDiskRead:
@@ -298,7 +304,35 @@ bool DataServer::EnterMount(FenceSlot& slot, uint64_t token) {
   return false;
 }
 
-Status DataServer::SetMount(uint8_t* base, uint64_t token) {
+// CAP_READ / CAP_WRITE: the capability must pass the current mount's key, be unexpired by this
+// host's wall clock, carry the opcode's access and cover the range. On OK the request becomes
+// that mount's READ or WRITE (its token filled in), so the fence guards it from here on as any.
+ErrorCode DataServer::AdmitCapability(DataConn& c, FenceSlot& slot) {
+  const transfer::Capability& cap = c.capability;
+  RequestHeader& h = c.request;
+  const security::CapabilityGrant grant{cap.grant_offset, cap.grant_length, cap.expiry_unix_ms,
+                                        static_cast<security::CapabilityAccess>(cap.access)};
+  const uint64_t token = token_.load(std::memory_order_seq_cst);
+  if (!EnterMount(slot, token)) return ErrorCode::SEGMENT_NOT_FOUND;
+  // Inside the fence: SetMount cannot change the key until this thread leaves it.
+  const bool genuine = VerifyCapability(capability_key_, grant, cap.mac);
+  LeaveMount(slot);
+  if (!genuine || cap.reserved != 0) return ErrorCode::SEGMENT_NOT_FOUND;
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  if (now_ms > cap.expiry_unix_ms) return ErrorCode::SEGMENT_NOT_FOUND;
+  const bool write = h.opcode == Opcode::kCapWrite;
+  const auto needed = write ? security::CapabilityAccess::kWrite : security::CapabilityAccess::kRead;
+  if (grant.access != needed || !security::CapabilityCovers(grant, h.offset, h.length)) {
+    return ErrorCode::PERMISSION_DENIED;
+  }
+  h.opcode = write ? Opcode::kWrite : Opcode::kRead;
+  h.segment_token = token;
+  return ErrorCode::OK;
+}
+
+Status DataServer::SetMount(uint8_t* base, uint64_t token, std::string_view capability_key) {
   if (base == nullptr && size_ > 0) {
     return Status(ErrorCode::INVALID_PARAMS, "data server given a null segment");
   }
@@ -323,6 +357,7 @@ Status DataServer::SetMount(uint8_t* base, uint64_t token) {
     }
   }
   base_.store(base, std::memory_order_release);
+  capability_key_.assign(capability_key);
   token_.store(token, std::memory_order_seq_cst);
   return Status::Ok();
 }
@@ -433,13 +468,22 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
     ssize_t r = 0;
     switch (c.phase) {
       case Phase::kHeader: {
-        r = recv(c.fd, reinterpret_cast<uint8_t*>(&c.request) + c.header_got,
-                 sizeof(RequestHeader) - c.header_got, 0);
+        // The header, then (CAP_*) the capability that follows it.
+        constexpr size_t kHeader = sizeof(RequestHeader);
+        const bool in_header = c.header_got < kHeader;
+        const size_t want = in_header ? kHeader : kHeader + sizeof(transfer::Capability);
+        uint8_t* into = in_header ? reinterpret_cast<uint8_t*>(&c.request) + c.header_got
+                                  : reinterpret_cast<uint8_t*>(&c.capability) +
+                                        (c.header_got - kHeader);
+        r = recv(c.fd, into, want - c.header_got, 0);
         if (r > 0) {
           c.last_progress_ns = MonotonicNs();
           if (c.header_got == 0) c.request_start_ns = c.last_progress_ns;
           c.header_got += static_cast<size_t>(r);
-          if (c.header_got < sizeof(RequestHeader)) continue;
+          if (c.header_got < want) continue;
+          if (c.header_got == kHeader && IsCapability(c.request.opcode) && WellFormed(c.request)) {
+            continue;  // its capability follows
+          }
           c.header_got = 0;
           Next next = StartRequest(c, slot);
           if (next == Next::kClose || next == Next::kHandedOff) return next;
@@ -593,6 +637,17 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   // The memory is the accepting mount's, read inside the fence so the two belong together.
   ErrorCode refusal = ErrorCode::OK;
   uint8_t* base = nullptr;
+  if (IsCapability(h.opcode)) {
+    // Served from here on as the READ or WRITE of the mount whose key the capability passed.
+    refusal = AdmitCapability(c, slot);
+    if (refusal != ErrorCode::OK) {
+      capability_refusals_++;
+      errors_++;
+      Respond(c, refusal, nullptr, 0);
+      c.close_after_answer = c.request.opcode == Opcode::kCapWrite && h.length > 0;
+      return Next::kRead;
+    }
+  }
   if (!EnterMount(slot, h.segment_token)) {  // token 0 ("not mounted yet") included
     refusal = ErrorCode::SEGMENT_NOT_FOUND;
   } else {
@@ -732,6 +787,7 @@ DataServer::Stats DataServer::stats() const {
   s.fenced = fenced_.load();
   s.shed_bodies = shed_bodies_.load();
   s.body_bytes_held = body_bytes_held_.load();
+  s.capability_refusals = capability_refusals_.load();
   return s;
 }
 

@@ -64,6 +64,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -110,6 +111,7 @@ class DataServer {
     uint64_t fenced = 0;                // requests cut off because their mount was replaced
     uint64_t shed_bodies = 0;           // closed: their body would pass max_body_bytes_held
     uint64_t body_bytes_held = 0;       // a gauge: bytes held for partial request bodies
+    uint64_t capability_refusals = 0;   // CAP_* refused: bad MAC, expired, access or range
   };
 
   // The longest SetMount waits for I/O threads to leave the old mount's memory.
@@ -137,7 +139,9 @@ class DataServer {
   // return the earlier memory is no longer touched and may be unmapped. Errors:
   // UNAVAILABLE_IN_CURRENT_STATUS if an I/O thread stayed inside the old memory for
   // kFenceWaitMs (everything is refused then; call again), INVALID_PARAMS for a null base.
-  Status SetMount(uint8_t* base, uint64_t token);
+  // CAP_READ and CAP_WRITE are checked under `capability_key` (security/capability.h), the
+  // mount's; empty refuses them all.
+  Status SetMount(uint8_t* base, uint64_t token, std::string_view capability_key = {});
   // SetMount with the current memory: a new token over the same bytes (tests; a node gives every
   // mount new memory, node/storage_node.h).
   Status SetToken(uint64_t token) { return SetMount(base_.load(std::memory_order_acquire), token); }
@@ -166,6 +170,8 @@ class DataServer {
   // The fence's reader side: true (the slot then holds `token`) if `token` is the current mount's,
   // so its memory stays in place until LeaveMount; false (the slot left empty) otherwise.
   bool EnterMount(FenceSlot& slot, uint64_t token);
+  // A CAP_* request's whole header is in: OK (it is now its mount's READ or WRITE) or the refusal.
+  ErrorCode AdmitCapability(DataConn& c, FenceSlot& slot);
   static void LeaveMount(FenceSlot& slot) { slot.token.store(0, std::memory_order_release); }
   // The connection's mutex is held by the caller in all of these.
   Next Drive(DataConn& c, FenceSlot& slot);
@@ -206,6 +212,9 @@ class DataServer {
   std::atomic<uint8_t*> base_;  // the current mount's memory; changed only by SetMount
   const uint64_t size_;
   std::atomic<uint64_t> token_;
+  // The mount's capability key: written by SetMount only while token_ is 0 and no I/O thread is
+  // inside a mount, read inside the fence (EnterMount), so a reader sees its own mount's key.
+  std::string capability_key_;
   std::unique_ptr<FenceSlot[]> fence_slots_;  // one per I/O thread
   std::mutex mount_mu_;  // serialises SetMount
   std::atomic<DiskReadService*> disk_reads_{nullptr};
@@ -247,6 +256,7 @@ class DataServer {
   std::atomic<uint64_t> fenced_{0};
   std::atomic<uint64_t> shed_bodies_{0};
   std::atomic<uint64_t> body_bytes_held_{0};
+  std::atomic<uint64_t> capability_refusals_{0};
 };
 
 }  // namespace granary::node

@@ -10,6 +10,7 @@
 #include "common/host.h"
 #include "common/logging.h"
 #include "proto/rpc_util.h"
+#include "security/capability.h"
 #include "transfer/shm_mapping.h"
 
 namespace granary::node {
@@ -164,6 +165,10 @@ proto::SegmentSpec StorageNode::Spec() const {
   spec.set_shm_name(segment->name());
   spec.set_host_id(HostId());
   spec.set_token(token_.load());
+  {
+    std::lock_guard lock(segment_mu_);
+    spec.set_capability_key(capability_key_);
+  }
   // Mount() sends only memory nobody was handed: new at start, renewed at every remount.
   spec.set_fresh(true);
   return spec;
@@ -203,7 +208,12 @@ Status StorageNode::Mount() {
     }
   }
   segment->PublishToken(token);
-  if (Status s = server_->SetMount(segment->data(), token); !s.ok()) return s;
+  const std::string capability_key = security::NewCapabilityKey();  // per mount, like the token
+  {
+    std::lock_guard lock(segment_mu_);
+    capability_key_ = capability_key;
+  }
+  if (Status s = server_->SetMount(segment->data(), token, capability_key); !s.ok()) return s;
   Status found;
   auto target = master_->Current(
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rpc_timeout_ms), &found);

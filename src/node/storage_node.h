@@ -117,7 +117,8 @@ class StorageNode {
   // A mount attempt under the current memory may have reached a master: the next one renews the
   // memory first. Start() and then the heartbeat thread only.
   bool offered_ = false;
-  mutable std::mutex segment_mu_;  // guards segment_ (swapped by a remount)
+  mutable std::mutex segment_mu_;  // guards segment_ (swapped by a remount), capability_key_
+  std::string capability_key_;     // the current mount's (security/capability.h)
   std::shared_ptr<ShmSegment> segment_;
   // Prefault only: populates the current segment; stopped before it is retired or goes.
   std::unique_ptr<SegmentPopulator> populator_;

@@ -24,6 +24,17 @@
 // version != kProtocolVersion, an unknown opcode, reserved != 0, or a length over the opcode's
 // limit (kMaxRequestBytes; DISK_READ/DISK_STAGE kMaxDiskReadBody; STAGE_RELEASE
 // kMaxStageReleaseBody; STAGE_INFO 0). PING ignores segment_token, offset and length (it carries no payload).
+// CAP_READ and CAP_WRITE are READ and WRITE for a caller who holds no segment token (a tenant,
+// docs/security.md): the header's segment_token must be 0 and a Capability follows it (a
+// WRITE's payload after that). The node checks the capability against its current mount's key,
+// then serves the request as a READ or WRITE of that mount. Refusals, before the ones above:
+//   SEGMENT_NOT_FOUND (-101)  the MAC fails under the current mount's key (a capability of an
+//                             earlier mount, or forged) or its expiry has passed by the node's
+//                             wall clock: get a fresh one from the master.
+//   PERMISSION_DENIED (-1101) the access is not the opcode's, or the range is not inside the
+//                             grant's.
+// A capability whose reserved field is not 0 is refused as a forged one. A CAP_* header whose
+// segment_token is not 0 is malformed (closed before its capability is read).
 // A peer silent for the node's idle timeout between requests is disconnected, and so is one whose
 // request (header, body, payload) does not arrive within the node's request deadline
 // (node/data_server.h: a fixed part plus the request's bytes at a minimum rate).
@@ -83,6 +94,8 @@ enum class Opcode : uint8_t {
   kDiskStage = 5,     // whole objects into the node's shared-memory staging (same host)
   kStageRelease = 6,  // gives staged slots back
   kStageInfo = 7,     // the staging region's name and identity
+  kCapRead = 8,       // READ under a Capability that follows the header (see above)
+  kCapWrite = 9,      // WRITE under a Capability that follows the header
 };
 
 struct RequestHeader {
@@ -104,6 +117,18 @@ struct ResponseHeader {
   uint64_t length = 0;        // payload bytes that follow
 };
 static_assert(sizeof(ResponseHeader) == 24);
+
+// What follows the header of CAP_READ and CAP_WRITE (security/capability.h): the grant the
+// master signed and its MAC. The request's range must lie inside the grant's.
+struct Capability {
+  uint64_t grant_offset = 0;
+  uint64_t grant_length = 0;
+  int64_t expiry_unix_ms = 0;
+  uint32_t access = 0;     // security::CapabilityAccess: 1 read, 2 write
+  uint32_t reserved = 0;   // must be 0
+  uint8_t mac[16] = {};
+};
+static_assert(sizeof(Capability) == 48);
 
 // DISK_READ's limits: a body of at most 1 MiB with at most 1024 entries, keys of at most 4 KiB,
 // objects of at most 1 GiB (the disk tier's largest).

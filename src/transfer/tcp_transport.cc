@@ -41,10 +41,14 @@ std::string ErrnoText(int err) {
 }
 
 // The node's refusal codes, as protocol.h defines them.
-std::string RefusalText(ErrorCode code) {
+std::string RefusalText(ErrorCode code, bool capability) {
   std::string text(ErrorCodeName(code));
-  if (code == ErrorCode::SEGMENT_NOT_FOUND) text += " (stale segment token: the node restarted)";
+  if (code == ErrorCode::SEGMENT_NOT_FOUND) {
+    text += capability ? " (capability expired, or of an earlier mount)"
+                       : " (stale segment token: the node restarted)";
+  }
   if (code == ErrorCode::INVALID_PARAMS) text += " (range outside the segment)";
+  if (code == ErrorCode::PERMISSION_DENIED) text += " (outside the capability's range or access)";
   return text;
 }
 
@@ -64,6 +68,10 @@ const char* OpName(Opcode op) {
       return "STAGE_RELEASE";
     case Opcode::kStageInfo:
       return "STAGE_INFO";
+    case Opcode::kCapRead:
+      return "CAP_READ";
+    case Opcode::kCapWrite:
+      return "CAP_WRITE";
   }
   return "?";
 }
@@ -160,6 +168,9 @@ struct TcpTransport::Lane {
   uint64_t off = 0;  // the chunk, relative to the start of the range
   uint64_t len = 0;
   RequestHeader req;
+  // What goes before a WRITE's payload: the header, and a CAP_* request's capability after it.
+  uint8_t prefix[sizeof(RequestHeader) + sizeof(Capability)];
+  uint64_t prefix_len = 0;
   ResponseHeader resp;
   uint64_t sent = 0;
   uint64_t got = 0;
@@ -322,7 +333,8 @@ void TcpTransport::Return(Endpoint& ep, const Conn& conn) {
 }
 
 Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset, uint64_t length,
-                         uint8_t* buf, uint64_t chunk, size_t max_lanes, ChecksumStream* sum) {
+                         uint8_t* buf, uint64_t chunk, size_t max_lanes, ChecksumStream* sum,
+                         const Capability* capability) {
   const bool write = op == Opcode::kWrite;
   const uint64_t chunks = length == 0 ? 1 : (length + chunk - 1) / chunk;
   std::vector<Lane> lanes(static_cast<size_t>(std::min<uint64_t>(max_lanes, chunks)));
@@ -375,11 +387,17 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
     l.len = length == 0 ? 0 : std::min(chunk, length - l.off);
     ++next;
     l.req = RequestHeader{};
-    l.req.opcode = op;
+    l.req.opcode = capability == nullptr ? op : write ? Opcode::kCapWrite : Opcode::kCapRead;
     l.req.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
-    l.req.segment_token = token;
+    l.req.segment_token = capability == nullptr ? token : 0;
     l.req.offset = offset + l.off;
     l.req.length = l.len;
+    std::memcpy(l.prefix, &l.req, sizeof(RequestHeader));
+    l.prefix_len = sizeof(RequestHeader);
+    if (capability != nullptr) {
+      std::memcpy(l.prefix + sizeof(RequestHeader), capability, sizeof(Capability));
+      l.prefix_len += sizeof(Capability);
+    }
     l.sent = 0;
     l.got = 0;
     l.phase = Lane::kSend;
@@ -413,8 +431,10 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   auto refused = [&](Lane& l, ErrorCode code) {
     record(Status(code, "node " + ep.name + " refused " + OpName(op) + " of [" +
                             std::to_string(offset + l.off) + ", +" + std::to_string(l.len) +
-                            ") with segment token " + std::to_string(token) + ": " +
-                            RefusalText(code)));
+                            ") with " +
+                            (capability ? std::string("a capability")
+                                        : "segment token " + std::to_string(token)) +
+                            ": " + RefusalText(code, capability != nullptr)));
   };
   // A node refuses a WRITE at its header, answers and closes without reading the payload: a
   // send cut off by that close finds the refusal waiting to be read.
@@ -438,14 +458,12 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   auto advance = [&](Lane& l) -> short {
     while (l.phase != Lane::kIdle) {
       if (l.phase == Lane::kSend) {
-        constexpr uint64_t kHeader = sizeof(RequestHeader);
+        const uint64_t head = l.prefix_len;
         const uint64_t payload = write ? l.len : 0;
         iovec iov[2];
         size_t n = 0;
-        if (l.sent < kHeader) {
-          iov[n++] = {reinterpret_cast<uint8_t*>(&l.req) + l.sent, kHeader - l.sent};
-        }
-        const uint64_t payload_sent = l.sent > kHeader ? l.sent - kHeader : 0;
+        if (l.sent < head) iov[n++] = {l.prefix + l.sent, head - l.sent};
+        const uint64_t payload_sent = l.sent > head ? l.sent - head : 0;
         if (payload > payload_sent) {
           const uint64_t left = payload - payload_sent;
           iov[n++] = {buf + l.off + payload_sent, lone ? std::min(left, kPiece) : left};
@@ -467,8 +485,8 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
           continue;
         }
         l.sent += static_cast<uint64_t>(r);
-        if (write && l.sent > kHeader) note_moved(l, l.sent - kHeader);
-        if (l.sent == kHeader + payload) {
+        if (write && l.sent > head) note_moved(l, l.sent - head);
+        if (l.sent == head + payload) {
           l.phase = Lane::kRecvHeader;
           return POLLIN;  // the answer cannot be there yet: skip a recv bound to fail
         }
@@ -615,7 +633,8 @@ Status TcpTransport::Transfer(Opcode op, const RemoteRange& range, uint8_t* buf,
                              ? std::clamp<uint64_t>(options_.stripe_chunk, 4096, kMaxRequestBytes)
                              : kMaxRequestBytes;
   return Run(**ep, op, range.segment_token, range.offset, range.length, buf, chunk,
-             stripe ? options_.connections_per_endpoint : 1, sum);
+             stripe ? options_.connections_per_endpoint : 1, sum,
+             range.capability ? &*range.capability : nullptr);
 }
 
 Status TcpTransport::Read(const RemoteRange& range, std::span<std::byte> dst,

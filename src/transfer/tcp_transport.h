@@ -40,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -68,6 +69,9 @@ struct RemoteRange {
   uint64_t segment_token = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  // A tenant's right to the range instead of the token (CAP_READ / CAP_WRITE): every request
+  // of the range carries it; the range must lie inside its grant.
+  std::optional<Capability> capability;
 };
 
 // One object to read from a node's disk tier (DISK_READ): the copy the master named, and where
@@ -154,8 +158,10 @@ class TcpTransport {
   void Return(Endpoint& ep, const Conn& conn);
   // Moves [offset, offset + length) in `chunk`-sized requests over up to `max_lanes`
   // connections; PING when op is kPing (length 0). `sum` (may be null) hashes the range in order.
+  // With `capability`, READ and WRITE go as CAP_READ and CAP_WRITE carrying it (token unused).
   Status Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offset, uint64_t length,
-             uint8_t* buf, uint64_t chunk, size_t max_lanes, ChecksumStream* sum = nullptr);
+             uint8_t* buf, uint64_t chunk, size_t max_lanes, ChecksumStream* sum = nullptr,
+             const Capability* capability = nullptr);
 
   const Options options_;
   std::atomic<uint64_t> next_request_id_{1};

@@ -590,5 +590,28 @@ TEST(MasterStateTakeover, RestartedNodeOnSameHostTakesOverItsSegmentName) {
   EXPECT_EQ(state.segments().FindByName("seg")->client_id, "new-process");
 }
 
+// A mount's capability key is kept as the node sent it (32 bytes) or absent (an older node); any
+// other length is refused, so a node cannot be handed capabilities under a guessable key.
+TEST(MasterStateMount, CapabilityKeysAreKeptWhole) {
+  ManualClock clock;
+  MasterState state(MasterPolicy{}, &clock);
+  SegmentSpec spec{"seg", 64 << 20, "127.0.0.1:1", "granary-seg", "host-a/boot", 111, true};
+  for (size_t bad : {1, 16, 31, 33, 64}) {
+    spec.capability_key.assign(bad, 'k');
+    EXPECT_EQ(state.Mount({"node", spec}).status.code(), ErrorCode::INVALID_PARAMS) << bad;
+  }
+  EXPECT_EQ(state.segments().segment_count(), 0u);
+  spec.capability_key.assign(32, 'k');
+  ASSERT_TRUE(state.Mount({"node", spec}).status.ok());
+  EXPECT_EQ(state.segments().FindByName("seg")->capability_key, spec.capability_key);
+  SegmentSpec older{"old", 64 << 20, "127.0.0.1:2", "granary-old", "host-a/boot", 113, true};
+  ASSERT_TRUE(state.Mount({"old-node", older}).status.ok());
+  EXPECT_TRUE(state.segments().FindByName("old")->capability_key.empty());
+  // A snapshot carries the keys.
+  MasterState copy(MasterPolicy{}, &clock);
+  ASSERT_TRUE(copy.LoadSnapshot(state.EncodeSnapshot()).ok());
+  EXPECT_EQ(copy.segments().FindByName("seg")->capability_key, spec.capability_key);
+}
+
 }  // namespace
 }  // namespace granary::master

@@ -39,8 +39,12 @@ MasterPolicy Policy(EvictionPolicy eviction) {
   return p;
 }
 
+// Each mount has its capability key (32 bytes, as a node draws them), which the snapshots and
+// the replayed mounts must carry for a standby to sign what the leader signed.
 SegmentSpec Spec(const std::string& name, uint64_t size, uint64_t token, bool fresh) {
-  return {name, size, "127.0.0.1:1", "granary-" + name, "host/boot", token, fresh};
+  std::string key(32, '\0');
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<char>((token >> (i % 8)) + i);
+  return {name, size, "127.0.0.1:1", "granary-" + name, "host/boot", token, fresh, key};
 }
 
 struct RecordedRun {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/units.h"
+#include "security/capability.h"
 
 #include <chrono>
 #include <optional>
@@ -24,8 +25,16 @@ const char* const kMethods[] = {
     "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd",
     "Reserve",       "BatchPutCommit",      "ReleaseReservations", "ClusterStatus"};
 
+// Capabilities' deadlines are wall-clock: the node checks them against its own wall clock.
+int64_t WallNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
-  return {s.name(), s.size(), s.endpoint(), s.shm_name(), s.host_id(), s.token(), s.fresh()};
+  return {s.name(), s.size(),  s.endpoint(), s.shm_name(),
+          s.host_id(), s.token(), s.fresh(),    s.capability_key()};
 }
 
 PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
@@ -113,11 +122,22 @@ MasterService::CallScope::~CallScope() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
 }
 
+ReplicaAccess MasterService::AccessFor(const Principal* who,
+                                                     ReplicaAccess::Kind kind,
+                                                     int64_t granted_unix_ms, int64_t ttl_ms) {
+  if (who == nullptr || who->role != Principal::Role::kTenant) return {};
+  return {kind, granted_unix_ms + ttl_ms};
+}
+
 void MasterService::FillReplicas(const std::vector<Extent>& extents,
-                                 google::protobuf::RepeatedPtrField<proto::Replica>* out) const {
+                                 google::protobuf::RepeatedPtrField<proto::Replica>* out,
+                                 const ReplicaAccess& access) const {
+  using Kind = ReplicaAccess::Kind;
   for (const auto& e : extents) {
     auto segment = state_->segments().Find(e.segment_id);
     if (!segment) continue;  // unmounted since: its bytes are gone, so is this replica
+    const bool capability = access.kind == Kind::kRead || access.kind == Kind::kWrite;
+    if (capability && segment->capability_key.empty()) continue;  // cannot be granted safely
     proto::Replica* r = out->Add();
     r->set_segment_id(e.segment_id);
     r->set_segment_name(segment->name);
@@ -125,7 +145,19 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
     r->set_endpoint(segment->endpoint);
     r->set_offset(e.offset);
     r->set_length(e.length);
-    r->set_token(segment->token);
+    if (access.kind == Kind::kToken) r->set_token(segment->token);
+    if (!capability) continue;
+    const security::CapabilityGrant grant{
+        e.offset, e.length, access.expiry_unix_ms,
+        access.kind == Kind::kWrite ? security::CapabilityAccess::kWrite
+                                    : security::CapabilityAccess::kRead};
+    const security::CapabilityMac mac = security::SignCapability(segment->capability_key, grant);
+    proto::Capability* cap = r->mutable_capability();
+    cap->set_grant_offset(grant.offset);
+    cap->set_grant_length(grant.length);
+    cap->set_expiry_unix_ms(grant.expiry_unix_ms);
+    cap->set_access(static_cast<uint32_t>(grant.access));
+    cap->set_mac(mac.data(), mac.size());
   }
 }
 
@@ -291,6 +323,8 @@ grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRe
   PutStartOp op{HeldClient(req->client_id(), who), HeldKeys(req->keys(), who),
                 std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
                 ToPlacement(req->config()), req->upsert()};
+  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kWrite, WallNowMs(),
+                                         state_->policy().put_release_timeout_ms);
   // A tenant with a quota checks and starts under its lock: two puts cannot both pass it.
   TenantRuntime* tenant = TenantOf(who);
   std::unique_lock<std::mutex> quota_lock;
@@ -358,7 +392,7 @@ grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRe
     proto::PutStartResult* out = resp->add_results();
     out->set_code(Code(r.status));
     if (!r.status.ok()) out->set_message(r.status.message());
-    FillReplicas(r.replicas, out->mutable_replicas());
+    FillReplicas(r.replicas, out->mutable_replicas(), access);
     out->set_put_gen(r.put_gen);
     errors += !r.status.ok();
   }
@@ -420,6 +454,9 @@ grpc::Status MasterService::Reserve(Ctx* ctx, const proto::ReserveRequest* req,
     scope.KeyErrors(req->count());
     return admission.Finish();
   }
+  // Reserved space is reused no sooner than put_release_timeout_ms after its grant.
+  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kWrite, WallNowMs(),
+                                         state_->policy().put_release_timeout_ms);
   ReserveResult r = state_->Reserve(
       {HeldClient(req->client_id(), who), req->size(), count,
        std::vector<std::string>(req->preferred_segments().begin(), req->preferred_segments().end())});
@@ -432,7 +469,7 @@ grpc::Status MasterService::Reserve(Ctx* ctx, const proto::ReserveRequest* req,
     proto::ReservedExtent* out = resp->add_granted();
     out->set_reservation(g.gen);
     google::protobuf::RepeatedPtrField<proto::Replica> one;
-    FillReplicas({g.extent}, &one);
+    FillReplicas({g.extent}, &one, access);
     if (!one.empty()) out->mutable_replica()->Swap(&one[0]);
   }
   scope.KeyErrors(req->count() - r.granted.size());
@@ -513,6 +550,9 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   const std::string client = HeldClient(req->client_id(), who);
   GetReplicaListOp op{client, HeldKeys(req->keys(), who)};
   const std::vector<std::string> keys = op.keys;  // the op is moved into the state
+  // A read lock lasts lease_ttl_ms from the apply: after it the bytes may be freed and reused.
+  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kRead, WallNowMs(),
+                                         state_->policy().lease_ttl_ms);
   auto results = state_->GetReplicaList(std::move(op));
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   size_t errors = 0;
@@ -520,7 +560,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   for (size_t k = 0; k < results.size(); ++k) {
     const auto& r = results[k];
     proto::GetReplicaResult* out = resp->add_results();
-    FillReplicas(r.replicas, out->mutable_replicas());
+    FillReplicas(r.replicas, out->mutable_replicas(), access);
     FillDiskReplicas(r.disk, out->mutable_disk_replicas(), keys[k],
                      req->keys(static_cast<int>(k)));
     Status status = r.status;
@@ -628,7 +668,8 @@ grpc::Status MasterService::StatObject(Ctx* ctx, const proto::StatObjectRequest*
                                   : "PROCESSING");
   resp->set_size(stat->size);
   resp->set_checksum(stat->checksum);
-  FillReplicas(stat->replicas, resp->mutable_replicas());
+  FillReplicas(stat->replicas, resp->mutable_replicas(),
+               AccessFor(who, ReplicaAccess::Kind::kNone, 0, 0));
   FillDiskReplicas(stat->disk, resp->mutable_disk_replicas());
   resp->set_read_locks(stat->read_locks);
   resp->set_hard_pinned(stat->hard_pinned);

@@ -36,6 +36,15 @@
 
 namespace granary::master {
 
+// How an answer lets its caller reach a replica's bytes: the segment's token (members), a
+// capability for the replica's range until `expiry_unix_ms` (tenants: security/capability.h),
+// or neither (a tenant's metadata answers). A tenant is given no replica of a segment whose
+// node sent no capability key.
+struct ReplicaAccess {
+  enum class Kind { kToken, kRead, kWrite, kNone } kind = Kind::kToken;
+  int64_t expiry_unix_ms = 0;
+};
+
 class MasterService final : public proto::Master::Service {
  public:
   MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
@@ -209,8 +218,14 @@ class MasterService final : public proto::Master::Service {
     uint64_t term_ = 0;
     uint64_t applied_before_ = 0;  // operations this thread had applied before the call
   };
+  // What `who` gets for replicas it may `kind` (kRead, kWrite, kNone) for `ttl_ms` from
+  // `granted_unix_ms` (the wall clock before the state granted them, so a capability ends no
+  // later than the lock, lease or put that guards the bytes).
+  static ReplicaAccess AccessFor(const Principal* who, ReplicaAccess::Kind kind,
+                                 int64_t granted_unix_ms, int64_t ttl_ms);
   void FillReplicas(const std::vector<Extent>& extents,
-                    google::protobuf::RepeatedPtrField<proto::Replica>* out) const;
+                    google::protobuf::RepeatedPtrField<proto::Replica>* out,
+                    const ReplicaAccess& access = ReplicaAccess()) const;
   // held: the key as the state holds it, named in each replica when it is not what the caller
   // named (a tenant's).
   void FillDiskReplicas(const std::vector<DiskReplica>& disk,

@@ -27,6 +27,11 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
   if (spec.endpoint.size() > 1024 || spec.host_id.size() > 1024) {
     return Status(ErrorCode::INVALID_PARAMS, "endpoint or host id longer than 1024 bytes");
   }
+  if (!spec.capability_key.empty() && spec.capability_key.size() != 32) {
+    return Status(ErrorCode::INVALID_PARAMS, "capability key of " +
+                                                 std::to_string(spec.capability_key.size()) +
+                                                 " bytes: 32 expected");
+  }
   if (size < OffsetAllocator::kAlignment) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "segment size " + std::to_string(size) + " is below the minimum of " +
@@ -61,6 +66,7 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
   identity->shm_name = spec.shm_name;
   identity->host_id = spec.host_id;
   identity->token = spec.token;
+  identity->capability_key = spec.capability_key;
   identity->usable_from_ms = spec.fresh ? 0 : now_ms + std::max<int64_t>(quarantine_ms, 0);
   auto segment = std::make_unique<Segment>(identity, size);
   total_capacity_ += segment->allocator.capacity();
@@ -242,6 +248,7 @@ void SegmentTable::Encode(Encoder& out) const {
     out(identity.shm_name);
     out(identity.host_id);
     out(identity.token);
+    out(identity.capability_key);
     out(identity.usable_from_ms);
     uint64_t replicas = segment->replica_count.load();
     out(replicas);
@@ -270,6 +277,7 @@ bool SegmentTable::Decode(Decoder& in) {
     in(identity->shm_name);
     in(identity->host_id);
     in(identity->token);
+    in(identity->capability_key);
     in(identity->usable_from_ms);
     uint64_t replicas = 0;
     in(replicas);

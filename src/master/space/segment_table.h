@@ -39,6 +39,7 @@ struct SegmentIdentity {
   std::string shm_name;   // for clients on the same host
   std::string host_id;
   uint64_t token = 0;     // per mount; guards the data plane against stale metadata
+  std::string capability_key;  // per mount: signs tenants' capabilities (never answered)
   int64_t usable_from_ms = 0;  // no allocation before this (quarantine of a remount)
 };
 
@@ -50,7 +51,8 @@ struct SegmentSpec {
   std::string shm_name;
   std::string host_id;
   uint64_t token = 0;
-  bool fresh = false;  // memory never handed out by any mount: no quarantine
+  bool fresh = false;
+  std::string capability_key;  // security::kCapabilityKeyBytes, or empty (an older node)  // memory never handed out by any mount: no quarantine
 };
 
 struct SegmentUsage {

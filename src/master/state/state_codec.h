@@ -16,7 +16,8 @@ namespace granary::master {
 // 3: each version's and each PutStart's persistence (ReplicateConfig.persistence).
 // 4: promotions (disk -> memory) under way.
 // 5: reservations (one-round-trip puts) and their policy.
-inline constexpr uint64_t kSnapshotFormat = 6;  // 6: releases name their place
+// 6: releases name their place.
+inline constexpr uint64_t kSnapshotFormat = 7;  // 7: segments' capability keys
 
 // One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
 template <typename IO> void Fields(IO& io, PutPersistence& p) {
@@ -65,6 +66,7 @@ template <typename IO> void Fields(IO& io, ObjectMeta& m) {
 // ---- operation bodies ----
 template <typename IO> void Fields(IO& io, SegmentSpec& s) {
   io(s.name); io(s.size); io(s.endpoint); io(s.shm_name); io(s.host_id); io(s.token); io(s.fresh);
+  io(s.capability_key);
 }
 template <typename IO> void Fields(IO& io, PlacementConfig& c) {
   io(c.replica_num); io(c.with_soft_pin); io(c.with_hard_pin); io(c.preferred_segments);
