@@ -637,6 +637,13 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   // The memory is the accepting mount's, read inside the fence so the two belong together.
   ErrorCode refusal = ErrorCode::OK;
   uint8_t* base = nullptr;
+  if (options_.require_capabilities && !IsCapability(h.opcode)) {
+    capability_refusals_++;
+    errors_++;
+    Respond(c, ErrorCode::PERMISSION_DENIED, nullptr, 0);
+    c.close_after_answer = h.opcode == Opcode::kWrite && h.length > 0;
+    return Next::kRead;
+  }
   if (IsCapability(h.opcode)) {
     // Served from here on as the READ or WRITE of the mount whose key the capability passed.
     refusal = AdmitCapability(c, slot);

@@ -90,6 +90,9 @@ struct DataServerOptions {
   uint64_t min_transfer_rate = 1 << 20;
   // Bytes all connections together may hold for request bodies not yet complete.
   uint64_t max_body_bytes_held = 64ull << 20;
+  // READ and WRITE are refused (PERMISSION_DENIED): ranges are served under capabilities only
+  // (CAP_READ, CAP_WRITE), so a segment's token opens nothing. A node with a secret sets it.
+  bool require_capabilities = false;
 };
 
 class DataServer {
@@ -111,7 +114,7 @@ class DataServer {
     uint64_t fenced = 0;                // requests cut off because their mount was replaced
     uint64_t shed_bodies = 0;           // closed: their body would pass max_body_bytes_held
     uint64_t body_bytes_held = 0;       // a gauge: bytes held for partial request bodies
-    uint64_t capability_refusals = 0;   // CAP_* refused: bad MAC, expired, access or range
+    uint64_t capability_refusals = 0;   // no valid capability: bad MAC, expired, access, range
   };
 
   // The longest SetMount waits for I/O threads to leave the old mount's memory.

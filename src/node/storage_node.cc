@@ -100,6 +100,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   server_options.idle_timeout_ms = o.data_idle_timeout_ms;
   server_options.max_connections = o.data_max_connections;
   server_options.io_threads = o.data_io_threads;
+  server_options.require_capabilities = !o.secret.empty();
   server_options.request_timeout_ms =
       static_cast<int>(std::clamp<int64_t>(o.data_request_timeout_ms, 1, 86'400'000));
   RaiseDescriptorLimit(o.data_max_connections);
@@ -169,6 +170,7 @@ proto::SegmentSpec StorageNode::Spec() const {
     std::lock_guard lock(segment_mu_);
     spec.set_capability_key(capability_key_);
   }
+  spec.set_capabilities_required(!options_.secret.empty());
   // Mount() sends only memory nobody was handed: new at start, renewed at every remount.
   spec.set_fresh(true);
   return spec;

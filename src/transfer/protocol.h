@@ -33,6 +33,8 @@
 //                             wall clock: get a fresh one from the master.
 //   PERMISSION_DENIED (-1101) the access is not the opcode's, or the range is not inside the
 //                             grant's.
+// A node that requires capabilities (a node with the cluster's secret) refuses READ and WRITE
+// with PERMISSION_DENIED (a WRITE's connection closed after the answer), whatever their token.
 // A capability whose reserved field is not 0 is refused as a forged one. A CAP_* header whose
 // segment_token is not 0 is malformed (closed before its capability is read).
 // A peer silent for the node's idle timeout between requests is disconnected, and so is one whose

@@ -1,8 +1,9 @@
 // Integration tests of data-plane capabilities (docs/security.md, "Capabilities") with real
-// processes: a master with the cluster's secret and a tenants file, a node with the secret. A
-// tenant is never told a segment's token: its put and get answers carry a capability for each
-// replica's own range (write for puts, read for gets) that ends with the put or the read lock,
-// and the node refuses it anywhere else, for anything else, or later. Members keep the token.
+// processes: a master with the cluster's secret and a tenants file, a node with the secret. Put
+// and get answers carry a capability for each replica's own range (write for puts, read for
+// gets) that ends with the put or the read lock, and the node refuses it anywhere else, for
+// anything else, or later. A tenant is never told a segment's token; a member is (it names the
+// mount in same-host shared memory), but the node with a secret serves no range for a token.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -92,14 +93,28 @@ TEST_F(CapabilitiesTest, ATenantReachesItsOwnReplicasOnlyAndNeverLearnsAToken) {
 
   auto acme_stub = StubWith(master_.address(), kAcme);
   auto member_stub = StubWith(master_.address(), kCluster);
-  // A member's get carries the token and no capability.
+  // A member's get carries the token and a read capability; the token alone reads nothing.
   const pb::GetReplicaResult default_replicas =
       GetReplicas(member_stub.get(), "member-probe", "default-object");
   ASSERT_EQ(default_replicas.code(), 0);
   ASSERT_EQ(default_replicas.replicas_size(), 1);
   const pb::Replica& default_replica = default_replicas.replicas(0);
   EXPECT_NE(default_replica.token(), 0u);
-  EXPECT_FALSE(default_replica.has_capability());
+  ASSERT_TRUE(default_replica.has_capability());
+  EXPECT_EQ(default_replica.capability().access(), 1u);
+  EXPECT_EQ(default_replica.capability().grant_offset(), default_replica.offset());
+  {
+    transfer::TcpTransport tcp;
+    std::vector<std::byte> bytes(default_replica.length());
+    transfer::RemoteRange by_token{default_replica.endpoint(), default_replica.token(),
+                                   default_replica.offset(), default_replica.length()};
+    EXPECT_EQ(tcp.Read(by_token, bytes).code(), ErrorCode::PERMISSION_DENIED);
+    std::vector<std::byte> junk(default_replica.length(), std::byte{'X'});
+    EXPECT_EQ(tcp.Write(by_token, junk).code(), ErrorCode::PERMISSION_DENIED);
+    by_token.capability = WireOf(default_replica.capability());
+    ASSERT_TRUE(tcp.Read(by_token, bytes).ok());
+    EXPECT_EQ(std::memcmp(bytes.data(), theirs.data(), theirs.size()), 0);
+  }
 
   // A tenant's get: no token, a read capability for exactly its replica, ending with the lease.
   const int64_t asked_at = NowUnixMs();
@@ -134,7 +149,7 @@ TEST_F(CapabilitiesTest, ATenantReachesItsOwnReplicasOnlyAndNeverLearnsAToken) {
   // Without a capability, the token a tenant holds (0) reads nothing.
   transfer::RemoteRange bare{replica.endpoint(), 0, default_replica.offset(),
                              default_replica.length()};
-  EXPECT_EQ(tcp.Read(bare, stolen).code(), ErrorCode::SEGMENT_NOT_FOUND);
+  EXPECT_EQ(tcp.Read(bare, stolen).code(), ErrorCode::PERMISSION_DENIED);
   auto again = member->Get("default-object");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(again->data()), again->size()), theirs);

@@ -601,9 +601,14 @@ TEST(MasterStateMount, CapabilityKeysAreKeptWhole) {
     EXPECT_EQ(state.Mount({"node", spec}).status.code(), ErrorCode::INVALID_PARAMS) << bad;
   }
   EXPECT_EQ(state.segments().segment_count(), 0u);
+  // A node that requires capabilities but sent no key could never be read or written.
+  spec.capability_key.clear();
+  spec.capabilities_required = true;
+  EXPECT_EQ(state.Mount({"node", spec}).status.code(), ErrorCode::INVALID_PARAMS);
   spec.capability_key.assign(32, 'k');
   ASSERT_TRUE(state.Mount({"node", spec}).status.ok());
   EXPECT_EQ(state.segments().FindByName("seg")->capability_key, spec.capability_key);
+  EXPECT_TRUE(state.segments().FindByName("seg")->capabilities_required);
   SegmentSpec older{"old", 64 << 20, "127.0.0.1:2", "granary-old", "host-a/boot", 113, true};
   ASSERT_TRUE(state.Mount({"old-node", older}).status.ok());
   EXPECT_TRUE(state.segments().FindByName("old")->capability_key.empty());
@@ -611,6 +616,8 @@ TEST(MasterStateMount, CapabilityKeysAreKeptWhole) {
   MasterState copy(MasterPolicy{}, &clock);
   ASSERT_TRUE(copy.LoadSnapshot(state.EncodeSnapshot()).ok());
   EXPECT_EQ(copy.segments().FindByName("seg")->capability_key, spec.capability_key);
+  EXPECT_TRUE(copy.segments().FindByName("seg")->capabilities_required);
+  EXPECT_FALSE(copy.segments().FindByName("old")->capabilities_required);
 }
 
 }  // namespace

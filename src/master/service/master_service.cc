@@ -33,8 +33,9 @@ int64_t WallNowMs() {
 }
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
-  return {s.name(), s.size(),  s.endpoint(), s.shm_name(),
-          s.host_id(), s.token(), s.fresh(),    s.capability_key()};
+  return {s.name(),    s.size(),  s.endpoint(),       s.shm_name(),
+          s.host_id(), s.token(), s.fresh(),          s.capability_key(),
+          s.capabilities_required()};
 }
 
 PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
@@ -125,8 +126,8 @@ MasterService::CallScope::~CallScope() {
 ReplicaAccess MasterService::AccessFor(const Principal* who,
                                                      ReplicaAccess::Kind kind,
                                                      int64_t granted_unix_ms, int64_t ttl_ms) {
-  if (who == nullptr || who->role != Principal::Role::kTenant) return {};
-  return {kind, granted_unix_ms + ttl_ms};
+  const bool tenant = who != nullptr && who->role == Principal::Role::kTenant;
+  return {tenant, kind, granted_unix_ms + ttl_ms};
 }
 
 void MasterService::FillReplicas(const std::vector<Extent>& extents,
@@ -136,8 +137,11 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
   for (const auto& e : extents) {
     auto segment = state_->segments().Find(e.segment_id);
     if (!segment) continue;  // unmounted since: its bytes are gone, so is this replica
-    const bool capability = access.kind == Kind::kRead || access.kind == Kind::kWrite;
-    if (capability && segment->capability_key.empty()) continue;  // cannot be granted safely
+    const bool capability =
+        access.kind != Kind::kNone && (access.tenant || segment->capabilities_required);
+    if (access.tenant && access.kind != Kind::kNone && segment->capability_key.empty()) {
+      continue;  // an older node: its bytes cannot be granted without the whole segment
+    }
     proto::Replica* r = out->Add();
     r->set_segment_id(e.segment_id);
     r->set_segment_name(segment->name);
@@ -145,7 +149,7 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
     r->set_endpoint(segment->endpoint);
     r->set_offset(e.offset);
     r->set_length(e.length);
-    if (access.kind == Kind::kToken) r->set_token(segment->token);
+    if (!access.tenant) r->set_token(segment->token);
     if (!capability) continue;
     const security::CapabilityGrant grant{
         e.offset, e.length, access.expiry_unix_ms,

@@ -36,12 +36,14 @@
 
 namespace granary::master {
 
-// How an answer lets its caller reach a replica's bytes: the segment's token (members), a
-// capability for the replica's range until `expiry_unix_ms` (tenants: security/capability.h),
-// or neither (a tenant's metadata answers). A tenant is given no replica of a segment whose
+// How an answer lets its caller reach a replica's bytes (security/capability.h). Members get
+// the segment's token, and a capability for the replica's range (`kind`, until `expiry_unix_ms`)
+// where the node requires one; a tenant never gets the token, and a capability whatever the
+// node (none in metadata answers, kind kNone). A tenant is given no replica of a segment whose
 // node sent no capability key.
 struct ReplicaAccess {
-  enum class Kind { kToken, kRead, kWrite, kNone } kind = Kind::kToken;
+  bool tenant = false;
+  enum class Kind { kNone, kRead, kWrite } kind = Kind::kNone;
   int64_t expiry_unix_ms = 0;
 };
 

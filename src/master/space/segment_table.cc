@@ -32,6 +32,9 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
                                                  std::to_string(spec.capability_key.size()) +
                                                  " bytes: 32 expected");
   }
+  if (spec.capabilities_required && spec.capability_key.empty()) {
+    return Status(ErrorCode::INVALID_PARAMS, "capabilities required without a capability key");
+  }
   if (size < OffsetAllocator::kAlignment) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "segment size " + std::to_string(size) + " is below the minimum of " +
@@ -67,6 +70,7 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
   identity->host_id = spec.host_id;
   identity->token = spec.token;
   identity->capability_key = spec.capability_key;
+  identity->capabilities_required = spec.capabilities_required;
   identity->usable_from_ms = spec.fresh ? 0 : now_ms + std::max<int64_t>(quarantine_ms, 0);
   auto segment = std::make_unique<Segment>(identity, size);
   total_capacity_ += segment->allocator.capacity();
@@ -249,6 +253,7 @@ void SegmentTable::Encode(Encoder& out) const {
     out(identity.host_id);
     out(identity.token);
     out(identity.capability_key);
+    out(identity.capabilities_required);
     out(identity.usable_from_ms);
     uint64_t replicas = segment->replica_count.load();
     out(replicas);
@@ -278,6 +283,7 @@ bool SegmentTable::Decode(Decoder& in) {
     in(identity->host_id);
     in(identity->token);
     in(identity->capability_key);
+    in(identity->capabilities_required);
     in(identity->usable_from_ms);
     uint64_t replicas = 0;
     in(replicas);

@@ -39,7 +39,8 @@ struct SegmentIdentity {
   std::string shm_name;   // for clients on the same host
   std::string host_id;
   uint64_t token = 0;     // per mount; guards the data plane against stale metadata
-  std::string capability_key;  // per mount: signs tenants' capabilities (never answered)
+  std::string capability_key;  // per mount: signs capabilities (never answered)
+  bool capabilities_required = false;  // the node serves READ / WRITE under capabilities only
   int64_t usable_from_ms = 0;  // no allocation before this (quarantine of a remount)
 };
 
@@ -52,7 +53,8 @@ struct SegmentSpec {
   std::string host_id;
   uint64_t token = 0;
   bool fresh = false;
-  std::string capability_key;  // security::kCapabilityKeyBytes, or empty (an older node)  // memory never handed out by any mount: no quarantine
+  std::string capability_key;  // security::kCapabilityKeyBytes, or empty (an older node)
+  bool capabilities_required = false;  // needs capability_key  // memory never handed out by any mount: no quarantine
 };
 
 struct SegmentUsage {

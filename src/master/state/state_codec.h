@@ -66,7 +66,7 @@ template <typename IO> void Fields(IO& io, ObjectMeta& m) {
 // ---- operation bodies ----
 template <typename IO> void Fields(IO& io, SegmentSpec& s) {
   io(s.name); io(s.size); io(s.endpoint); io(s.shm_name); io(s.host_id); io(s.token); io(s.fresh);
-  io(s.capability_key);
+  io(s.capability_key); io(s.capabilities_required);
 }
 template <typename IO> void Fields(IO& io, PlacementConfig& c) {
   io(c.replica_num); io(c.with_soft_pin); io(c.with_hard_pin); io(c.preferred_segments);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -272,6 +273,48 @@ TEST_F(CapabilityServerTest, ACapabilityBesideATokenOrWithReservedBitsIsMalforme
     ASSERT_TRUE(conn.Recv(got.data(), got.size()));
     EXPECT_EQ(std::memcmp(got.data(), seg(), 64), 0);
   }
+}
+
+// A node with a secret requires capabilities: a segment's token, even the current mount's,
+// reads and writes nothing; capabilities work as before.
+TEST(CapabilityRequiredTest, ATokenAloneOpensNothing) {
+  std::vector<uint8_t> seg(kSegSize, 0x42);
+  DataServer::Options options;
+  options.require_capabilities = true;
+  DataServer server(seg.data(), kSegSize, 0, options);
+  ASSERT_TRUE(server.Start().ok());
+  const std::string key = security::NewCapabilityKey();
+  ASSERT_TRUE(server.SetMount(seg.data(), kToken, key).ok());
+  RawConn conn(server.port());
+  ASSERT_TRUE(conn.connected());
+  RequestHeader read = CapHeader(Opcode::kRead, 0, 64);
+  read.segment_token = kToken;
+  ASSERT_TRUE(conn.SendHeader(read));
+  auto refused = conn.RecvResponse();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, static_cast<int32_t>(ErrorCode::PERMISSION_DENIED));
+  EXPECT_EQ(refused->length, 0u);
+  // A WRITE is answered at its header and its connection closed; nothing lands.
+  RawConn writer(server.port());
+  RequestHeader write = CapHeader(Opcode::kWrite, 0, 4096);
+  write.segment_token = kToken;
+  ASSERT_TRUE(writer.SendHeader(write));
+  auto refused_write = writer.RecvResponse();
+  ASSERT_TRUE(refused_write.has_value());
+  EXPECT_EQ(refused_write->status, static_cast<int32_t>(ErrorCode::PERMISSION_DENIED));
+  EXPECT_TRUE(writer.ClosedByPeer());
+  EXPECT_EQ(std::count(seg.begin(), seg.end(), 0x42), static_cast<long>(kSegSize));
+  // The same connection still serves a capability.
+  const CapabilityGrant grant{0, 64, NowUnixMs() + 60'000, CapabilityAccess::kRead};
+  const transfer::Capability cap = Wire(key, grant);
+  ASSERT_TRUE(conn.SendHeader(CapHeader(Opcode::kCapRead, 0, 64)));
+  ASSERT_TRUE(conn.Send(&cap, sizeof(cap)));
+  auto ok = conn.RecvResponse();
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_EQ(ok->length, 64u);
+  EXPECT_EQ(server.stats().capability_refusals, 2u);
+  server.Stop();
 }
 
 TEST_F(CapabilityServerTest, TheTransportCarriesACapabilityThroughStripedAndSplitRequests) {
