@@ -315,7 +315,7 @@ ErrorCode DataServer::AdmitCapability(DataConn& c, FenceSlot& slot) {
   const uint64_t token = token_.load(std::memory_order_seq_cst);
   if (!EnterMount(slot, token)) return ErrorCode::SEGMENT_NOT_FOUND;
   // Inside the fence: SetMount cannot change the key until this thread leaves it.
-  const bool genuine = VerifyCapability(capability_key_, grant, cap.mac);
+  const bool genuine = signer_ != nullptr && signer_->Verify(grant, cap.mac);
   LeaveMount(slot);
   if (!genuine || cap.reserved != 0) return ErrorCode::SEGMENT_NOT_FOUND;
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -357,7 +357,9 @@ Status DataServer::SetMount(uint8_t* base, uint64_t token, std::string_view capa
     }
   }
   base_.store(base, std::memory_order_release);
-  capability_key_.assign(capability_key);
+  signer_ = capability_key.empty()
+                ? nullptr
+                : std::make_unique<security::CapabilitySigner>(capability_key);
   token_.store(token, std::memory_order_seq_cst);
   return Status::Ok();
 }

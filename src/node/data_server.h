@@ -73,6 +73,7 @@
 #include "node/data_conn.h"
 #include "node/disk_read_service.h"
 #include "node/shm_staging.h"
+#include "security/capability.h"
 #include "transfer/protocol.h"
 
 namespace granary::node {
@@ -215,9 +216,10 @@ class DataServer {
   std::atomic<uint8_t*> base_;  // the current mount's memory; changed only by SetMount
   const uint64_t size_;
   std::atomic<uint64_t> token_;
-  // The mount's capability key: written by SetMount only while token_ is 0 and no I/O thread is
-  // inside a mount, read inside the fence (EnterMount), so a reader sees its own mount's key.
-  std::string capability_key_;
+  // The mount's capability key, as a signer: replaced by SetMount only while token_ is 0 and no
+  // I/O thread is inside a mount, used inside the fence (EnterMount), so a reader checks under
+  // its own mount's key. Null: no key, no capability passes.
+  std::unique_ptr<security::CapabilitySigner> signer_;
   std::unique_ptr<FenceSlot[]> fence_slots_;  // one per I/O thread
   std::mutex mount_mu_;  // serialises SetMount
   std::atomic<DiskReadService*> disk_reads_{nullptr};

@@ -139,7 +139,7 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
     if (!segment) continue;  // unmounted since: its bytes are gone, so is this replica
     const bool capability =
         access.kind != Kind::kNone && (access.tenant || segment->capabilities_required);
-    if (access.tenant && access.kind != Kind::kNone && segment->capability_key.empty()) {
+    if (access.tenant && access.kind != Kind::kNone && segment->signer == nullptr) {
       continue;  // an older node: its bytes cannot be granted without the whole segment
     }
     proto::Replica* r = out->Add();
@@ -150,12 +150,12 @@ void MasterService::FillReplicas(const std::vector<Extent>& extents,
     r->set_offset(e.offset);
     r->set_length(e.length);
     if (!access.tenant) r->set_token(segment->token);
-    if (!capability) continue;
+    if (!capability || segment->signer == nullptr) continue;
     const security::CapabilityGrant grant{
         e.offset, e.length, access.expiry_unix_ms,
         access.kind == Kind::kWrite ? security::CapabilityAccess::kWrite
                                     : security::CapabilityAccess::kRead};
-    const security::CapabilityMac mac = security::SignCapability(segment->capability_key, grant);
+    const security::CapabilityMac mac = segment->signer->Sign(grant);
     proto::Capability* cap = r->mutable_capability();
     cap->set_grant_offset(grant.offset);
     cap->set_grant_length(grant.length);

@@ -70,6 +70,9 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
   identity->host_id = spec.host_id;
   identity->token = spec.token;
   identity->capability_key = spec.capability_key;
+  if (!spec.capability_key.empty()) {
+    identity->signer = std::make_shared<const security::CapabilitySigner>(spec.capability_key);
+  }
   identity->capabilities_required = spec.capabilities_required;
   identity->usable_from_ms = spec.fresh ? 0 : now_ms + std::max<int64_t>(quarantine_ms, 0);
   auto segment = std::make_unique<Segment>(identity, size);
@@ -283,6 +286,10 @@ bool SegmentTable::Decode(Decoder& in) {
     in(identity->host_id);
     in(identity->token);
     in(identity->capability_key);
+    if (!identity->capability_key.empty()) {
+      identity->signer =
+          std::make_shared<const security::CapabilitySigner>(identity->capability_key);
+    }
     in(identity->capabilities_required);
     in(identity->usable_from_ms);
     uint64_t replicas = 0;

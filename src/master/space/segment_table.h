@@ -26,6 +26,7 @@
 
 #include "granary/status.h"
 #include "master/space/offset_allocator.h"
+#include "security/capability.h"
 
 namespace granary::master {
 
@@ -40,6 +41,7 @@ struct SegmentIdentity {
   std::string host_id;
   uint64_t token = 0;     // per mount; guards the data plane against stale metadata
   std::string capability_key;  // per mount: signs capabilities (never answered)
+  std::shared_ptr<const security::CapabilitySigner> signer;  // of capability_key; null if empty
   bool capabilities_required = false;  // the node serves READ / WRITE under capabilities only
   int64_t usable_from_ms = 0;  // no allocation before this (quarantine of a remount)
 };
