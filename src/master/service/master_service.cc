@@ -123,9 +123,8 @@ MasterService::CallScope::~CallScope() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
 }
 
-ReplicaAccess MasterService::AccessFor(const Principal* who,
-                                                     ReplicaAccess::Kind kind,
-                                                     int64_t granted_unix_ms, int64_t ttl_ms) {
+ReplicaAccess MasterService::AccessFor(const Principal* who, ReplicaAccess::Kind kind,
+                                       int64_t granted_unix_ms, int64_t ttl_ms) {
   const bool tenant = who != nullptr && who->role == Principal::Role::kTenant;
   return {tenant, kind, granted_unix_ms + ttl_ms};
 }
