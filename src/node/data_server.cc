@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/tsan.h"
 #include "security/capability.h"
@@ -318,10 +319,8 @@ ErrorCode DataServer::AdmitCapability(DataConn& c, FenceSlot& slot) {
   const bool genuine = signer_ != nullptr && signer_->Verify(grant, cap.mac);
   LeaveMount(slot);
   if (!genuine || cap.reserved != 0) return ErrorCode::SEGMENT_NOT_FOUND;
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-  if (now_ms > cap.expiry_unix_ms) return ErrorCode::SEGMENT_NOT_FOUND;
+  // Deadlines are the master's wall clock, checked against this host's.
+  if (WallClock::Instance()->NowMs() > cap.expiry_unix_ms) return ErrorCode::SEGMENT_NOT_FOUND;
   const bool write = h.opcode == Opcode::kCapWrite;
   const auto needed = write ? security::CapabilityAccess::kWrite : security::CapabilityAccess::kRead;
   if (grant.access != needed || !security::CapabilityCovers(grant, h.offset, h.length)) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/units.h"
 #include "security/capability.h"
 
@@ -24,13 +25,6 @@ const char* const kMethods[] = {
     "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll",
     "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd",
     "Reserve",       "BatchPutCommit",      "ReleaseReservations", "ClusterStatus"};
-
-// Capabilities' deadlines are wall-clock: the node checks them against its own wall clock.
-int64_t WallNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
   return {s.name(),    s.size(),  s.endpoint(),       s.shm_name(),
@@ -124,9 +118,10 @@ MasterService::CallScope::~CallScope() {
 }
 
 ReplicaAccess MasterService::AccessFor(const Principal* who, ReplicaAccess::Kind kind,
-                                       int64_t granted_unix_ms, int64_t ttl_ms) {
+                                       int64_t ttl_ms) {
   const bool tenant = who != nullptr && who->role == Principal::Role::kTenant;
-  return {tenant, kind, granted_unix_ms + ttl_ms};
+  // Deadlines are wall-clock: the node checks them against its own.
+  return {tenant, kind, WallClock::Instance()->NowMs() + ttl_ms};
 }
 
 void MasterService::FillReplicas(const std::vector<Extent>& extents,
@@ -326,7 +321,7 @@ grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRe
   PutStartOp op{HeldClient(req->client_id(), who), HeldKeys(req->keys(), who),
                 std::vector<uint64_t>(req->sizes().begin(), req->sizes().end()),
                 ToPlacement(req->config()), req->upsert()};
-  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kWrite, WallNowMs(),
+  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kWrite,
                                          state_->policy().put_release_timeout_ms);
   // A tenant with a quota checks and starts under its lock: two puts cannot both pass it.
   TenantRuntime* tenant = TenantOf(who);
@@ -458,7 +453,7 @@ grpc::Status MasterService::Reserve(Ctx* ctx, const proto::ReserveRequest* req,
     return admission.Finish();
   }
   // Reserved space is reused no sooner than put_release_timeout_ms after its grant.
-  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kWrite, WallNowMs(),
+  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kWrite,
                                          state_->policy().put_release_timeout_ms);
   ReserveResult r = state_->Reserve(
       {HeldClient(req->client_id(), who), req->size(), count,
@@ -554,7 +549,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   GetReplicaListOp op{client, HeldKeys(req->keys(), who)};
   const std::vector<std::string> keys = op.keys;  // the op is moved into the state
   // A read lock lasts lease_ttl_ms from the apply: after it the bytes may be freed and reused.
-  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kRead, WallNowMs(),
+  const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kRead,
                                          state_->policy().lease_ttl_ms);
   auto results = state_->GetReplicaList(std::move(op));
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
@@ -672,7 +667,7 @@ grpc::Status MasterService::StatObject(Ctx* ctx, const proto::StatObjectRequest*
   resp->set_size(stat->size);
   resp->set_checksum(stat->checksum);
   FillReplicas(stat->replicas, resp->mutable_replicas(),
-               AccessFor(who, ReplicaAccess::Kind::kNone, 0, 0));
+               AccessFor(who, ReplicaAccess::Kind::kNone, 0));
   FillDiskReplicas(stat->disk, resp->mutable_disk_replicas());
   resp->set_read_locks(stat->read_locks);
   resp->set_hard_pinned(stat->hard_pinned);

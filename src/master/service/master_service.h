@@ -220,11 +220,10 @@ class MasterService final : public proto::Master::Service {
     uint64_t term_ = 0;
     uint64_t applied_before_ = 0;  // operations this thread had applied before the call
   };
-  // What `who` gets for replicas it may `kind` (kRead, kWrite, kNone) for `ttl_ms` from
-  // `granted_unix_ms` (the wall clock before the state granted them, so a capability ends no
-  // later than the lock, lease or put that guards the bytes).
-  static ReplicaAccess AccessFor(const Principal* who, ReplicaAccess::Kind kind,
-                                 int64_t granted_unix_ms, int64_t ttl_ms);
+  // What `who` gets for replicas it may `kind` (kRead, kWrite, kNone) for `ttl_ms` from now.
+  // Called before the state grants them, so a capability ends no later than the lock, lease or
+  // put that guards the bytes.
+  static ReplicaAccess AccessFor(const Principal* who, ReplicaAccess::Kind kind, int64_t ttl_ms);
   void FillReplicas(const std::vector<Extent>& extents,
                     google::protobuf::RepeatedPtrField<proto::Replica>* out,
                     const ReplicaAccess& access = ReplicaAccess()) const;
