@@ -10,8 +10,8 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # data plane, disk, keys, checksums
   libasio-dev liburing-dev libre2-dev libxxhash-dev
-  # data-plane capabilities (HMAC-SHA256)
-  libssl-dev
+  # data-plane capabilities (HMAC-SHA256), TLS on the control plane; openssl makes the tests' CAs
+  libssl-dev openssl
   # logging, CLI, config, HTTP, JSON
   libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
   # tests and benchmarks

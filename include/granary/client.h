@@ -56,6 +56,14 @@ struct ClientOptions {
   // every master call. Empty: $GRANARY_AUTH_TOKEN_FILE, else no secret. A file that cannot be
   // used fails Connect with INVALID_PARAMS; a master that refuses it, with UNAUTHENTICATED.
   std::string auth_token_file;
+  // TLS to the master (gRPC and the fast port; docs/security.md): PEM files. tls_ca_file is the
+  // CA that signed the master's certificate; tls_cert_file and tls_key_file are this client's,
+  // for a master that requires them (mutual TLS). All empty: $GRANARY_TLS_CA, $GRANARY_TLS_CERT
+  // and $GRANARY_TLS_KEY; none set: plain TCP. Files that cannot be used fail Connect with
+  // INVALID_PARAMS; a master whose certificate does not verify, with UNAUTHENTICATED or RPC_FAIL.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // > 0: this process contributes a segment of this many bytes (an embedded node).
   uint64_t segment_size = 0;
   std::string segment_name;        // embedded node's segment name (default: hostname-pid-<random>)

@@ -76,14 +76,18 @@ class Store:
     `disk_io` and `offload_interval_ms` take granary-node's defaults when left out.
     `auth_token_file` names the file (mode 0600) holding the cluster's secret, for a master
     started with --auth-token-file ("": $GRANARY_AUTH_TOKEN_FILE, else none); a master that
-    refuses it raises Unauthenticated. Use it as a context manager.
+    refuses it raises Unauthenticated. `tls_ca_file` (the CA that signed the master's
+    certificate), `tls_cert_file` and `tls_key_file` (this client's, for a master that requires
+    one) make every master call TLS ("": $GRANARY_TLS_CA, $GRANARY_TLS_CERT, $GRANARY_TLS_KEY;
+    none: plain TCP). Use it as a context manager.
     """
 
     def __init__(self, master="127.0.0.1:50051", *, segment_size=0, segment_name="",
                  host="127.0.0.1", port=0, use_shared_memory=True, rpc_timeout_ms=10_000,
                  io_timeout_ms=30_000, connections_per_node=4, io_threads=4, disk_dir="",
                  disk_size=0, disk_backend="", disk_eviction="", disk_io="",
-                 offload_interval_ms=0, cluster_id="", auth_token_file=""):
+                 offload_interval_ms=0, cluster_id="", auth_token_file="", tls_ca_file="",
+                 tls_cert_file="", tls_key_file=""):
         self._client = _granary.Client(
             master, segment_size=_size(segment_size), segment_name=segment_name, data_host=host,
             data_port=port, rpc_timeout_ms=rpc_timeout_ms, io_timeout_ms=io_timeout_ms,
@@ -91,7 +95,8 @@ class Store:
             io_threads=io_threads, disk_dir=str(disk_dir), disk_size=_size(disk_size),
             disk_backend=disk_backend, disk_eviction=disk_eviction, disk_io=disk_io,
             offload_interval_ms=offload_interval_ms, cluster_id=cluster_id,
-            auth_token_file=str(auth_token_file))
+            auth_token_file=str(auth_token_file), tls_ca_file=str(tls_ca_file),
+            tls_cert_file=str(tls_cert_file), tls_key_file=str(tls_key_file))
         self._default = _granary.ReplicateConfig()
 
     # ---- lifecycle ----

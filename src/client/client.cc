@@ -25,6 +25,7 @@
 #include "node/storage_node.h"
 #include "proto/rpc_util.h"
 #include "security/secret.h"
+#include "security/tls.h"
 
 namespace granary {
 namespace {
@@ -79,6 +80,7 @@ class ClientImpl final : public Client {
       n.master_address = options_.master_address;
       n.cluster_id = options_.cluster_id;
       n.secret = master_->secret();
+      n.tls = master_->tls();
       n.segment_name = options_.segment_name;
       n.segment_size = options_.segment_size;
       n.listen_host = options_.data_host;
@@ -915,8 +917,11 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   auto secret = security::LoadClientSecret(options.auth_token_file);
   if (!secret.ok()) return secret.status();
+  auto tls = security::LoadClientTls(
+      {options.tls_cert_file, options.tls_key_file, options.tls_ca_file});
+  if (!tls.ok()) return tls.status();
   auto locator = client::MasterLocator::Create(options.master_address, options.cluster_id,
-                                               options.rpc_timeout_ms, false, *secret);
+                                               options.rpc_timeout_ms, false, *secret, *tls);
   if (!locator.ok()) return locator.status();
   auto client = std::make_unique<ClientImpl>(options, std::move(*locator));
   if (Status s = client->Init(); !s.ok()) return s;

@@ -52,15 +52,14 @@ Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const s
   return Status(fd.code(), "fast port: " + fd.status().message());
 }
 
-FastChannel::FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret)
+FastChannel::FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret,
+                         std::shared_ptr<const security::TlsContext> tls)
     : host_(std::move(host)), port_(port), timeout_ms_(std::max(timeout_ms, 1)),
-      secret_(std::move(secret)) {}
+      secret_(std::move(secret)), tls_(std::move(tls)) {}
 
-FastChannel::~FastChannel() {
-  for (int fd : idle_) ::close(fd);
-}
+FastChannel::~FastChannel() = default;
 
-Result<int> FastChannel::Connect(SteadyTime deadline) {
+Result<std::unique_ptr<net::ByteStream>> FastChannel::Connect(SteadyTime deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -72,56 +71,53 @@ Result<int> FastChannel::Connect(SteadyTime deadline) {
   }
   Result<int> fd = ConnectFirst(found, deadline, host_ + ":" + service);
   ::freeaddrinfo(found);
-  if (fd.ok() && !secret_.empty()) {
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<net::ByteStream> conn;
+  if (tls_ != nullptr) {
+    // Before any call: a failed handshake sent nothing (the caller may use gRPC, whose own
+    // handshake then says the same).
+    auto secured = tls_->Connect(*fd, host_, deadline);
+    if (!secured.ok()) return Status(secured.code(), "fast port: " + secured.status().message());
+    conn = std::move(*secured);
+  } else {
+    conn = std::make_unique<net::ByteStream>(*fd, /*owns_fd=*/true);
+  }
+  if (!secret_.empty()) {
     // Before any call: a refused hello means nothing was sent (the caller may use gRPC, which
     // then gets the same answer).
-    if (Status s = security::PresentSecret(*fd, secret_, deadline); !s.ok()) {
-      ::close(*fd);
-      return s;
-    }
+    if (Status s = security::PresentSecret(*conn, secret_, deadline); !s.ok()) return s;
   }
-  return fd;
+  return conn;
 }
 
-int FastChannel::TakeIdle() {
+std::unique_ptr<net::ByteStream> FastChannel::TakeIdle() {
   std::lock_guard lock(mu_);
   while (!idle_.empty()) {  // bounded: each pass removes one
-    int fd = idle_.back();
+    std::unique_ptr<net::ByteStream> conn = std::move(idle_.back());
     idle_.pop_back();
     // An idle connection has nothing to read; readable means the master closed it (restart,
     // idle timeout): drop it rather than send a request into it.
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) == 0) return fd;
-    ::close(fd);
+    pollfd p{conn->fd(), POLLIN, 0};
+    if (!conn->HasBuffered() && ::poll(&p, 1, 0) == 0) return conn;
   }
-  return -1;
+  return nullptr;
 }
 
-void FastChannel::GiveBack(int fd) {
+void FastChannel::GiveBack(std::unique_ptr<net::ByteStream> conn) {
   std::lock_guard lock(mu_);
-  if (idle_.size() < kMaxIdle) {
-    idle_.push_back(fd);
-    return;
-  }
-  ::close(fd);
+  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(conn));
 }
 
-FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32_t request_id,
-                                        uint8_t method, google::protobuf::Message* response,
-                                        SteadyTime deadline, Status* status) {
-  // The socket is non-blocking: every wait is a poll() bounded by what is left of the deadline.
+FastChannel::Stage FastChannel::Attempt(net::ByteStream& conn, const std::string& frame,
+                                        uint32_t request_id, uint8_t method,
+                                        google::protobuf::Message* response, SteadyTime deadline,
+                                        Status* status) {
+  // Every wait is bounded by what is left of the deadline.
   size_t done = 0;
-  while (done < frame.size()) {  // bounded: each pass sends, waits within the deadline, or returns
-    ssize_t n = ::send(fd, frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    const bool full = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    if (full && WaitFor(fd, POLLOUT, deadline)) continue;
-    *status = full ? Status(ErrorCode::RPC_TIMEOUT, "fast port: send: no room in time")
-                   : Broken(std::string("send: ") + std::strerror(errno));
+  if (Status s = conn.SendAll(frame, deadline, &done); !s.ok()) {
+    *status = s.code() == ErrorCode::RPC_TIMEOUT
+                  ? Status(ErrorCode::RPC_TIMEOUT, "fast port: send: no room in time")
+                  : Broken(s.message());
     return done == 0 ? Stage::kNotSent : Stage::kSent;
   }
   std::string& in = ReceiveBuffer();
@@ -131,20 +127,23 @@ FastChannel::Stage FastChannel::Attempt(int fd, const std::string& frame, uint32
   fast::Header h;
   bool header_done = false;
   while (have < total) {  // bounded: each pass reads, waits within the deadline, or returns
-    if (!WaitFor(fd, POLLIN, deadline)) {
-      *status = Status(ErrorCode::RPC_TIMEOUT, "fast port: no reply in time");
-      return Stage::kSent;
-    }
     // Read no further than this reply: one request, one reply, so more bytes are an error.
     const size_t want = header_done ? std::min(total, in.size()) : in.size();
-    ssize_t n = ::recv(fd, in.data() + have, want - have, 0);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (n <= 0) {
-      *status = n == 0 ? Broken("the master closed the connection")
-                       : Broken(std::string("receive: ") + std::strerror(errno));
+    Result<size_t> n = conn.RecvSome(in.data() + have, want - have);
+    if (!n.ok()) {
+      *status = n.status().message() == "connection closed by the peer"
+                    ? Broken("the master closed the connection")
+                    : Broken(n.status().message());
       return Stage::kSent;
     }
-    have += static_cast<size_t>(n);
+    if (*n == 0) {
+      if (!conn.WaitReadable(deadline)) {
+        *status = Status(ErrorCode::RPC_TIMEOUT, "fast port: no reply in time");
+        return Stage::kSent;
+      }
+      continue;
+    }
+    have += *n;
     if (!header_done && have >= fast::kHeaderSize) {
       const bool valid = fast::DecodeHeader(reinterpret_cast<const unsigned char*>(in.data()), &h,
                                             fast::kMaxFastReply) == fast::HeaderError::kNone;
@@ -218,22 +217,22 @@ Status FastChannel::Call(fast::Method method, const google::protobuf::Message& r
   // At most two attempts: a pooled connection, then a new one when the first could not have
   // reached the master (or the call is idempotent).
   for (int attempt = 0; attempt < 2; ++attempt) {
-    int fd = TakeIdle();
-    const bool reused = fd >= 0;
+    std::unique_ptr<net::ByteStream> conn = TakeIdle();
+    const bool reused = conn != nullptr;
     if (!reused) {
-      Result<int> c = Connect(deadline);
+      auto c = Connect(deadline);
       if (!c.ok()) return c.status();  // nothing sent by this attempt; *sent keeps the last one's
-      fd = *c;
+      conn = std::move(*c);
     }
     response->Clear();
-    Stage stage = Attempt(fd, frame, id, static_cast<uint8_t>(method), response, deadline,
+    Stage stage = Attempt(*conn, frame, id, static_cast<uint8_t>(method), response, deadline,
                           &status);
     if (stage == Stage::kDone) {
-      GiveBack(fd);
+      GiveBack(std::move(conn));
       *sent = true;
       return status;
     }
-    ::close(fd);  // a reply may still be on its way: never reuse this connection
+    conn.reset();  // a reply may still be on its way: never reuse this connection
     if (stage == Stage::kSent) *sent = true;
     const bool retry = reused && (stage == Stage::kNotSent || idempotent) &&
                        status.code() != ErrorCode::RPC_TIMEOUT &&

@@ -18,12 +18,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "granary/status.h"
+#include "common/byte_stream.h"
 #include "proto/fast_frame.h"
+#include "security/tls.h"
 
 struct addrinfo;
 
@@ -39,7 +42,9 @@ Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const s
 class FastChannel {
  public:
   // secret: presented in a hello on each new connection (security/fast_hello.h); empty: none.
-  FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret = "");
+  // tls: each connection is TLS from this client context (null: plain TCP).
+  FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret = "",
+              std::shared_ptr<const security::TlsContext> tls = nullptr);
   ~FastChannel();
   FastChannel(const FastChannel&) = delete;
   FastChannel& operator=(const FastChannel&) = delete;
@@ -53,18 +58,20 @@ class FastChannel {
  private:
   enum class Stage { kNotSent, kSent, kDone };
   // One attempt on `fd`; kDone on success, otherwise how far it got (the status says why).
-  Stage Attempt(int fd, const std::string& frame, uint32_t request_id, uint8_t method,
-                google::protobuf::Message* response, SteadyTime deadline, Status* status);
-  int TakeIdle();   // a pooled connection that is still open, or -1
-  void GiveBack(int fd);
-  Result<int> Connect(SteadyTime deadline);
+  Stage Attempt(net::ByteStream& conn, const std::string& frame, uint32_t request_id,
+                uint8_t method, google::protobuf::Message* response, SteadyTime deadline,
+                Status* status);
+  std::unique_ptr<net::ByteStream> TakeIdle();  // a pooled connection still open, or null
+  void GiveBack(std::unique_ptr<net::ByteStream> conn);
+  Result<std::unique_ptr<net::ByteStream>> Connect(SteadyTime deadline);
 
   std::string host_;
   uint16_t port_;
   int timeout_ms_;
   const std::string secret_;
+  const std::shared_ptr<const security::TlsContext> tls_;
   std::mutex mu_;
-  std::vector<int> idle_;
+  std::vector<std::unique_ptr<net::ByteStream>> idle_;
   uint32_t next_id_ = 1;
 };
 

@@ -41,7 +41,7 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
     }
     if (target.fast_port != 0) {  // the leader record named it: no lookup
       if (!channel_) channel_ = std::make_shared<FastChannel>(host, target.fast_port, timeout_ms_,
-                                                          locator_->secret());
+                                                          locator_->secret(), locator_->tls());
       return channel_;
     }
     if (looking_up_ && path_ == Path::kFast) {  // benchmarks: wait for the answer, bounded
@@ -60,7 +60,7 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
   std::shared_ptr<FastChannel> found;
   if (answered && resp.fast_port()) {
     found = std::make_shared<FastChannel>(host, static_cast<uint16_t>(resp.fast_port()),
-                                          timeout_ms_, locator_->secret());
+                                          timeout_ms_, locator_->secret(), locator_->tls());
   }
   std::lock_guard lock(mu_);
   looking_up_ = false;

@@ -12,12 +12,19 @@ constexpr auto kPoll = std::chrono::milliseconds(25);  // while a failover is un
 }  // namespace
 
 MasterLocator::MasterLocator(std::string address, std::string cluster_id, int timeout_ms,
-                             bool own_connection, std::string secret)
+                             bool own_connection, std::string secret,
+                             std::shared_ptr<const security::TlsContext> tls)
     : address_(std::move(address)),
       cluster_id_(std::move(cluster_id)),
       timeout_ms_(std::max(timeout_ms, 1)),
       own_connection_(own_connection),
-      secret_(std::move(secret)) {}
+      secret_(std::move(secret)),
+      tls_(std::move(tls)) {}
+
+std::shared_ptr<grpc::Channel> MasterLocator::ChannelTo(const std::string& address) const {
+  return rpc::MakeChannel(address, own_connection_, secret_,
+                          tls_ ? tls_->ChannelCredentials() : nullptr);
+}
 
 MasterLocator::~MasterLocator() = default;
 
@@ -25,14 +32,15 @@ Result<std::shared_ptr<MasterLocator>> MasterLocator::Create(const std::string& 
                                                              const std::string& cluster_id,
                                                              int timeout_ms,
                                                              bool own_connection,
-                                                             const std::string& secret) {
+                                                             const std::string& secret,
+                                                             std::shared_ptr<const security::TlsContext> tls) {
   std::string cluster = cluster_id;
   if (cluster.empty()) {
     const char* env = std::getenv("GRANARY_CLUSTER_ID");
     cluster = env && *env ? env : etcd::kDefaultClusterId;
   }
   std::shared_ptr<MasterLocator> locator(
-      new MasterLocator(address, cluster, timeout_ms, own_connection, secret));
+      new MasterLocator(address, cluster, timeout_ms, own_connection, secret, std::move(tls)));
   if (auto endpoints = etcd::EtcdEndpointsOf(address)) {
     // etcd's own calls are short; a failover is waited out by polling, bounded by each caller.
     auto client = etcd::EtcdClient::Connect(*endpoints, std::min(timeout_ms, 2000));
@@ -42,7 +50,7 @@ Result<std::shared_ptr<MasterLocator>> MasterLocator::Create(const std::string& 
     if (address.empty()) return Status(ErrorCode::INVALID_PARAMS, "no master address");
     auto target = std::make_shared<Target>();
     target->address = address;
-    target->stub = proto::Master::NewStub(rpc::MakeChannel(address, own_connection, secret));
+    target->stub = proto::Master::NewStub(locator->ChannelTo(address));
     target->generation = locator->next_generation_++;
     locator->current_ = std::move(target);
   }
@@ -99,7 +107,7 @@ Result<std::shared_ptr<const MasterLocator::Target>> MasterLocator::LookUp(Stead
         if (old && old->term == record->term && old->address == record->grpc) return old;
         auto target = std::make_shared<Target>();
         target->address = record->grpc;
-        target->stub = proto::Master::NewStub(rpc::MakeChannel(record->grpc, own_connection_, secret_));
+        target->stub = proto::Master::NewStub(ChannelTo(record->grpc));
         target->term = record->term;
         target->fast_port = record->fast_port;
         {

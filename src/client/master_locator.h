@@ -34,6 +34,7 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
 #include "proto/rpc_util.h"
+#include "security/tls.h"
 
 namespace granary::client {
 
@@ -53,11 +54,12 @@ class MasterLocator {
   // same master (a benchmark thread each).
   // secret: the cluster's (security/secret.h), presented on every call of every channel and by
   // the fast port's connections (MasterLink); empty: none.
-  static Result<std::shared_ptr<MasterLocator>> Create(const std::string& address,
-                                                       const std::string& cluster_id = "",
-                                                       int timeout_ms = 10'000,
-                                                       bool own_connection = false,
-                                                       const std::string& secret = "");
+  // tls: the client's TLS context (security/tls.h) for every channel and fast connection; null:
+  // plain TCP.
+  static Result<std::shared_ptr<MasterLocator>> Create(
+      const std::string& address, const std::string& cluster_id = "", int timeout_ms = 10'000,
+      bool own_connection = false, const std::string& secret = "",
+      std::shared_ptr<const security::TlsContext> tls = nullptr);
   ~MasterLocator();
 
   // The master to call; null (and *why) when none could be found by the deadline.
@@ -82,12 +84,14 @@ class MasterLocator {
   const std::string& cluster_id() const { return cluster_id_; }
   int timeout_ms() const { return timeout_ms_; }
   const std::string& secret() const { return secret_; }
+  const std::shared_ptr<const security::TlsContext>& tls() const { return tls_; }
   // Targets looked up so far (for tests and stats).
   uint64_t lookups() const { return lookups_.load(); }
 
  private:
   MasterLocator(std::string address, std::string cluster_id, int timeout_ms, bool own_connection,
-                std::string secret);
+                std::string secret, std::shared_ptr<const security::TlsContext> tls);
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) const;
   // Reads the leader record; waits (polling) for a serving one until the deadline.
   Result<std::shared_ptr<const Target>> LookUp(SteadyTime deadline);
 
@@ -96,6 +100,7 @@ class MasterLocator {
   const int timeout_ms_;
   const bool own_connection_;
   const std::string secret_;
+  const std::shared_ptr<const security::TlsContext> tls_;
   std::unique_ptr<etcd::EtcdClient> etcd_;  // null: a fixed address
   std::mutex mu_;
   std::condition_variable looked_up_;

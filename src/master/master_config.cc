@@ -102,6 +102,14 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                    "file (mode 0600) naming tenants, a line each: NAME TOKEN [QUOTA]; a client "
                    "presenting a tenant's token works in that tenant's own key namespace, within "
                    "its quota; needs auth_token_file (docs/security.md)");
+  schema.AddString("tls_cert", &c->tls_cert_file,
+                   "TLS on gRPC and the fast port: this master's certificate chain (PEM); a "
+                   "standby presents it to the leader too (docs/security.md)");
+  schema.AddString("tls_key", &c->tls_key_file, "TLS: the key of tls_cert (PEM, mode 0600)");
+  schema.AddString("tls_ca", &c->tls_ca_file,
+                   "TLS: the CA (PEM) whose certificates clients, nodes and other masters must "
+                   "present (mutual TLS); a standby verifies the leader with it (without it, "
+                   "with the system's roots)");
   schema.AddBool("insecure", &c->insecure,
                  "serve a host other than loopback without auth_token_file (anyone who reaches "
                  "the ports can then read, write and remove everything)");
@@ -164,6 +172,11 @@ Status ValidateMasterConfig(const MasterConfig& c) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "--admin-token-file and --tenants-file need --auth-token-file too (the "
                   "cluster's secret, which nodes and standby masters present)");
+  }
+  if ((!c.tls_cert_file.empty() || !c.tls_key_file.empty() || !c.tls_ca_file.empty()) &&
+      (c.tls_cert_file.empty() || c.tls_key_file.empty())) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  "TLS needs both --tls-cert and --tls-key (--tls-ca adds client certificates)");
   }
   if (p.put_release_timeout_ms < p.put_discard_timeout_ms) {
     return Status(ErrorCode::INVALID_PARAMS,

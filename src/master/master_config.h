@@ -50,6 +50,10 @@ struct MasterConfig {
   bool insecure = false;        // serve a non-loopback host without a secret anyway
   std::string admin_token_file;  // the admin's secret; empty: the cluster's secret is admin
   std::string tenants_file;      // NAME TOKEN [QUOTA] a line (security/tenants.h); empty: none
+  // TLS on gRPC and the fast port (security/tls.h); empty cert and key: plain TCP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;  // clients must present a certificate it signed (mutual TLS)
 
   OffloadPolicy EffectiveOffload() const {
     OffloadPolicy o;

@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "security/secret.h"
+#include "security/tls.h"
 
 namespace granary::master {
 
@@ -48,6 +49,18 @@ Status MasterServer::Start() {
   }
   if (Status s = credentials.Validate(); !s.ok()) return s;
   const std::string secret = credentials.cluster;
+  // TLS: the server's side for gRPC and the fast port; the client's for a standby's stream.
+  std::shared_ptr<const security::TlsContext> tls_server, tls_client;
+  const security::TlsFiles tls_files{config_.tls_cert_file, config_.tls_key_file,
+                                     config_.tls_ca_file};
+  if (tls_files.any()) {
+    auto server = security::TlsContext::Load(tls_files, security::TlsContext::Side::kServer);
+    if (!server.ok()) return server.status();
+    auto client = security::TlsContext::Load(tls_files, security::TlsContext::Side::kClient);
+    if (!client.ok()) return client.status();
+    tls_server = std::move(*server);
+    tls_client = std::move(*client);
+  }
   auth_ = std::make_unique<security::Authenticator>(std::move(credentials), &metrics_,
                                                     "granary_master");
   service_->set_authenticator(auth_.get());
@@ -70,6 +83,7 @@ Status MasterServer::Start() {
     o.standby_timeout = std::chrono::milliseconds(config_.standby_timeout_ms);
     o.log_bytes = config_.replication_log_bytes;
     o.secret = secret;  // a standby presents it to the leader's fast port
+    o.tls = tls_client;
     coordinator_ = std::make_unique<ha::Coordinator>(state_.get(), std::move(o), &metrics_);
     // Before anything can apply: every operation, the leader's or a replayed one, goes to the
     // log standbys stream from.
@@ -84,7 +98,9 @@ Status MasterServer::Start() {
   grpc::ServerBuilder builder;
   int selected = 0;
   std::string address = config_.host + ":" + std::to_string(config_.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected);
+  builder.AddListeningPort(
+      address, tls_server ? tls_server->ServerCredentials() : grpc::InsecureServerCredentials(),
+      &selected);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -105,10 +121,12 @@ Status MasterServer::Start() {
   if (config_.fast_path) {
     fast_ = std::make_unique<FastServer>(service_.get(), &metrics_);
     fast_->set_authenticator(auth_.get());
+    fast_->set_tls(tls_server);
     if (coordinator_) {
-      fast_->set_stream_handler([c = coordinator_.get()](int fd, std::string_view request) {
-        c->streams().Serve(fd, request);
-      });
+      fast_->set_stream_handler(
+          [c = coordinator_.get()](net::ByteStream& conn, std::string_view request) {
+            c->streams().Serve(conn, request);
+          });
     }
     if (Status s = fast_->Start(config_.host, config_.fast_port); !s.ok()) {
       fast_.reset();

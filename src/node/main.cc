@@ -16,6 +16,7 @@
 #include "master/master_server.h"
 #include "node/storage_node.h"
 #include "security/secret.h"
+#include "security/tls.h"
 
 namespace {
 
@@ -47,6 +48,7 @@ struct NodeConfig {
   uint64_t data_io_threads = granary::node::StorageNodeOptions{}.data_io_threads;
   int64_t data_request_timeout_ms = granary::node::StorageNodeOptions{}.data_request_timeout_ms;
   std::string auth_token_file;
+  std::string tls_cert, tls_key, tls_ca;
   bool insecure = false;
 };
 
@@ -117,6 +119,13 @@ int main(int argc, char** argv) {
   schema.AddString("auth_token_file", &c.auth_token_file,
                    "file (mode 0600) whose first line is the cluster's secret, presented to the "
                    "master (and required by the --standalone one); docs/security.md");
+  schema.AddString("tls_ca", &c.tls_ca,
+                   "TLS to the master: the CA (PEM) that signed its certificate; with "
+                   "--standalone, also the CA whose clients its master accepts (mutual TLS)");
+  schema.AddString("tls_cert", &c.tls_cert,
+                   "TLS: this node's certificate (PEM), for a master that requires one; with "
+                   "--standalone, its master's too");
+  schema.AddString("tls_key", &c.tls_key, "TLS: the key of --tls-cert (PEM, mode 0600)");
   schema.AddBool("insecure", &c.insecure,
                  "serve a host other than loopback without auth_token_file");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
@@ -150,6 +159,16 @@ int main(int argc, char** argv) {
     }
     secret = std::move(*loaded);
   }
+  const security::TlsFiles tls_files{c.tls_cert, c.tls_key, c.tls_ca};
+  std::shared_ptr<const security::TlsContext> tls;
+  if (tls_files.any()) {
+    auto loaded = security::TlsContext::Load(tls_files, security::TlsContext::Side::kClient);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "granary-node: %s\n", loaded.status().message().c_str());
+      return 2;
+    }
+    tls = std::move(*loaded);
+  }
 
   std::unique_ptr<master::MasterServer> master;
   if (c.standalone) {
@@ -158,6 +177,9 @@ int main(int argc, char** argv) {
     mc.port = c.master_port;
     mc.http_port = c.http_port;
     mc.auth_token_file = c.auth_token_file;
+    mc.tls_cert_file = c.tls_cert;
+    mc.tls_key_file = c.tls_key;
+    mc.tls_ca_file = c.tls_ca;
     mc.insecure = c.insecure;
     master = std::make_unique<master::MasterServer>(mc);
     if (Status s = master->Start(); !s.ok()) {
@@ -172,6 +194,7 @@ int main(int argc, char** argv) {
   options.master_address = c.master;
   options.cluster_id = c.cluster_id;
   options.secret = secret;
+  options.tls = tls;
   options.segment_name = c.name;
   options.segment_size = c.segment_size;
   options.listen_host = c.host;

@@ -48,6 +48,7 @@
 #include "node/disk_tier.h"
 #include "node/shm_segment.h"
 #include "node/shm_staging.h"
+#include "security/tls.h"
 
 namespace granary::node {
 
@@ -55,6 +56,8 @@ struct StorageNodeOptions {
   std::string master_address = "127.0.0.1:50051";  // or etcd://h1:p1[;h2:p2] (HA, docs/ha.md)
   std::string cluster_id;            // with an etcd address; empty: $GRANARY_CLUSTER_ID or granary
   std::string secret;                // the cluster's, presented to the master (security/secret.h)
+  // TLS to the master (security/tls.h); null: plain TCP. The data plane is never TLS.
+  std::shared_ptr<const security::TlsContext> tls;
   std::string segment_name;          // default: "<hostname>-<pid>-<random per process>"
   uint64_t segment_size = 0;         // required
   std::string listen_host = "127.0.0.1";

@@ -53,9 +53,10 @@ class BearerInterceptorFactory final
 // own_connection: do not share a TCP connection with other channels to the same target (gRPC
 // pools them by default), e.g. one connection per benchmark thread.
 // secret: presented on every call (empty: none).
-inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                                  bool own_connection = false,
-                                                  const std::string& secret = "") {
+// credentials: the channel's TLS (security/tls.h); null: plain TCP.
+inline std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& target, bool own_connection = false, const std::string& secret = "",
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr) {
   grpc::ChannelArguments args;
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(256 << 20);
@@ -66,13 +67,12 @@ inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   // gRPC rate-limits re-resolving the name after a failure (30 s by default), which kept a
   // channel that saw the master down broken for ~10 s after it came back.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
-  if (secret.empty()) {
-    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  }
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  if (secret.empty()) return grpc::CreateCustomChannel(target, credentials, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<BearerInterceptorFactory>(secret));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      target, grpc::InsecureChannelCredentials(), args, std::move(creators));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, credentials, args,
+                                                                std::move(creators));
 }
 
 inline void SetDeadline(grpc::ClientContext& ctx, int timeout_ms) {

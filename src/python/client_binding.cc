@@ -707,11 +707,16 @@ void RegisterClient(py::module_& m) {
                        const std::string& disk_backend, const std::string& disk_eviction,
                        const std::string& disk_io, int64_t offload_interval_ms,
                        bool warm_shared_memory, uint64_t reserve_bytes,
-                       const std::string& cluster_id, const std::string& auth_token_file) {
+                       const std::string& cluster_id, const std::string& auth_token_file,
+                       const std::string& tls_ca_file, const std::string& tls_cert_file,
+                       const std::string& tls_key_file) {
              ClientOptions o;
              o.master_address = master;
              o.cluster_id = cluster_id;
              o.auth_token_file = auth_token_file;
+             o.tls_ca_file = tls_ca_file;
+             o.tls_cert_file = tls_cert_file;
+             o.tls_key_file = tls_key_file;
              o.segment_size = segment_size;
              o.segment_name = segment_name;
              o.data_host = data_host;
@@ -748,7 +753,10 @@ void RegisterClient(py::module_& m) {
            // "granary").
            py::arg("cluster_id") = "",
            // The cluster's secret file ("": $GRANARY_AUTH_TOKEN_FILE, else none).
-           py::arg("auth_token_file") = "")
+           py::arg("auth_token_file") = "",
+           // TLS to the master ("": $GRANARY_TLS_CA / _CERT / _KEY, else plain TCP).
+           py::arg("tls_ca_file") = "", py::arg("tls_cert_file") = "",
+           py::arg("tls_key_file") = "")
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)

@@ -7,15 +7,15 @@
 
 namespace granary::security {
 
-Status PresentSecret(int fd, std::string_view secret, net::SteadyTime deadline) {
+Status PresentSecret(net::ByteStream& conn, std::string_view secret, net::SteadyTime deadline) {
   const uint8_t hello = static_cast<uint8_t>(fast::Method::kHello);
   std::string frame(fast::kHeaderSize, '\0');
   fast::EncodeHeader({hello, 0, 0, static_cast<uint32_t>(secret.size())},
                      reinterpret_cast<unsigned char*>(frame.data()));
   frame.append(secret);
-  if (Status s = net::SendAll(fd, frame, deadline); !s.ok()) return s;
+  if (Status s = conn.SendAll(frame, deadline); !s.ok()) return s;
   unsigned char header[fast::kHeaderSize];
-  if (Status s = net::RecvExact(fd, reinterpret_cast<char*>(header), sizeof(header), deadline);
+  if (Status s = conn.RecvExact(reinterpret_cast<char*>(header), sizeof(header), deadline);
       !s.ok()) {
     return s;
   }
@@ -26,7 +26,7 @@ Status PresentSecret(int fd, std::string_view secret, net::SteadyTime deadline) 
     return Status(ErrorCode::RPC_FAIL, "fast port: malformed answer to the hello");
   }
   std::string body(h.body_size, '\0');
-  if (Status s = net::RecvExact(fd, body.data(), body.size(), deadline); !s.ok()) return s;
+  if (Status s = conn.RecvExact(body.data(), body.size(), deadline); !s.ok()) return s;
   if (!(h.flags & fast::kError)) {
     if (h.method != hello) return Status(ErrorCode::RPC_FAIL, "fast port: hello answered oddly");
     return Status::Ok();

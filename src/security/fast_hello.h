@@ -5,16 +5,16 @@
 // (a master without a secret accepts any hello), UNAUTHENTICATED when it refused the secret (it
 // then closes the connection), UNAVAILABLE_IN_CURRENT_STATUS when it was over its connection cap
 // (nothing was read), or the transport's RPC_FAIL / RPC_TIMEOUT.
-// Thread safety: one caller per descriptor.
+// Thread safety: one caller per connection.
 #pragma once
 
 #include <string_view>
 
-#include "common/socket_io.h"
+#include "common/byte_stream.h"
 #include "granary/status.h"
 
 namespace granary::security {
 
-Status PresentSecret(int fd, std::string_view secret, net::SteadyTime deadline);
+Status PresentSecret(net::ByteStream& conn, std::string_view secret, net::SteadyTime deadline);
 
 }  // namespace granary::security

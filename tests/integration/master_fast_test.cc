@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "client/fast_channel.h"
+#include "common/byte_stream.h"
 #include "granary/client.h"
 #include "master_fixture.h"
 #include "proto/fast_frame.h"
@@ -273,7 +274,8 @@ TEST_F(MasterFastTest, HostileFramesCloseOnlyTheirConnection) {
   {
     int hello_fd = Connect(port);
     ASSERT_GE(hello_fd, 0);
-    ASSERT_TRUE(security::PresentSecret(hello_fd, "any-secret-at-all-0123",
+    net::ByteStream hello_conn(hello_fd, /*owns_fd=*/false);
+    ASSERT_TRUE(security::PresentSecret(hello_conn, "any-secret-at-all-0123",
                                         std::chrono::steady_clock::now() + Millis(3000))
                     .ok());
     ::close(hello_fd);

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "security/tls.h"
+
 namespace granary::it {
 
 namespace {
@@ -10,7 +12,8 @@ constexpr Millis kReadyTimeout{10'000};
 constexpr int kMaxMessageBytes = 256 << 20;
 }  // namespace
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   // A private subchannel pool: a channel made after a restart must not inherit a subchannel that
   // is still backing off from the dead master.
@@ -20,7 +23,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(
+      address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 pb::ReplicateConfig Replicas(uint32_t n) {
@@ -117,8 +121,26 @@ std::optional<ExitStatus> MasterProcess::Stop(int sig, Millis timeout) {
 }
 
 void MasterProcess::Connect() {
-  channel_ = MakeChannel(address());
+  channel_ = NewChannel();
   stub_ = pb::Master::NewStub(channel_);
+}
+
+std::shared_ptr<grpc::Channel> MasterProcess::NewChannel() const {
+  // A master serving TLS is called with its own certificate (the tests' pairs are good for both
+  // sides): the flags name the files.
+  security::TlsFiles tls{"", "", tls_ca_};
+  for (size_t i = 0; i + 1 < extra_flags_.size(); ++i) {
+    if (extra_flags_[i] == "--tls-cert") tls.cert = extra_flags_[i + 1];
+    if (extra_flags_[i] == "--tls-key") tls.key = extra_flags_[i + 1];
+    if (extra_flags_[i] == "--tls-ca") tls.ca = extra_flags_[i + 1];
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (tls.any()) {
+    auto loaded = security::TlsContext::Load(tls, security::TlsContext::Side::kClient);
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    if (loaded.ok()) credentials = (*loaded)->ChannelCredentials();
+  }
+  return MakeChannel(address(), credentials);
 }
 
 // ---- MasterClient ----

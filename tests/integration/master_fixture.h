@@ -54,7 +54,8 @@ class MasterProcess {
 
   // Picks two free ports (first call only) and starts
   //   granary-master --host 127.0.0.1 --port P --http-port H --log-level warn <extra_flags>
-  // then waits until it serves.
+  // then waits until it serves. With --tls-cert (and --tls-key, --tls-ca) among the flags, the
+  // stub calls over TLS presenting that same certificate.
   ::testing::AssertionResult Start(std::vector<std::string> extra_flags = {});
   // SIGKILL, then start again on the same ports with the same flags; a new channel and stub.
   ::testing::AssertionResult Restart();
@@ -63,6 +64,10 @@ class MasterProcess {
 
   pb::Master::Stub* stub() { return stub_.get(); }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
+  // A channel of its own (MakeChannel), over TLS as the stub's.
+  std::shared_ptr<grpc::Channel> NewChannel() const;
+  // The CA that verifies a master started with --tls-cert but no --tls-ca. Before Start.
+  void set_tls_ca(std::string path) { tls_ca_ = std::move(path); }
   uint16_t grpc_port() const { return grpc_port_; }
   uint16_t http_port() const { return http_port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
@@ -79,6 +84,7 @@ class MasterProcess {
   TempDir dir_;
   ChildProcess child_;
   std::vector<std::string> extra_flags_;
+  std::string tls_ca_;
   uint16_t grpc_port_ = 0;
   uint16_t http_port_ = 0;
   int launches_ = 0;
@@ -87,8 +93,9 @@ class MasterProcess {
 };
 
 // A fresh channel to `address` that reconnects quickly (no shared subchannel, short backoff) and
-// accepts large replies.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// accepts large replies; TLS with `credentials` (null: plain TCP).
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 // ReplicateConfig shorthand.
 pb::ReplicateConfig Replicas(uint32_t n);

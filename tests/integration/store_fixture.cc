@@ -146,7 +146,7 @@ void StoreCluster::KillNode(size_t i) { nodes_.at(i)->KillAndReap(); }
 
 std::optional<std::vector<std::string>> StoreCluster::ListSegmentNames(Millis timeout) {
   // A channel of its own per call: the master may have restarted since the last one.
-  auto channel = MakeChannel(master_address());
+  auto channel = master_.NewChannel();
   auto stub = pb::Master::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);

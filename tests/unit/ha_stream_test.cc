@@ -23,6 +23,7 @@
 #include "master/ha/standby_follower.h"
 #include "master/ha/standby_set.h"
 #include "master/ha/stream_server.h"
+#include "common/byte_stream.h"
 #include "master/ha/stream_wire.h"
 #include "master/policy/evictor.h"
 #include "master/service/fast_server.h"
@@ -33,6 +34,13 @@
 
 namespace granary::master::ha {
 namespace {
+
+// A test's socket as the stream code takes it (not owned; a plain stream keeps no state).
+struct Plain {
+  explicit Plain(int fd) : stream(fd, /*owns_fd=*/false) {}
+  operator net::ByteStream&() { return stream; }
+  net::ByteStream stream;
+};
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -76,7 +84,8 @@ struct Leader {
     // Before anything is applied: the log holds the whole history from seq 1.
     state.AddObserver(
         [this](const Operation& op, const OpResult&) { log.Append(op.seq, EncodeOperation(op)); });
-    fast.set_stream_handler([this](int fd, std::string_view request) { streams.Serve(fd, request); });
+    fast.set_stream_handler(
+        [this](net::ByteStream& conn, std::string_view request) { streams.Serve(conn, request); });
     EXPECT_TRUE(fast.Start("127.0.0.1", 0).ok());
   }
   ~Leader() {
@@ -340,9 +349,9 @@ TEST(HaStream, AStandbyFallingBehindWhileStreamingIsRefused) {
   int fds[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
   const std::string hello = Encode(FrameKind::kHello, Hello{"raw", "raw:1", base, {{1, 1}}});
-  std::thread server([&] { leader.streams.Serve(fds[0], hello); });
+  std::thread server([&] { leader.streams.Serve(Plain(fds[0]), hello); });
 
-  Result<std::string> frame = ReadFrame(fds[1], fast::kMaxFastReply, Clock::now() + 5s);
+  Result<std::string> frame = ReadFrame(Plain(fds[1]), fast::kMaxFastReply, Clock::now() + 5s);
   Welcome welcome;
   ASSERT_TRUE(frame.ok() && Decode(*frame, FrameKind::kWelcome, &welcome));
   EXPECT_FALSE(welcome.snapshot) << "the log holds its next operation";
@@ -363,7 +372,7 @@ TEST(HaStream, AStandbyFallingBehindWhileStreamingIsRefused) {
   bool refused = false;
   uint64_t next = base + 1;
   for (int i = 0; i < 100 && !refused; ++i) {  // bounded: frames until the refusal or the end
-    frame = ReadFrame(fds[1], fast::kMaxFastReply, Clock::now() + 5s);
+    frame = ReadFrame(Plain(fds[1]), fast::kMaxFastReply, Clock::now() + 5s);
     ASSERT_TRUE(frame.ok()) << frame.status().ToString();
     switch (KindOf(*frame)) {
       case FrameKind::kOps: {
@@ -389,7 +398,7 @@ TEST(HaStream, AStandbyFallingBehindWhileStreamingIsRefused) {
   EXPECT_TRUE(refused);
   EXPECT_LE(next, base + 2) << "it was streamed past what the log dropped";
   // The leader then closes the stream.
-  frame = ReadFrame(fds[1], fast::kMaxFastReply, Clock::now() + 5s);
+  frame = ReadFrame(Plain(fds[1]), fast::kMaxFastReply, Clock::now() + 5s);
   EXPECT_FALSE(frame.ok());
   server.join();
   ::close(fds[0]);
@@ -543,9 +552,9 @@ TEST(HaStream, NothingAppliedAfterStopLeadingIsStreamed) {
   int fds[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
   std::thread server([&] {
-    leader.streams.Serve(fds[0], Encode(FrameKind::kHello, Hello{"raw", "raw:1", last, {{1, 1}}}));
+    leader.streams.Serve(Plain(fds[0]), Encode(FrameKind::kHello, Hello{"raw", "raw:1", last, {{1, 1}}}));
   });
-  Result<std::string> frame = ReadFrame(fds[1], fast::kMaxFastReply, Clock::now() + 5s);
+  Result<std::string> frame = ReadFrame(Plain(fds[1]), fast::kMaxFastReply, Clock::now() + 5s);
   Welcome welcome;
   ASSERT_TRUE(frame.ok() && Decode(*frame, FrameKind::kWelcome, &welcome));
   ASSERT_FALSE(welcome.snapshot);
@@ -554,7 +563,7 @@ TEST(HaStream, NothingAppliedAfterStopLeadingIsStreamed) {
   leader.state.Ping("after");  // not of term 1's history as this stream knows it
   uint64_t streamed_past = 0;
   for (int i = 0; i < 100; ++i) {  // bounded: frames until the leader hangs up
-    frame = ReadFrame(fds[1], fast::kMaxFastReply, Clock::now() + 5s);
+    frame = ReadFrame(Plain(fds[1]), fast::kMaxFastReply, Clock::now() + 5s);
     if (!frame.ok()) break;
     if (KindOf(*frame) != FrameKind::kOps) continue;
     auto ops = SplitOps(std::string_view(*frame).substr(1));
@@ -667,8 +676,8 @@ TEST(HaStream, ANonLeaderAndAMalformedHelloAreRefused) {
   auto hello_to = [&](const std::string& body) -> Status {
     auto fd = net::ConnectTcp("127.0.0.1", leader.fast.port(), Clock::now() + 5s);
     if (!fd.ok()) return fd.status();
-    Status sent = SendFrame(*fd, body, Clock::now() + 5s, /*request=*/true);
-    Result<std::string> reply = ReadFrame(*fd, fast::kMaxFastReply, Clock::now() + 5s);
+    Status sent = SendFrame(Plain(*fd), body, Clock::now() + 5s, /*request=*/true);
+    Result<std::string> reply = ReadFrame(Plain(*fd), fast::kMaxFastReply, Clock::now() + 5s);
     ::close(*fd);
     if (!sent.ok()) return sent;
     return reply.ok() ? Status(ErrorCode::INTERNAL_ERROR, "a welcome") : reply.status();
@@ -698,12 +707,12 @@ TEST(HaStream, ASilentStandbyIsDropped) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
   const auto start = Clock::now();
   std::thread server([&] {
-    leader.streams.Serve(fds[0], Encode(FrameKind::kHello, Hello{"mute", "mute:1", 0, {}}));
+    leader.streams.Serve(Plain(fds[0]), Encode(FrameKind::kHello, Hello{"mute", "mute:1", 0, {}}));
   });
   // Reads what comes (welcome, snapshot, beats) and never answers, until the leader hangs up.
   bool ended = false;
   for (int i = 0; i < 1000 && !ended; ++i) {  // bounded: frames until the end of the stream
-    Result<std::string> frame = ReadFrame(fds[1], fast::kMaxFastReply, Clock::now() + 5s);
+    Result<std::string> frame = ReadFrame(Plain(fds[1]), fast::kMaxFastReply, Clock::now() + 5s);
     ended = !frame.ok();
   }
   const auto took = Clock::now() - start;

@@ -2,6 +2,7 @@
 // kOps bodies split or refused when torn, records that round-trip and refuse another kind,
 // truncation or trailing bytes, and frames read back over a socket, bounded by their deadline
 // and by max_body, with a refusal coming back as its coded Status.
+#include "common/byte_stream.h"
 #include "master/ha/stream_wire.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,13 @@
 
 namespace granary::master::ha {
 namespace {
+
+// A test's socket as the stream code takes it (not owned; a plain stream keeps no state).
+struct Plain {
+  explicit Plain(int fd) : stream(fd, /*owns_fd=*/false) {}
+  operator net::ByteStream&() { return stream; }
+  net::ByteStream stream;
+};
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -191,10 +199,10 @@ class HaStreamWireSocket : public ::testing::Test {
 
 TEST_F(HaStreamWireSocket, FramesRoundTrip) {
   const std::string body = Encode(FrameKind::kBeat, Beat{3, 4});
-  ASSERT_TRUE(SendFrame(fds_[0], body, Clock::now() + 1s).ok());
-  ASSERT_TRUE(SendFrame(fds_[0], body, Clock::now() + 1s, /*request=*/true).ok());
+  ASSERT_TRUE(SendFrame(Plain(fds_[0]), body, Clock::now() + 1s).ok());
+  ASSERT_TRUE(SendFrame(Plain(fds_[0]), body, Clock::now() + 1s, /*request=*/true).ok());
   for (int i = 0; i < 2; ++i) {
-    Result<std::string> got = ReadFrame(fds_[1], 1024, Clock::now() + 1s);
+    Result<std::string> got = ReadFrame(Plain(fds_[1]), 1024, Clock::now() + 1s);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(*got, body);
   }
@@ -215,20 +223,20 @@ TEST_F(HaStreamWireSocket, ARefusalComesBackAsItsCode) {
   ASSERT_TRUE(net::SendAll(fds_[0], ErrorFrame("granary:-1011:not the leader"),
                            Clock::now() + 1s)
                   .ok());
-  Result<std::string> got = ReadFrame(fds_[1], 1024, Clock::now() + 1s);
+  Result<std::string> got = ReadFrame(Plain(fds_[1]), 1024, Clock::now() + 1s);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.code(), ErrorCode::UNAVAILABLE_IN_CURRENT_MODE);
   EXPECT_NE(got.status().message().find("not the leader"), std::string::npos);
   // An uncoded refusal is still an error, not a body.
   ASSERT_TRUE(net::SendAll(fds_[0], ErrorFrame("go away"), Clock::now() + 1s).ok());
-  got = ReadFrame(fds_[1], 1024, Clock::now() + 1s);
+  got = ReadFrame(Plain(fds_[1]), 1024, Clock::now() + 1s);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.code(), ErrorCode::RPC_FAIL);
 }
 
 TEST_F(HaStreamWireSocket, ReadFrameIsBoundedByItsDeadline) {
   auto start = Clock::now();
-  Result<std::string> got = ReadFrame(fds_[1], 1024, start + 80ms);
+  Result<std::string> got = ReadFrame(Plain(fds_[1]), 1024, start + 80ms);
   auto took = Clock::now() - start;
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.code(), ErrorCode::RPC_TIMEOUT);
@@ -238,7 +246,7 @@ TEST_F(HaStreamWireSocket, ReadFrameIsBoundedByItsDeadline) {
   ::close(fds_[0]);
   fds_[0] = -1;
   start = Clock::now();
-  got = ReadFrame(fds_[1], 1024, start + 5s);
+  got = ReadFrame(Plain(fds_[1]), 1024, start + 5s);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.code(), ErrorCode::RPC_FAIL);
   EXPECT_LT(Clock::now() - start, 1s);
@@ -253,7 +261,7 @@ TEST_F(HaStreamWireSocket, AStartedFrameMayFinishAfterTheIdleDeadline) {
     std::this_thread::sleep_for(150ms);
     (void)net::SendAll(fds_[0], frame.substr(1), Clock::now() + 1s);
   });
-  Result<std::string> got = ReadFrame(fds_[1], 1024, Clock::now() + 30ms);
+  Result<std::string> got = ReadFrame(Plain(fds_[1]), 1024, Clock::now() + 30ms);
   late.join();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   Ack ack;
@@ -270,7 +278,7 @@ TEST_F(HaStreamWireSocket, ReadFrameRefusesOversizedAndForeignFrames) {
                            Clock::now() + 1s)
                   .ok());
   auto start = Clock::now();
-  Result<std::string> got = ReadFrame(fds_[1], 64, start + 2s);
+  Result<std::string> got = ReadFrame(Plain(fds_[1]), 64, start + 2s);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.code(), ErrorCode::RPC_FAIL);
   EXPECT_LT(Clock::now() - start, 1s) << "refused from the header, no waiting for the body";
@@ -280,13 +288,13 @@ TEST_F(HaStreamWireSocket, ReadFrameRefusesOversizedAndForeignFrames) {
   ASSERT_TRUE(net::SendAll(fds_[0], std::string_view(reinterpret_cast<char*>(header), 16),
                            Clock::now() + 1s)
                   .ok());
-  got = ReadFrame(fds_[1], 64, Clock::now() + 1s);
+  got = ReadFrame(Plain(fds_[1]), 64, Clock::now() + 1s);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.code(), ErrorCode::RPC_FAIL);
 
   // Garbage magic.
   ASSERT_TRUE(net::SendAll(fds_[0], std::string(16, 'G'), Clock::now() + 1s).ok());
-  got = ReadFrame(fds_[1], 64, Clock::now() + 1s);
+  got = ReadFrame(Plain(fds_[1]), 64, Clock::now() + 1s);
   ASSERT_FALSE(got.ok());
 }
 

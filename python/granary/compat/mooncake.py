@@ -430,6 +430,7 @@ class MooncakeDistributedStore:
         self._segment = ""
         self._buffer_limit = 0
         self._auth_token_file = ""  # "": $GRANARY_AUTH_TOKEN_FILE, read by the client library
+        self._tls = ("", "", "")  # ca, cert, key; "": $GRANARY_TLS_*, read by the client library
 
     # ---- setup ----
     def setup(self, local_hostname, metadata_server=None, global_segment_size=_DEFAULT_SEGMENT,
@@ -447,7 +448,9 @@ class MooncakeDistributedStore:
         even to same-host segments) and `cluster_id`, the HA cluster an etcd:// address names
         (default $GRANARY_CLUSTER_ID, else "granary"), and `auth_token_file`, the file holding
         the cluster's secret for a master started with --auth-token-file (default
-        $GRANARY_AUTH_TOKEN_FILE, else none; docs/security.md).
+        $GRANARY_AUTH_TOKEN_FILE, else none; docs/security.md), and `tls_ca_file`,
+        `tls_cert_file`, `tls_key_file` for a master serving TLS (default $GRANARY_TLS_CA,
+        $GRANARY_TLS_CERT, $GRANARY_TLS_KEY; none: plain TCP).
         enable_ssd_offload=True runs the embedded segment's SSD tier in ssd_offload_path (an
         existing, writable directory; granary-node's --disk-* defaults: 80% of its free space);
         the master's --persistence decides what goes there. Without a path or a segment, or with
@@ -455,6 +458,7 @@ class MooncakeDistributedStore:
         use_shm = True
         cluster_id = None
         auth_token_file = ""
+        tls = ("", "", "")
         if isinstance(local_hostname, dict):
             cfg = dict(local_hostname)
             local_hostname = cfg.pop("local_hostname", "")
@@ -474,6 +478,8 @@ class MooncakeDistributedStore:
             use_shm = _truthy(cfg.pop("use_shared_memory", True))
             cluster_id = cfg.pop("cluster_id", None)
             auth_token_file = os.fspath(cfg.pop("auth_token_file", "") or "")
+            tls = tuple(os.fspath(cfg.pop(k, "") or "")
+                        for k in ("tls_ca_file", "tls_cert_file", "tls_key_file"))
             for key in ("enable_egm_store_pool", "egm_numa_nodes"):
                 if _truthy(cfg.pop(key, False)) and key == "enable_egm_store_pool":
                     return _refuse(_INVALID_PARAMS, "setup: enable_egm_store_pool needs the "
@@ -524,6 +530,7 @@ class MooncakeDistributedStore:
                          "Granary's metrics are served by the master's HTTP port",
                          client_http_port)
         self._auth_token_file = auth_token_file
+        self._tls = tls
         code = self._setup_segment((master, cluster), segment, buffer, label, bind_host, port,
                                    use_shm, disk_dir)
         if code == _OK and tenant is not None:
@@ -607,7 +614,9 @@ class MooncakeDistributedStore:
                                      segment_name=segment_name, data_host=host, data_port=port,
                                      use_shared_memory=use_shm, disk_dir=disk_dir,
                                      cluster_id=cluster,
-                                     auth_token_file=self._auth_token_file)
+                                     auth_token_file=self._auth_token_file,
+                                     tls_ca_file=self._tls[0], tls_cert_file=self._tls[1],
+                                     tls_key_file=self._tls[2])
         except Error as e:
             return _refuse(e.code, f"cannot connect to the master at {master} or start the "
                                    f"embedded segment: {e}")

@@ -57,7 +57,7 @@ Status Coordinator::Start() {
   follower_ = std::make_unique<StandbyFollower>(
       state_, &log_,
       StandbyFollower::Options{member_id_, options_.advertise, options_.standby_timeout,
-                               options_.secret});
+                               options_.secret, options_.tls});
   {
     std::lock_guard lock(mu_);
     stopping_ = false;

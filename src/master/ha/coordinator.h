@@ -49,6 +49,7 @@
 #include "master/ha/stream_server.h"
 #include "master/service/serving_gate.h"
 #include "master/state/master_state.h"
+#include "security/tls.h"
 
 namespace granary::master::ha {
 
@@ -70,6 +71,7 @@ struct HaOptions {
   size_t log_bytes = 256 << 20;                   // history kept for standbys that reconnect
   int etcd_timeout_ms = 1000;
   std::string secret;  // the cluster's: a standby presents it to the leader (empty: none)
+  std::shared_ptr<const security::TlsContext> tls;  // a standby's TLS to the leader (null: none)
 };
 
 class Coordinator final : public ServingGate {

@@ -108,13 +108,24 @@ void StandbyFollower::Run() {
         }
         fd_ = *fd;
       }
-      Session(*fd, term);
+      std::unique_ptr<net::ByteStream> conn;
+      if (options_.tls != nullptr) {
+        auto secured = options_.tls->Connect(*fd, host, SteadyClock::now() + options_.timeout);
+        if (secured.ok()) {
+          conn = std::move(*secured);
+        } else if (refusals_++ % 30 == 0) {  // an operator's fault, as a wrong secret
+          GLOG_ERROR("history stream: {}", secured.status().ToString());
+        }
+      } else {
+        conn = std::make_unique<net::ByteStream>(*fd, /*owns_fd=*/true);
+      }
+      if (conn != nullptr) Session(*conn, term);
       {
         std::lock_guard lock(mu_);
         fd_ = -1;
         progress_.connected = false;
       }
-      ::close(*fd);
+      conn.reset();  // closes the socket (a failed handshake closed it already)
     }
     std::unique_lock lock(mu_);
     if (stop_) return;
@@ -123,15 +134,15 @@ void StandbyFollower::Run() {
   }
 }
 
-Status StandbyFollower::SendAck(int fd, uint64_t seq) {
-  return SendFrame(fd, Encode(FrameKind::kAck, ha::Ack{seq}),
+Status StandbyFollower::SendAck(net::ByteStream& conn, uint64_t seq) {
+  return SendFrame(conn, Encode(FrameKind::kAck, ha::Ack{seq}),
                    SteadyClock::now() + options_.timeout, false);
 }
 
-void StandbyFollower::Session(int fd, uint64_t term) {
+void StandbyFollower::Session(net::ByteStream& conn, uint64_t term) {
   const auto deadline = [&] { return SteadyClock::now() + options_.timeout; };
   if (!options_.secret.empty()) {
-    if (Status s = security::PresentSecret(fd, options_.secret, deadline()); !s.ok()) {
+    if (Status s = security::PresentSecret(conn, options_.secret, deadline()); !s.ok()) {
       // A wrong secret is an operator's fault that retrying does not mend: said once, then
       // every 30th try (a second apart).
       if (s.code() == ErrorCode::UNAUTHENTICATED) {
@@ -154,8 +165,8 @@ void StandbyFollower::Session(int fd, uint64_t term) {
     std::lock_guard lock(mu_);
     if (valid_) hello.lineage = lineage_;  // none: our history matches nobody's (a snapshot)
   }
-  if (!SendFrame(fd, Encode(FrameKind::kHello, hello), deadline(), true).ok()) return;
-  Result<std::string> frame = ReadFrame(fd, fast::kMaxFastBody, deadline());
+  if (!SendFrame(conn, Encode(FrameKind::kHello, hello), deadline(), true).ok()) return;
+  Result<std::string> frame = ReadFrame(conn, fast::kMaxFastBody, deadline());
   Welcome welcome;
   if (!frame.ok() || !Decode(*frame, FrameKind::kWelcome, &welcome)) {
     if (!frame.ok()) GLOG_DEBUG("history stream: no welcome: {}", frame.status().ToString());
@@ -171,7 +182,7 @@ void StandbyFollower::Session(int fd, uint64_t term) {
     for (;;) {  // bounded: each chunk advances the offset, or the session ends
       // The leader encodes a large state before its first chunk (seconds for millions of
       // objects): waiting only the stream's timeout for it would start over, forever.
-      frame = ReadFrame(fd, fast::kMaxFastReply, SteadyClock::now() + kSnapshotWait);
+      frame = ReadFrame(conn, fast::kMaxFastReply, SteadyClock::now() + kSnapshotWait);
       SnapshotChunk chunk;
       if (!frame.ok() || !Decode(*frame, FrameKind::kSnapshotChunk, &chunk) ||
           chunk.offset != snapshot.size() || chunk.total < chunk.offset + chunk.bytes.size()) {
@@ -203,7 +214,7 @@ void StandbyFollower::Session(int fd, uint64_t term) {
     progress_.connected = true;
     progress_.term = welcome.term;
   }
-  if (!SendAck(fd, state_->last_seq()).ok()) return;
+  if (!SendAck(conn, state_->last_seq()).ok()) return;
   // Operations are acknowledged as they arrive and applied by a second thread, in order: a reply
   // on the leader waits for one network round trip, not for this state's apply as well. A
   // received operation is as good as an applied one for a failover: promotion (Stop) first
@@ -212,7 +223,7 @@ void StandbyFollower::Session(int fd, uint64_t term) {
   uint64_t received = state_->last_seq();
   for (;;) {  // ends when the stream does; every read is bounded by the timeout
     if (applier.failed()) return;
-    frame = ReadFrame(fd, fast::kMaxFastReply, deadline());
+    frame = ReadFrame(conn, fast::kMaxFastReply, deadline());
     if (!frame.ok()) {
       GLOG_INFO("history stream from the leader of term {} ended: {}", welcome.term,
                 frame.status().ToString());
@@ -253,7 +264,7 @@ void StandbyFollower::Session(int fd, uint64_t term) {
       std::lock_guard lock(mu_);
       progress_.leader_last = std::max(progress_.leader_last, received);
     }
-    if (!SendAck(fd, received).ok()) return;
+    if (!SendAck(conn, received).ok()) return;
   }
 }
 

@@ -26,6 +26,7 @@
 #include "master/ha/replication_log.h"
 #include "master/ha/stream_wire.h"
 #include "master/state/master_state.h"
+#include "security/tls.h"
 
 namespace granary::master::ha {
 
@@ -36,6 +37,8 @@ class StandbyFollower {
     std::string advertise;  // this master's gRPC address
     std::chrono::milliseconds timeout{1000};  // a leader silent this long is left
     std::string secret;  // presented in the fast port's hello first (empty: none)
+    // The leader's fast port is TLS from this client context (null: plain TCP).
+    std::shared_ptr<const security::TlsContext> tls;
   };
   struct Progress {
     bool connected = false;
@@ -67,9 +70,9 @@ class StandbyFollower {
  private:
   void Run();
   // One connection: hello, welcome, maybe a snapshot, then operations until it ends.
-  void Session(int fd, uint64_t term);
+  void Session(net::ByteStream& conn, uint64_t term);
   uint64_t refusals_ = 0;  // hellos refused in a row (a wrong secret); the Run thread's own
-  Status SendAck(int fd, uint64_t seq);
+  Status SendAck(net::ByteStream& conn, uint64_t seq);
   // Applies one session's received frames in order on its own thread; its destructor returns
   // once every frame pushed was applied (or one was refused).
   class Applier {

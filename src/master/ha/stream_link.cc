@@ -23,9 +23,9 @@ int64_t NowNs() {
 }
 }  // namespace
 
-StreamLink::StreamLink(int fd, ReplicationLog* log, uint64_t next_seq,
+StreamLink::StreamLink(net::ByteStream* conn, ReplicationLog* log, uint64_t next_seq,
                        std::chrono::milliseconds io_timeout, size_t max_batch_bytes, OnAck on_ack)
-    : fd_(fd),
+    : conn_(conn),
       log_(log),
       io_timeout_(io_timeout),
       max_batch_bytes_(max_batch_bytes),
@@ -49,7 +49,7 @@ Status StreamLink::Flush() {
     if (r != ReplicationLog::ReadResult::kOk) {
       return Status(ErrorCode::RPC_FAIL, "the log is closed");
     }
-    if (Status s = SendFrame(fd_, batch_, SteadyClock::now() + io_timeout_); !s.ok()) {
+    if (Status s = SendFrame(*conn_, batch_, SteadyClock::now() + io_timeout_); !s.ok()) {
       broken_ = true;
       return s;
     }
@@ -60,7 +60,7 @@ Status StreamLink::Flush() {
 Status StreamLink::SendBeat(uint64_t term, uint64_t last_seq) {
   std::lock_guard lock(send_mu_);
   if (broken_.load()) return Status(ErrorCode::RPC_FAIL, "the stream is closed");
-  Status s = SendFrame(fd_, Encode(FrameKind::kBeat, Beat{term, last_seq}),
+  Status s = SendFrame(*conn_, Encode(FrameKind::kBeat, Beat{term, last_seq}),
                        SteadyClock::now() + io_timeout_);
   if (!s.ok()) broken_ = true;
   return s;
@@ -69,7 +69,7 @@ Status StreamLink::SendBeat(uint64_t term, uint64_t last_seq) {
 Status StreamLink::SendRefusal(const std::string& why) {
   std::lock_guard lock(send_mu_);
   if (broken_.load()) return Status(ErrorCode::RPC_FAIL, "the stream is closed");
-  return SendFrame(fd_, Encode(FrameKind::kRefuse, std::string(why)),
+  return SendFrame(*conn_, Encode(FrameKind::kRefuse, std::string(why)),
                    SteadyClock::now() + io_timeout_);
 }
 
@@ -87,16 +87,12 @@ Status StreamLink::ReadAcks(SteadyTime until, bool wait) {
   bool got = false;
   for (;;) {  // bounded: each pass reads, or waits once toward `until`, or returns
     if (broken_.load()) return Status(ErrorCode::RPC_FAIL, "the stream is closed");
-    const ssize_t n = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n > 0) {
-      inbox_.append(buf, static_cast<size_t>(n));
+    Result<size_t> n = conn_->RecvSome(buf, sizeof(buf));
+    if (!n.ok()) return Status(ErrorCode::RPC_FAIL, "the standby's stream: " + n.status().message());
+    if (*n > 0) {
+      inbox_.append(buf, *n);
       got = true;
       continue;
-    }
-    if (n == 0) return Status(ErrorCode::RPC_FAIL, "the standby closed the stream");
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return Status(ErrorCode::RPC_FAIL, std::string("receive: ") + std::strerror(errno));
     }
     // Nothing more for now: hand out the whole frames, then wait if asked and none came.
     size_t pos = 0;
@@ -121,7 +117,7 @@ Status StreamLink::ReadAcks(SteadyTime until, bool wait) {
     }
     inbox_.erase(0, pos);
     if (got || !wait) return Status::Ok();
-    if (!net::WaitFor(fd_, POLLIN, until)) return Status::Ok();  // nothing by `until`
+    if (!conn_->WaitReadable(until)) return Status::Ok();  // nothing by `until`
     wait = false;  // one wait per call: the caller decides whether to go on
   }
 }
@@ -143,7 +139,7 @@ bool StreamLink::Drive(uint64_t seq, SteadyTime until) {
   while (acked_.load() < seq && !broken_.load() && SteadyClock::now() < until) {  // bounded
     if (!ReadAcks(until, true).ok()) {
       broken_ = true;
-      ::shutdown(fd_, SHUT_RDWR);
+      conn_->Shutdown();
     }
   }
   return true;
@@ -154,13 +150,13 @@ void StreamLink::Poll() {
   std::lock_guard lock(read_mu_, std::adopt_lock);
   if (!ReadAcks(SteadyClock::now(), false).ok()) {
     broken_ = true;
-    ::shutdown(fd_, SHUT_RDWR);
+    conn_->Shutdown();
   }
 }
 
 void StreamLink::Close() {
   broken_ = true;
-  ::shutdown(fd_, SHUT_RDWR);  // wakes a reader or sender blocked on the socket
+  conn_->Shutdown();  // wakes a reader or sender blocked on the socket
   // Whoever is sending or reading now finishes; nobody touches the socket after this returns.
   std::lock_guard send(send_mu_);
   std::lock_guard read(read_mu_);

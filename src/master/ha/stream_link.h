@@ -11,7 +11,7 @@
 // on; a Flush() that returns OK has sent every operation applied before it was called. Only
 // one thread reads at a time; every ack read is reported, in order, through on_ack. Close() (or a
 // broken connection) makes every later call fail promptly.
-// Ownership: borrows the socket (the fast server closes it) and the log.
+// Ownership: borrows the connection (the fast server closes it) and the log.
 // Thread safety: every method from any thread.
 #pragma once
 
@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/byte_stream.h"
 #include "granary/status.h"
 #include "master/ha/replication_log.h"
 
@@ -32,7 +33,7 @@ class StreamLink {
   using SteadyTime = std::chrono::steady_clock::time_point;
   using OnAck = std::function<void(uint64_t seq)>;
 
-  StreamLink(int fd, ReplicationLog* log, uint64_t next_seq, std::chrono::milliseconds io_timeout,
+  StreamLink(net::ByteStream* conn, ReplicationLog* log, uint64_t next_seq, std::chrono::milliseconds io_timeout,
              size_t max_batch_bytes, OnAck on_ack);
 
   // Sends the operations not sent yet, up to the log's end (so every one applied before the
@@ -59,14 +60,13 @@ class StreamLink {
   SteadyTime last_ack() const;
   bool broken() const { return broken_.load(); }
   void Close();
-  int fd() const { return fd_; }
 
  private:
   // Reads and reports every complete ack frame available; waits up to `until` for the first
   // when `wait`. Caller holds read_mu_.
   Status ReadAcks(SteadyTime until, bool wait);
 
-  const int fd_;
+  net::ByteStream* const conn_;
   ReplicationLog* log_;
   const std::chrono::milliseconds io_timeout_;
   const size_t max_batch_bytes_;

@@ -33,7 +33,7 @@ bool StreamServer::Leading(uint64_t term) const {
   return term_ != 0 && term_ == term;
 }
 
-Result<uint64_t> StreamServer::SendSnapshot(int fd) {
+Result<uint64_t> StreamServer::SendSnapshot(net::ByteStream& conn) {
   uint64_t seq = 0;
   const std::string snapshot = state_->EncodeSnapshot(&seq);
   for (uint64_t offset = 0; offset < snapshot.size() || offset == 0;) {  // bounded by its size
@@ -44,7 +44,7 @@ Result<uint64_t> StreamServer::SendSnapshot(int fd) {
     offset += chunk.bytes.size();
     // A chunk may take a while on a slow link; the standby reads it as it comes.
     const auto deadline = SteadyClock::now() + options_.standby_timeout * 10;
-    if (Status s = SendFrame(fd, Encode(FrameKind::kSnapshotChunk, std::move(chunk)), deadline);
+    if (Status s = SendFrame(conn, Encode(FrameKind::kSnapshotChunk, std::move(chunk)), deadline);
         !s.ok()) {
       return s;
     }
@@ -53,7 +53,7 @@ Result<uint64_t> StreamServer::SendSnapshot(int fd) {
   return seq;
 }
 
-void StreamServer::Serve(int fd, std::string_view request) {
+void StreamServer::Serve(net::ByteStream& conn, std::string_view request) {
   Hello hello;
   uint64_t term = 0;
   Lineage lineage;
@@ -64,11 +64,11 @@ void StreamServer::Serve(int fd, std::string_view request) {
   }
   const auto deadline = [&] { return SteadyClock::now() + options_.standby_timeout; };
   if (!Decode(request, FrameKind::kHello, &hello) || hello.standby_id.empty()) {
-    (void)net::SendAll(fd, ErrorFrame("granary:-600:malformed hello"), deadline());
+    (void)conn.SendAll(ErrorFrame("granary:-600:malformed hello"), deadline());
     return;
   }
   if (term == 0) {
-    (void)net::SendAll(fd, ErrorFrame(Refusal("not the leader")), deadline());
+    (void)conn.SendAll(ErrorFrame(Refusal("not the leader")), deadline());
     return;
   }
   // Go on from the standby's position when its history is a prefix of ours and the log still
@@ -79,17 +79,17 @@ void StreamServer::Serve(int fd, std::string_view request) {
   const bool prefix = hello.last_seq > 0 && IsPrefix(hello.lineage, hello.last_seq, lineage);
   const bool in_log = next >= log_->first_seq() && next <= log_->last_seq() + 1;
   Welcome welcome{term, lineage, !(prefix && in_log), next};
-  if (Status s = SendFrame(fd, Encode(FrameKind::kWelcome, welcome), deadline()); !s.ok()) return;
+  if (Status s = SendFrame(conn, Encode(FrameKind::kWelcome, welcome), deadline()); !s.ok()) return;
 
   uint64_t from = next;
   if (welcome.snapshot) {
-    Result<uint64_t> seq = SendSnapshot(fd);
+    Result<uint64_t> seq = SendSnapshot(conn);
     if (!seq.ok()) return;
     from = *seq + 1;
   }
   const uint64_t stream = standbys_->NewStream();  // named before anyone can read an ack
   auto link = std::make_shared<StreamLink>(
-      fd, log_, from, options_.standby_timeout, options_.max_batch_bytes,
+      &conn, log_, from, options_.standby_timeout, options_.max_batch_bytes,
       [this, id = hello.standby_id, stream](uint64_t seq) { standbys_->Acked(id, stream, seq); });
   standbys_->Connected(hello.standby_id, hello.advertise, link, stream);
   GLOG_INFO("standby {} ({}) streaming from seq {}{}", hello.standby_id, hello.advertise, from,
@@ -127,7 +127,7 @@ void StreamServer::Serve(int fd, std::string_view request) {
     if (link->driven_lately(kDriven)) {
       // Replies read the acks (theirs and those of what this thread sent): stay off the socket.
       std::this_thread::sleep_for(kTick);
-    } else if (net::WaitFor(fd, POLLIN, now + kTick)) {
+    } else if (conn.WaitReadable(now + kTick)) {
       link->Poll();
     }
   }

@@ -46,12 +46,12 @@ class StreamServer {
   void Lead(uint64_t term, Lineage lineage);
   void StopLeading();
   // The fast server's kReplicate handler.
-  void Serve(int fd, std::string_view request);
+  void Serve(net::ByteStream& conn, std::string_view request);
 
  private:
   bool Leading(uint64_t term) const;
   // Sends the snapshot in chunks; returns the seq it ends at.
-  Result<uint64_t> SendSnapshot(int fd);
+  Result<uint64_t> SendSnapshot(net::ByteStream& conn);
 
   MasterState* state_;
   ReplicationLog* log_;

@@ -28,18 +28,19 @@ std::string ErrorFrame(std::string_view coded_message) {
   return out;
 }
 
-Status SendFrame(int fd, std::string_view body, net::SteadyTime deadline, bool request) {
-  return net::SendAll(fd, Frame(body, request), deadline);
+Status SendFrame(net::ByteStream& conn, std::string_view body, net::SteadyTime deadline,
+                 bool request) {
+  return conn.SendAll(Frame(body, request), deadline);
 }
 
-Result<std::string> ReadFrame(int fd, uint32_t max_body, net::SteadyTime idle_deadline) {
+Result<std::string> ReadFrame(net::ByteStream& conn, uint32_t max_body, net::SteadyTime idle_deadline) {
   unsigned char header[fast::kHeaderSize];
   // The first byte may be long in coming (an idle stream); the rest of a frame may not.
-  if (Status s = net::RecvExact(fd, reinterpret_cast<char*>(header), 1, idle_deadline); !s.ok()) {
+  if (Status s = conn.RecvExact(reinterpret_cast<char*>(header), 1, idle_deadline); !s.ok()) {
     return s;
   }
   const auto rest = std::max(idle_deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-  if (Status s = net::RecvExact(fd, reinterpret_cast<char*>(header) + 1, fast::kHeaderSize - 1, rest);
+  if (Status s = conn.RecvExact(reinterpret_cast<char*>(header) + 1, fast::kHeaderSize - 1, rest);
       !s.ok()) {
     return s;
   }
@@ -49,7 +50,7 @@ Result<std::string> ReadFrame(int fd, uint32_t max_body, net::SteadyTime idle_de
     return Status(ErrorCode::RPC_FAIL, "history stream: malformed frame header");
   }
   std::string body(h.body_size, '\0');
-  if (Status s = net::RecvExact(fd, body.data(), body.size(), rest); !s.ok()) return s;
+  if (Status s = conn.RecvExact(body.data(), body.size(), rest); !s.ok()) return s;
   if (h.flags & fast::kError) {
     if (auto coded = rpc::ParseCodedMessage(body)) return *coded;
     return Status(ErrorCode::RPC_FAIL, "history stream refused: " + body);

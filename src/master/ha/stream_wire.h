@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/socket_io.h"
+#include "common/byte_stream.h"
 #include "granary/status.h"
 #include "master/codec/binary_codec.h"
 
@@ -114,11 +114,11 @@ inline FrameKind KindOf(std::string_view body) {
 std::string Frame(std::string_view body, bool request = false);
 // The leader refusing the stream: an error frame with "granary:<code>:<message>".
 std::string ErrorFrame(std::string_view coded_message);
-Status SendFrame(int fd, std::string_view body, net::SteadyTime deadline, bool request = false);
+Status SendFrame(net::ByteStream& conn, std::string_view body, net::SteadyTime deadline, bool request = false);
 // The next frame's body. Waits for its first byte until `idle_deadline`, for the rest until
 // `idle_deadline` or 5 s after the first byte, whichever is later. A kError frame (the other side
 // refusing the stream) comes back as its coded Status.
-Result<std::string> ReadFrame(int fd, uint32_t max_body, net::SteadyTime idle_deadline);
+Result<std::string> ReadFrame(net::ByteStream& conn, uint32_t max_body, net::SteadyTime idle_deadline);
 
 // The operation records of a kOps body (after its kind byte).
 Result<std::vector<std::string_view>> SplitOps(std::string_view body);

@@ -60,6 +60,11 @@ bool SendAll(int fd, const std::string& bytes) {
   return true;
 }
 
+// A reply, sent within the read deadline (a peer that stops reading must not hold the thread).
+bool Send(net::ByteStream& conn, std::string_view bytes, int deadline_ms) {
+  return conn.SendAll(bytes, SteadyClock::now() + std::chrono::milliseconds(deadline_ms)).ok();
+}
+
 std::string Frame(uint8_t method, uint16_t flags, uint32_t request_id, size_t body_size) {
   std::string out(fast::kHeaderSize, '\0');
   fast::EncodeHeader({method, flags, request_id, static_cast<uint32_t>(body_size)},
@@ -72,8 +77,9 @@ class FrameReader {
  public:
   enum class Result { kFrame, kClosed, kIdle, kStalled, kBadHeader, kStopped };
 
-  FrameReader(int fd, int read_deadline_ms, int idle_timeout_ms, const std::atomic<bool>* stop)
-      : fd_(fd), read_deadline_ms_(read_deadline_ms), idle_ms_(idle_timeout_ms), stop_(stop) {}
+  FrameReader(net::ByteStream* conn, int read_deadline_ms, int idle_timeout_ms,
+              const std::atomic<bool>* stop)
+      : conn_(conn), read_deadline_ms_(read_deadline_ms), idle_ms_(idle_timeout_ms), stop_(stop) {}
 
   // *body views this reader's buffer: valid until the next call.
   Result Next(fast::Header* h, std::string_view* body, fast::HeaderError* why,
@@ -109,23 +115,17 @@ class FrameReader {
         until_, SteadyClock::now() + std::chrono::milliseconds(idle ? idle_ms_ : read_deadline_ms_));
     while (len_ < need) {  // bounded by the deadline: every pass waits or reads
       if (stop_->load()) return Result::kStopped;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            deadline - SteadyClock::now()).count();
-      if (left <= 0) return idle ? Result::kIdle : Result::kStalled;
-      pollfd p{fd_, POLLIN, 0};
-      int ready = ::poll(&p, 1, static_cast<int>(left));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready < 0) return Result::kClosed;
-      if (ready == 0) continue;
+      if (SteadyClock::now() >= deadline) return idle ? Result::kIdle : Result::kStalled;
+      if (!conn_->WaitReadable(deadline)) continue;  // the deadline, checked above
       // Room for what may come next, never for what a header merely announces: a peer that
       // sends headers only costs kChunk per connection, and memory doubles only as bytes arrive.
       // The buffer keeps its size between frames, so only growth is zero-filled.
       const size_t room = std::max(kChunk, std::min(need - len_, len_));
       if (buf_.size() < len_ + room) buf_.resize(len_ + room);
-      ssize_t n = ::recv(fd_, buf_.data() + len_, buf_.size() - len_, 0);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n <= 0) return Result::kClosed;
-      len_ += static_cast<size_t>(n);
+      granary::Result<size_t> n = conn_->RecvSome(buf_.data() + len_, buf_.size() - len_);
+      if (!n.ok()) return Result::kClosed;
+      if (*n == 0) continue;
+      len_ += *n;
       if (idle) {  // a frame has begun: the rest is due within the read deadline
         idle = false;
         deadline = std::min(until_,
@@ -137,7 +137,7 @@ class FrameReader {
 
   static constexpr size_t kChunk = 64 * 1024;
   static constexpr size_t kKeep = 1 << 20;  // buffer kept between frames; larger is given back
-  int fd_;
+  net::ByteStream* conn_;
   int read_deadline_ms_;
   int idle_ms_;
   const std::atomic<bool>* stop_;
@@ -157,6 +157,8 @@ FastServer::FastServer(MasterService* service, MetricsRegistry* metrics, Options
                                  "fast-port connections closed at accept (over the cap)");
   bad_frames_ = metrics->AddCounter("granary_master_fast_bad_frames_total",
                                     "fast-port connections closed for a malformed frame");
+  tls_failures_ = metrics->AddCounter("granary_master_fast_tls_failures_total",
+                                      "fast-port connections closed for a failed TLS handshake");
   open_ = metrics->AddGauge("granary_master_fast_connections", "open fast-port connections");
   for (uint8_t m = 1; m < fast::kMethodCount; ++m) {
     calls_[m] = metrics->AddCounter("granary_master_fast_calls_total",
@@ -270,8 +272,11 @@ void FastServer::AcceptLoop() {
       }
       refused_->Inc();
       // Said before any request is read, so the client knows nothing was applied and may use gRPC.
+      // Under TLS the client expects a handshake: the close itself says it (nothing was sent).
       const std::string busy = "busy";
-      (void)SendAll(fd, Frame(0, fast::kReply | fast::kError, 0, busy.size()) + busy);
+      if (tls_ == nullptr) {
+        (void)SendAll(fd, Frame(0, fast::kReply | fast::kError, 0, busy.size()) + busy);
+      }
       // Unread bytes at close() would make it a reset, which can destroy the busy frame in flight.
       ::shutdown(fd, SHUT_WR);
       char sink[4096];
@@ -292,7 +297,36 @@ void FastServer::AcceptLoop() {
 
 void FastServer::Serve(Connection* c) {
   open_->Add(1);
-  FrameReader reader(c->fd, options_.read_deadline_ms, options_.idle_timeout_ms, &stopping_);
+  struct Closed {
+    FastServer* server;
+    Connection* c;
+    ~Closed() {
+      ::shutdown(c->fd, SHUT_RDWR);
+      server->open_->Add(-1);
+      c->done = true;
+    }
+  } closed{this, c};
+  std::unique_ptr<net::ByteStream> conn;
+  if (tls_ != nullptr) {
+    // The handshake is part of the time a connection has to say hello.
+    auto secured = tls_->Accept(
+        c->fd, /*owns_fd=*/false,
+        SteadyClock::now() + std::chrono::milliseconds(options_.read_deadline_ms));
+    if (!secured.ok()) {
+      tls_failures_->Inc();
+      if (auth_ != nullptr) {
+        (void)auth_->Refuse("fast", PeerOf(c->fd), secured.status().message().c_str());
+      } else {
+        GLOG_WARN("fast port: closing a connection from {}: {}", PeerOf(c->fd),
+                  secured.status().message());
+      }
+      return;
+    }
+    conn = std::move(*secured);
+  } else {
+    conn = std::make_unique<net::ByteStream>(c->fd, /*owns_fd=*/false);
+  }
+  FrameReader reader(conn.get(), options_.read_deadline_ms, options_.idle_timeout_ms, &stopping_);
   fast::Header h;
   std::string_view body;
   Scratch scratch;  // its arena block only once the connection may call
@@ -330,22 +364,19 @@ void FastServer::Serve(Connection* c) {
     }
     if (r != FrameReader::Result::kFrame) break;  // closed by the peer, idle, or stopping
     if (h.method == static_cast<uint8_t>(fast::Method::kHello) || !authenticated) {
-      if (!Hello(c, h, body, &who)) break;
+      if (!Hello(c, *conn, h, body, &who)) break;
       authenticated = true;
       reader.set_until(SteadyClock::time_point::max());
       continue;
     }
     if (!scratch.arena_block) scratch.arena_block = std::make_unique<char[]>(kArenaBlock);
     MasterService::FastCaller caller(who);
-    if (!Handle(c->fd, h.method, h.request_id, body, &scratch, who)) break;
+    if (!Handle(*conn, h.method, h.request_id, body, &scratch, who)) break;
   }
-  ::shutdown(c->fd, SHUT_RDWR);
-  open_->Add(-1);
-  c->done = true;
 }
 
-bool FastServer::Hello(Connection* c, const fast::Header& h, std::string_view body,
-                       const security::Principal** who) {
+bool FastServer::Hello(Connection* c, net::ByteStream& conn, const fast::Header& h,
+                       std::string_view body, const security::Principal** who) {
   const int fd = c->fd;
   const bool is_hello = h.method == static_cast<uint8_t>(fast::Method::kHello);
   Status s = Status::Ok();
@@ -357,14 +388,15 @@ bool FastServer::Hello(Connection* c, const fast::Header& h, std::string_view bo
   }
   if (s.ok()) {
     c->awaiting_hello = false;
-    return SendAll(fd, Frame(h.method, fast::kReply, h.request_id, 0));
+    return Send(conn, Frame(h.method, fast::kReply, h.request_id, 0), options_.read_deadline_ms);
   }
   const std::string msg = rpc::ToGrpc(s).error_message();  // "granary:-1100:..."
-  (void)SendAll(fd, Frame(h.method, fast::kReply | fast::kError, h.request_id, msg.size()) + msg);
+  (void)Send(conn, Frame(h.method, fast::kReply | fast::kError, h.request_id, msg.size()) + msg,
+             options_.read_deadline_ms);
   return false;
 }
 
-bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
+bool FastServer::Handle(net::ByteStream& conn, uint8_t method, uint32_t request_id, std::string_view body,
                         Scratch* scratch, const security::Principal* who) {
   // One handler per method, the gRPC one: the fast port is a second transport, not a second
   // implementation. The handlers ignore their ServerContext.
@@ -390,14 +422,14 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string
     const grpc::Status handled = (service_->*handler)(nullptr, req, resp);
     if (!handled.ok()) {  // the call as a whole was answered with a code: the connection is fine
       const std::string& msg = handled.error_message();
-      return SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+      return Send(conn, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg, options_.read_deadline_ms);
     }
     const size_t size = resp->ByteSizeLong();
     if (size > fast::kMaxFastReply) {  // the client would refuse it, as gRPC's would
       GLOG_WARN("fast port: {} reply of {} bytes is over the cap; closing the connection",
                 fast::MethodName(static_cast<fast::Method>(method)), size);
       const std::string msg = "reply over the frame cap";
-      (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+      (void)Send(conn, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg, options_.read_deadline_ms);
       return false;
     }
     std::string& out = scratch->out;
@@ -406,7 +438,7 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string
                        reinterpret_cast<unsigned char*>(out.data()));
     resp->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out.data()) +
                                           fast::kHeaderSize);
-    const bool sent = SendAll(fd, out);
+    const bool sent = Send(conn, out, options_.read_deadline_ms);
     if (out.capacity() > kKeepOut) std::string().swap(out);  // a huge reply is not kept
     return sent;
   };
@@ -436,15 +468,15 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string
       calls_[method]->Inc();
       if (who != nullptr && who->tenant_only()) {  // the history holds every tenant's keys
         const std::string msg = "granary:-1101:a tenant may not stream the master's history";
-        (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+        (void)Send(conn, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg, options_.read_deadline_ms);
         return false;
       }
       if (!stream_handler_) {
         const std::string msg = "granary:-1011:this master streams no history";
-        (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+        (void)Send(conn, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg, options_.read_deadline_ms);
         return false;
       }
-      stream_handler_(fd, body);
+      stream_handler_(conn, body);
       return false;  // the stream ended: so does the connection
     }
     case fast::Method::kHello:
@@ -453,7 +485,7 @@ bool FastServer::Handle(int fd, uint8_t method, uint32_t request_id, std::string
   bad_frames_->Inc();
   GLOG_WARN("fast port: closing a connection: unknown method {}", method);
   const std::string msg = "unknown method";
-  (void)SendAll(fd, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg);
+  (void)Send(conn, Frame(method, fast::kReply | fast::kError, request_id, msg.size()) + msg, options_.read_deadline_ms);
   return false;
 }
 

@@ -28,11 +28,13 @@
 #include <string_view>
 #include <thread>
 
+#include "common/byte_stream.h"
 #include "common/metrics.h"
 #include "granary/status.h"
 #include "master/service/master_service.h"
 #include "proto/fast_frame.h"
 #include "security/authenticator.h"
+#include "security/tls.h"
 
 namespace granary::master {
 
@@ -60,13 +62,17 @@ class FastServer {
   // Serves fast::Method::kReplicate: called on the connection's thread with the connection and
   // the request's body; the connection is closed when it returns. Unset: such a request is
   // answered with an error. Set before Start.
-  using StreamHandler = std::function<void(int fd, std::string_view request)>;
+  using StreamHandler = std::function<void(net::ByteStream& conn, std::string_view request)>;
   void set_stream_handler(StreamHandler handler) { stream_handler_ = std::move(handler); }
   // With a secret, a connection's first frame must be a hello that presents it
   // (security/fast_hello.h); anything else, or a wrong secret, is answered UNAUTHENTICATED and
   // the connection closed. Without (null, or no secret), a hello is answered OK whatever it
   // carries. Borrowed; set before Start.
   void set_authenticator(const security::Authenticator* auth) { auth_ = auth; }
+  // Every connection is TLS from this server context (security/tls.h): its handshake must end
+  // within read_deadline_ms of the accept; a failed one is counted and logged (as a refusal,
+  // with an authenticator), and nothing is read. Null: plain TCP. Set before Start.
+  void set_tls(std::shared_ptr<const security::TlsContext> tls) { tls_ = std::move(tls); }
 
  private:
   struct Connection {
@@ -86,13 +92,13 @@ class FastServer {
     std::string out;
   };
   // Answers one frame; false closes the connection (the reason is logged).
-  bool Handle(int fd, uint8_t method, uint32_t request_id, std::string_view body,
+  bool Handle(net::ByteStream& conn, uint8_t method, uint32_t request_id, std::string_view body,
               Scratch* scratch, const security::Principal* who);
   void ReapFinished();  // joins connections that ended; holds mu_
   // A hello, or any frame before one on a connection that must authenticate: true keeps the
   // connection (no longer awaiting its hello), false after answering a refusal.
   // Checks the hello's secret; *who: the principal it names.
-  bool Hello(Connection* c, const fast::Header& h, std::string_view body,
+  bool Hello(Connection* c, net::ByteStream& conn, const fast::Header& h, std::string_view body,
              const security::Principal** who);
   // Before accepting one more: closes the oldest connection still without its hello when
   // max_unauthenticated are waiting. Holds mu_.
@@ -102,6 +108,7 @@ class FastServer {
   Options options_;
   StreamHandler stream_handler_;
   const security::Authenticator* auth_ = nullptr;
+  std::shared_ptr<const security::TlsContext> tls_;
   std::chrono::steady_clock::time_point last_cap_log_{};  // the acceptor's own
   int listen_fd_ = -1;
   uint16_t port_ = 0;
@@ -112,6 +119,7 @@ class FastServer {
   Counter* accepted_ = nullptr;
   Counter* refused_ = nullptr;
   Counter* bad_frames_ = nullptr;
+  Counter* tls_failures_ = nullptr;
   Gauge* open_ = nullptr;
   Counter* calls_[fast::kMethodCount] = {};  // by method number; the handlers' own metrics count both transports
 };

@@ -80,6 +80,13 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token-file", auth_token_file,
                  "file (mode 0600) holding the secret to present, if the master requires one: "
                  "the cluster's, the admin's or a tenant's token");
+  std::string tls_ca, tls_cert, tls_key;  // empty: $GRANARY_TLS_CA, _CERT, _KEY
+  app.add_option("--tls-ca", tls_ca,
+                 "TLS: the CA (PEM) that signed the master's certificate (default "
+                 "$GRANARY_TLS_CA; none: plain TCP)");
+  app.add_option("--tls-cert", tls_cert,
+                 "TLS: this client's certificate (PEM), for a master that requires one");
+  app.add_option("--tls-key", tls_key, "TLS: the key of --tls-cert (PEM, mode 0600)");
 
   std::string key, file = "-", out_path, pattern;
   bool force = false;
@@ -124,6 +131,9 @@ int main(int argc, char** argv) {
   options.master_address = master;
   options.cluster_id = cluster_id;
   options.auth_token_file = auth_token_file;
+  options.tls_ca_file = tls_ca;
+  options.tls_cert_file = tls_cert;
+  options.tls_key_file = tls_key;
   options.rpc_timeout_ms = timeout_ms;
   auto connected = Client::Connect(options);
   if (!connected.ok()) return Fail("connect to " + master, connected.status());
