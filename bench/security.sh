@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What the cluster's secret and tenants cost (docs/security.md): the same cases against a store
-# without a secret, one started with --auth-token-file, and one with a tenants file whose
-# tenant's token the client presents, alternated (open, secret, tenant, open, ...) so that a
-# drift of the machine hits each. Cases: object puts and gets of 64 KiB (Granary shm and TCP, one
+# What the cluster's secret, tenants and TLS cost (docs/security.md): the same cases against a
+# store without a secret, one started with --auth-token-file, one with a tenants file whose
+# tenant's token the client presents, and one with the secret and mutual TLS on the control plane
+# (a CA made here with openssl), alternated (open, secret, tenant, tls, open, ...) so that a drift
+# of the machine hits each. Cases: object puts and gets of 64 KiB (Granary shm and TCP, one
 # client: `granary-bench kv`; a tenant maps no segment, so its "shm" case moves bytes over TCP)
 # and metadata batches of 128 keys (`granary-bench master`, one thread, fast port and gRPC; not
 # for the tenant, whose token may not mount the benchmark's segments). The machine's limits
@@ -40,6 +41,16 @@ SECRET="$WORK/secret"
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/tenant-token"
   printf 'bench %s 64GiB\n' "$(cat "$WORK/tenant-token")" > "$WORK/tenants" )
 
+# A CA and one certificate for 127.0.0.1 (master, node and bench present it), for the tls mode.
+( cd "$WORK" && umask 077 && printf 'subjectAltName=IP:127.0.0.1\n' > san.cnf &&
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem \
+    -days 1 -subj /CN=bench-ca &&
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout peer.key -out peer.csr \
+    -subj /CN=bench-peer &&
+  openssl x509 -req -in peer.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out peer.pem -days 1 \
+    -extfile san.cnf ) > "$WORK/pki.log" 2>&1
+TLS_FLAGS=(--tls-cert "$WORK/peer.pem" --tls-key "$WORK/peer.key" --tls-ca "$WORK/ca.pem")
+
 "$BIN/granary-bench" limits --seconds 1 --disk-bytes $((64 << 20)) --json "$OUT/limits.json" > "$OUT/limits.txt"
 
 # run_mode MODE ROUND: a fresh master and node; the object and metadata cases against them.
@@ -50,6 +61,12 @@ run_mode() {
   if [ "$mode" = tenant ]; then
     master_flags+=(--tenants-file "$WORK/tenants")
     env_file=$WORK/tenant-token
+  fi
+  unset GRANARY_TLS_CA GRANARY_TLS_CERT GRANARY_TLS_KEY
+  if [ "$mode" = tls ]; then
+    master_flags+=("${TLS_FLAGS[@]}")
+    flags+=("${TLS_FLAGS[@]}")
+    export GRANARY_TLS_CA=$WORK/ca.pem GRANARY_TLS_CERT=$WORK/peer.pem GRANARY_TLS_KEY=$WORK/peer.key
   fi
   local port http name=granary-bench-sec-$$-$mode-$round
   port=$(free_port); http=$(free_port)
@@ -77,7 +94,7 @@ run_mode() {
 }
 
 for round in $(seq 1 "$ROUNDS"); do
-  for mode in open secret tenant; do
+  for mode in open secret tenant tls; do
     echo "== round $round, $mode =="
     run_mode "$mode" "$round"
   done

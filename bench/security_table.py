@@ -1,6 +1,6 @@
 """Prints bench/security.sh's results as the markdown table of docs/benchmarks.md: each case's
-median over the rounds without a secret, with one, and as a tenant, and the costs (secret / open
-- 1, tenant / open - 1).
+median over the rounds without a secret, with one, as a tenant, and with the secret and mutual
+TLS, and the costs (secret / open - 1, tenant / open - 1, tls / open - 1).
 
     python3 bench/security_table.py bench/results/security-<stamp>
 """
@@ -21,7 +21,8 @@ def main(out):
     cases = {}  # (case name, unit) -> {"open": [...], "secret": [...]}
 
     def add(name, unit, mode, value):
-        cases.setdefault((name, unit), {"open": [], "secret": [], "tenant": []})[mode].append(value)
+        modes = cases.setdefault((name, unit), {"open": [], "secret": [], "tenant": [], "tls": []})
+        modes[mode].append(value)
 
     for path in sorted(glob.glob(os.path.join(out, "kv-*.json"))):
         mode = os.path.basename(path).split("-")[1]
@@ -47,8 +48,9 @@ def main(out):
           f"loopback TCP 1 stream {limits.get('tcp_1_streams', 0):.2f} GB/s, round trip "
           f"{limits.get('tcp_rtt_64B_p50_us', 0):.1f} us p50")
     print()
-    print("| case | unit | without a secret | with a secret | cost | as a tenant | cost |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| case | unit | without a secret | with a secret | cost | as a tenant | cost "
+          "| secret + TLS | cost |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for (name, unit), v in cases.items():
         if not v["open"] or not v["secret"]:
             continue
@@ -57,11 +59,14 @@ def main(out):
         def cost(x):  # throughput: a lower rate is a cost; latency: a higher one is
             return (a / x - 1) if unit != "p50 us" else (x / a - 1)
 
-        tenant = "| - | -"
-        if v["tenant"]:
-            t = statistics.median(v["tenant"])
-            tenant = f"| {t:,.0f} | {100 * cost(t):+.1f}%"
-        print(f"| {name} | {unit} | {a:,.0f} | {b:,.0f} | {100 * cost(b):+.1f}% {tenant} |")
+        def column(mode):
+            if not v[mode]:
+                return "| - | -"
+            t = statistics.median(v[mode])
+            return f"| {t:,.0f} | {100 * cost(t):+.1f}%"
+
+        print(f"| {name} | {unit} | {a:,.0f} | {b:,.0f} | {100 * cost(b):+.1f}% "
+              f"{column('tenant')} {column('tls')} |")
 
 
 if __name__ == "__main__":

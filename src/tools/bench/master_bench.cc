@@ -86,7 +86,7 @@ struct Conn {
   Conn(const MasterBenchOptions& o)
       : stub(NewStub(o.master)),
         link(client::MasterLocator::Create(o.master, "", kDeadlineMs, /*own_connection=*/true,
-                                           BenchSecret())
+                                           BenchSecret(), BenchTls())
                  .value(),
              kDeadlineMs, PathOf(o.path)) {}
 };
@@ -192,7 +192,8 @@ int RunMasterBench(const MasterBenchOptions& o) {
   }
 
   {
-    MasterLink probe(client::MasterLocator::Create(o.master, "", kDeadlineMs, false, BenchSecret())
+    MasterLink probe(client::MasterLocator::Create(o.master, "", kDeadlineMs, false, BenchSecret(),
+                                                   BenchTls())
                          .value(),
                      kDeadlineMs,
                      PathOf(o.path));

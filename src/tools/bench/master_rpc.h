@@ -2,7 +2,8 @@
 //
 // MasterStub opens its own connection, so each bench thread measures its own channel; RpcContext
 // gives a call a deadline, so a stuck master ends a bench instead of hanging it. Both present the
-// secret of $GRANARY_AUTH_TOKEN_FILE when it is set.
+// secret of $GRANARY_AUTH_TOKEN_FILE when it is set, and speak TLS with $GRANARY_TLS_CA (_CERT,
+// _KEY) when that is.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -15,11 +16,26 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "proto/rpc_util.h"
 #include "security/secret.h"
+#include "security/tls.h"
 
 namespace granary::bench {
 
 // The cluster's secret from $GRANARY_AUTH_TOKEN_FILE, as clients read it ("" when unset; a file
 // that cannot be used ends the bench).
+// TLS from $GRANARY_TLS_CA, _CERT, _KEY, as clients read it (null when unset; files that cannot
+// be used end the bench).
+inline const std::shared_ptr<const security::TlsContext>& BenchTls() {
+  static const std::shared_ptr<const security::TlsContext> tls = [] {
+    auto loaded = security::LoadClientTls({});
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "granary-bench: %s\n", loaded.status().message().c_str());
+      std::exit(2);
+    }
+    return *loaded;
+  }();
+  return tls;
+}
+
 inline const std::string& BenchSecret() {
   static const std::string secret = [] {
     auto loaded = security::LoadClientSecret("");
@@ -33,7 +49,9 @@ inline const std::string& BenchSecret() {
 }
 
 inline std::unique_ptr<proto::Master::Stub> MasterStub(const std::string& target) {
-  return proto::Master::NewStub(rpc::MakeChannel(target, /*own_connection=*/true, BenchSecret()));
+  return proto::Master::NewStub(rpc::MakeChannel(
+      target, /*own_connection=*/true, BenchSecret(),
+      BenchTls() ? BenchTls()->ChannelCredentials() : nullptr));
 }
 
 inline std::unique_ptr<grpc::ClientContext> RpcContext(int deadline_ms) {
