@@ -14,27 +14,8 @@ ByteStream::~ByteStream() {
   if (owns_fd_ && fd_ >= 0) ::close(fd_);
 }
 
-Status ByteStream::SendAll(std::string_view bytes, SteadyTime deadline, size_t* sent_out) {
-  size_t sent = 0;
-  Status s = Status::Ok();
-  while (sent < bytes.size()) {  // bounded: each pass sends, or waits toward the deadline
-    ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (WaitFor(fd_, POLLOUT, deadline)) continue;
-      s = Status(ErrorCode::RPC_TIMEOUT, "send timed out");
-      break;
-    }
-    s = Status(ErrorCode::RPC_FAIL, std::string("send failed: ") +
-                                        (n < 0 ? std::strerror(errno) : "connection closed"));
-    break;
-  }
-  if (sent_out != nullptr) *sent_out = sent;
-  return s;
+Status ByteStream::SendAll(std::string_view bytes, SteadyTime deadline, size_t* sent) {
+  return net::SendAll(fd_, bytes, deadline, sent);
 }
 
 Result<size_t> ByteStream::RecvSome(char* out, size_t n) {

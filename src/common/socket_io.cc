@@ -77,8 +77,9 @@ Result<int> ConnectTcp(const std::string& host, uint16_t port, SteadyTime deadli
   return fd;
 }
 
-Status SendAll(int fd, std::string_view bytes, SteadyTime deadline) {
+Status SendAll(int fd, std::string_view bytes, SteadyTime deadline, size_t* sent_out) {
   size_t sent = 0;
+  Status s = Status::Ok();
   while (sent < bytes.size()) {  // bounded: each pass sends, or waits toward the deadline
     ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
@@ -87,13 +88,16 @@ Status SendAll(int fd, std::string_view bytes, SteadyTime deadline) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!WaitFor(fd, POLLOUT, deadline)) return Status(ErrorCode::RPC_TIMEOUT, "send timed out");
-      continue;
+      if (WaitFor(fd, POLLOUT, deadline)) continue;
+      s = Status(ErrorCode::RPC_TIMEOUT, "send timed out");
+      break;
     }
-    return Status(ErrorCode::RPC_FAIL, std::string("send failed: ") +
-                                           (n < 0 ? std::strerror(errno) : "connection closed"));
+    s = Status(ErrorCode::RPC_FAIL, std::string("send failed: ") +
+                                        (n < 0 ? std::strerror(errno) : "connection closed"));
+    break;
   }
-  return Status::Ok();
+  if (sent_out != nullptr) *sent_out = sent;
+  return s;
 }
 
 Status RecvExact(int fd, char* out, size_t n, SteadyTime deadline) {

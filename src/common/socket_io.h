@@ -32,7 +32,8 @@ bool WaitFor(int fd, short events, SteadyTime deadline);
 Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const std::string& what);
 // The same after resolving host:port.
 Result<int> ConnectTcp(const std::string& host, uint16_t port, SteadyTime deadline);
-Status SendAll(int fd, std::string_view bytes, SteadyTime deadline);
+// *sent (optional): the bytes that left before a failure (0: the peer saw nothing).
+Status SendAll(int fd, std::string_view bytes, SteadyTime deadline, size_t* sent = nullptr);
 // Exactly n bytes into out.
 Status RecvExact(int fd, char* out, size_t n, SteadyTime deadline);
 

@@ -94,6 +94,30 @@ TEST_F(MasterStateTest, PutOfExistingOrInFlightKeyIsAlreadyExists) {
   EXPECT_EQ(Get("r", "k").size, kMiB) << "the old value is kept";
 }
 
+// A client that lost the answer to its put (a failover) or gave up on it puts the key again:
+// its own pending write is taken over (a new generation; the old one can no longer end), and its
+// space is held until the release timeout, as a zombie's. Another client's is not.
+TEST_F(MasterStateTest, AClientPuttingAKeyAgainTakesOverItsOwnPendingWrite) {
+  MountSeg("node", "seg", 64 * kMiB);
+  ASSERT_TRUE(Start("w", "k", kMiB).status.ok());
+  const uint64_t first = Gen("k");
+  EXPECT_EQ(Start("other", "k", kMiB).status.code(), ErrorCode::OBJECT_ALREADY_EXISTS);
+  auto again = Start("w", "k", 2 * kMiB);
+  ASSERT_TRUE(again.status.ok()) << again.status.ToString();
+  const uint64_t second = Gen("k");
+  EXPECT_GT(second, first);
+  EXPECT_EQ(state_.segments().used_bytes(), 3 * kMiB) << "the first write's extent is held";
+  EXPECT_EQ(state_.PutEnd({"w", {"k"}, {7}, {first}})[0].code(), ErrorCode::ILLEGAL_CLIENT)
+      << "the given-up write can no longer end";
+  ASSERT_TRUE(End("w", "k").ok());
+  EXPECT_EQ(Get("r", "k").size, 2 * kMiB);
+  // Once committed, write-once holds for its own client too.
+  EXPECT_EQ(Start("w", "k", kMiB).status.code(), ErrorCode::OBJECT_ALREADY_EXISTS);
+  clock_.Advance(Millis(600'001));
+  state_.Sweep();
+  EXPECT_EQ(state_.segments().used_bytes(), 2 * kMiB) << "freed after the release timeout";
+}
+
 TEST_F(MasterStateTest, DuplicateKeysInOneBatch) {
   MountSeg("node", "seg", 64 * kMiB);
   auto results = state_.PutStart({"w", {"k", "k"}, {kMiB, kMiB}, {}, false});

@@ -343,11 +343,12 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
     return results;
   }
   const SegmentTable::Placement order = segments_.PlacementOrder(op.config.preferred_segments);
+  const uint64_t first_gen = next_put_gen_;  // this operation's keys get this one and later
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
-      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now);
+      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now, first_gen);
     }
   }
   return results;
@@ -355,7 +356,7 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
 
 PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, uint64_t size,
                                         const PutStartOp& op, const SegmentTable::Placement& order,
-                                        size_t rotation, int64_t now) {
+                                        size_t rotation, int64_t now, uint64_t op_first_gen) {
   if (Status s = ValidateKey(key); !s.ok()) return {s, {}};
   if (size == 0) return {Status(ErrorCode::INVALID_PARAMS, "object size is 0"), {}};
   if (size > kMaxObjectBytes) {
@@ -365,7 +366,9 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
             {}};
   }
   auto it = shard.objects.find(key);
-  if (Status s = MayWrite(shard, it, op.upsert, now); !s.ok()) return {s, {}};
+  if (Status s = MayWrite(shard, it, op.upsert, now, op.client_id, op_first_gen); !s.ok()) {
+    return {s, {}};
+  }
 
   // Preferred segments keep their order; the rest rotate per key so a batch spreads out.
   const std::vector<uint64_t>& ids = order.ids;
@@ -446,11 +449,13 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
   return results;
 }
 
-Status MasterState::MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now) {
+Status MasterState::MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now,
+                             const std::string& client_id, uint64_t op_first_gen) {
   if (it == shard.objects.end()) return Status::Ok();
   ObjectMeta& meta = it->second;
   if (meta.pending) {
-    if (!meta.pending->writer_expired &&
+    const bool retried = meta.pending->client_id == client_id && meta.pending->gen < op_first_gen;
+    if (!retried && !meta.pending->writer_expired &&
         now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
       return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being written");
     }

@@ -433,8 +433,12 @@ class MasterState {
                                                                uint64_t name, uint64_t segment_id,
                                                                uint64_t offset);
   // A key's checks before a new version may be written (StartOne, PutCommit): OK, or why not.
-  // Clears a zombie pending write (its space waits for the release timeout).
-  Status MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now);
+  // Clears a zombie pending write, and a pending write of the same client begun by an earlier
+  // operation (generation below op_first_gen): that client gave it up (its answer was lost in a
+  // failover, or its put failed) and is putting the key again; a duplicate key of the same batch
+  // is still refused. The space of a cleared write waits for the release timeout.
+  Status MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now,
+                  const std::string& client_id, uint64_t op_first_gen);
   // Makes `pending` the committed version of the key at `it` (PutEnd, PutCommit); index orders
   // new objects of one batch in their queue.
   void CommitVersion(Shard& shard, ObjectIter it, PendingWrite pending, uint64_t checksum,
@@ -464,7 +468,7 @@ class MasterState {
   uint64_t DropSegmentReplicas(uint64_t segment_id);
   PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,
                              const PutStartOp& op, const SegmentTable::Placement& order,
-                             size_t rotation, int64_t now);
+                             size_t rotation, int64_t now, uint64_t op_first_gen);
   // Removes the committed version of a complete object (remove, evict). Locked extents are freed
   // only once every read lock on them has expired.
   void DropCommitted(Shard& shard, ObjectIter it, int64_t now);

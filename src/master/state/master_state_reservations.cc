@@ -125,6 +125,7 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
   if (Status s = PersistenceError(op.config.persistence); !s.ok()) batch_error = s;
   if (!batch_error.ok()) return std::vector<Status>(n, batch_error);
   std::vector<Status> results(n);
+  const uint64_t first_gen = next_put_gen_;  // as ApplyPutStart's
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -154,7 +155,7 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
         continue;
       }
       auto it = shard.objects.find(key);
-      if (Status s = MayWrite(shard, it, op.upsert, now); !s.ok()) {
+      if (Status s = MayWrite(shard, it, op.upsert, now, op.client_id, first_gen); !s.ok()) {
         results[i] = s;
         continue;
       }
