@@ -64,6 +64,10 @@ struct ClientOptions {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  // With an etcd:// master whose etcd has auth enabled: a file (mode 0600) whose first line is
+  // USER:PASSWORD of an etcd user that may read the cluster's keys. Empty: $GRANARY_ETCD_AUTH_FILE,
+  // else none.
+  std::string etcd_auth_file;
   // > 0: this process contributes a segment of this many bytes (an embedded node).
   uint64_t segment_size = 0;
   std::string segment_name;        // embedded node's segment name (default: hostname-pid-<random>)

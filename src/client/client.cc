@@ -81,6 +81,7 @@ class ClientImpl final : public Client {
       n.cluster_id = options_.cluster_id;
       n.secret = master_->secret();
       n.tls = master_->tls();
+      n.etcd_credentials = master_->etcd_credentials();
       n.segment_name = options_.segment_name;
       n.segment_size = options_.segment_size;
       n.listen_host = options_.data_host;
@@ -920,8 +921,11 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto tls = security::LoadClientTls(
       {options.tls_cert_file, options.tls_key_file, options.tls_ca_file});
   if (!tls.ok()) return tls.status();
+  auto etcd_user = security::LoadClientEtcdAuth(options.etcd_auth_file);
+  if (!etcd_user.ok()) return etcd_user.status();
   auto locator = client::MasterLocator::Create(options.master_address, options.cluster_id,
-                                               options.rpc_timeout_ms, false, *secret, *tls);
+                                               options.rpc_timeout_ms, false, *secret, *tls,
+                                               {etcd_user->user, etcd_user->password});
   if (!locator.ok()) return locator.status();
   auto client = std::make_unique<ClientImpl>(options, std::move(*locator));
   if (Status s = client->Init(); !s.ok()) return s;

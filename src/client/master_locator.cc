@@ -33,7 +33,8 @@ Result<std::shared_ptr<MasterLocator>> MasterLocator::Create(const std::string& 
                                                              int timeout_ms,
                                                              bool own_connection,
                                                              const std::string& secret,
-                                                             std::shared_ptr<const security::TlsContext> tls) {
+                                                             std::shared_ptr<const security::TlsContext> tls,
+                                                             const etcd::EtcdCredentials& etcd_credentials) {
   std::string cluster = cluster_id;
   if (cluster.empty()) {
     const char* env = std::getenv("GRANARY_CLUSTER_ID");
@@ -41,9 +42,11 @@ Result<std::shared_ptr<MasterLocator>> MasterLocator::Create(const std::string& 
   }
   std::shared_ptr<MasterLocator> locator(
       new MasterLocator(address, cluster, timeout_ms, own_connection, secret, std::move(tls)));
+  locator->etcd_credentials_ = etcd_credentials;
   if (auto endpoints = etcd::EtcdEndpointsOf(address)) {
     // etcd's own calls are short; a failover is waited out by polling, bounded by each caller.
-    auto client = etcd::EtcdClient::Connect(*endpoints, std::min(timeout_ms, 2000));
+    auto client =
+        etcd::EtcdClient::Connect(*endpoints, std::min(timeout_ms, 2000), etcd_credentials);
     if (!client.ok()) return client.status();
     locator->etcd_ = std::move(*client);
   } else {

@@ -54,12 +54,14 @@ class MasterLocator {
   // same master (a benchmark thread each).
   // secret: the cluster's (security/secret.h), presented on every call of every channel and by
   // the fast port's connections (MasterLink); empty: none.
+  // etcd_credentials: etcd's user, for an etcd address whose etcd has auth enabled.
   // tls: the client's TLS context (security/tls.h) for every channel and fast connection; null:
   // plain TCP.
   static Result<std::shared_ptr<MasterLocator>> Create(
       const std::string& address, const std::string& cluster_id = "", int timeout_ms = 10'000,
       bool own_connection = false, const std::string& secret = "",
-      std::shared_ptr<const security::TlsContext> tls = nullptr);
+      std::shared_ptr<const security::TlsContext> tls = nullptr,
+      const etcd::EtcdCredentials& etcd_credentials = {});
   ~MasterLocator();
 
   // The master to call; null (and *why) when none could be found by the deadline.
@@ -85,6 +87,7 @@ class MasterLocator {
   int timeout_ms() const { return timeout_ms_; }
   const std::string& secret() const { return secret_; }
   const std::shared_ptr<const security::TlsContext>& tls() const { return tls_; }
+  const etcd::EtcdCredentials& etcd_credentials() const { return etcd_credentials_; }
   // Targets looked up so far (for tests and stats).
   uint64_t lookups() const { return lookups_.load(); }
 
@@ -101,6 +104,7 @@ class MasterLocator {
   const bool own_connection_;
   const std::string secret_;
   const std::shared_ptr<const security::TlsContext> tls_;
+  etcd::EtcdCredentials etcd_credentials_;
   std::unique_ptr<etcd::EtcdClient> etcd_;  // null: a fixed address
   std::mutex mu_;
   std::condition_variable looked_up_;

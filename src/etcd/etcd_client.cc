@@ -13,7 +13,8 @@ namespace granary::etcd {
 
 // ---- shared helpers (etcd_internal.h) ----
 
-std::shared_ptr<grpc::Channel> MakeEtcdChannel(const std::string& target, int timeout_ms) {
+std::shared_ptr<grpc::Channel> MakeEtcdChannel(const std::string& target, int timeout_ms,
+                                               std::shared_ptr<EtcdAuth> auth) {
   grpc::ChannelArguments args;
   args.SetLoadBalancingPolicyName("pick_first");
   // Its own connections: a second client in the process (a test's, a tool's) neither shares nor
@@ -33,7 +34,14 @@ std::shared_ptr<grpc::Channel> MakeEtcdChannel(const std::string& target, int ti
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::max(timeout_ms, 1000));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  const auto insecure = grpc::InsecureChannelCredentials();
+  if (auth == nullptr) return grpc::CreateCustomChannel(target, insecure, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
+  creators.push_back(EtcdAuth::Interceptor(auth));
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(target, insecure, args,
+                                                                         std::move(creators));
+  auth->Attach(channel);
+  return channel;
 }
 
 Status StreamTimeout(const std::string& what, grpc::Channel& channel, int timeout_ms) {
@@ -154,8 +162,10 @@ pb::RequestOp ToProto(const TxnOp& op) {
 
 class EtcdClientImpl final : public EtcdClient {
  public:
-  EtcdClientImpl(std::string endpoints, std::shared_ptr<grpc::Channel> channel, int timeout_ms)
+  EtcdClientImpl(std::string endpoints, std::shared_ptr<grpc::Channel> channel, int timeout_ms,
+                 std::shared_ptr<EtcdAuth> auth)
       : EtcdClient(std::move(endpoints)),
+        auth_(std::move(auth)),
         channel_(std::move(channel)),
         kv_(pb::KV::NewStub(channel_)),
         lease_(pb::Lease::NewStub(channel_)),
@@ -292,7 +302,7 @@ class EtcdClientImpl final : public EtcdClient {
 
   Result<std::unique_ptr<KeepAlive>> StartKeepAlive(int64_t id) override {
     if (id <= 0) return BadLease("etcd StartKeepAlive", id);
-    return std::unique_ptr<KeepAlive>(std::make_unique<KeepAliveImpl>(channel_, id, timeout_ms_));
+    return std::unique_ptr<KeepAlive>(std::make_unique<KeepAliveImpl>(channel_, id, timeout_ms_, auth_));
   }
 
   Result<std::unique_ptr<Watch>> StartWatch(const std::string& key, bool prefix,
@@ -307,7 +317,7 @@ class EtcdClientImpl final : public EtcdClient {
     spec.key = prefix && key.empty() ? std::string(1, '\0') : key;
     spec.range_end = prefix ? PrefixRangeEnd(key) : "";
     spec.start_revision = start_revision;
-    return StartWatchStream(channel_, std::move(spec), timeout_ms_, std::move(on_events),
+    return StartWatchStream(channel_, auth_, std::move(spec), timeout_ms_, std::move(on_events),
                             std::move(on_error));
   }
 
@@ -322,12 +332,24 @@ class EtcdClientImpl final : public EtcdClient {
   // nothing is sent twice.
   template <typename Fn>
   Status Call(const std::string& what, Fn&& fn) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineIn(timeout_ms_));
-    ctx.set_wait_for_ready(true);
-    return FromGrpc(fn(&ctx), what, *channel_, timeout_ms_);
+    const GrpcTime deadline = DeadlineIn(timeout_ms_);
+    // Twice at most: a call refused for its token was not applied (etcd checks it first).
+    for (int attempt = 0;; ++attempt) {
+      if (auth_ != nullptr) {
+        if (Status s = auth_->EnsureToken(deadline); !s.ok()) {
+          return Status(s.code(), what + ": " + s.message());
+        }
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      ctx.set_wait_for_ready(true);
+      const grpc::Status status = fn(&ctx);
+      if (auth_ != nullptr && attempt == 0 && EtcdAuth::Refused(status)) continue;
+      return FromGrpc(status, what, *channel_, timeout_ms_);
+    }
   }
 
+  std::shared_ptr<EtcdAuth> auth_;  // null: no user
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::KV::Stub> kv_;
   std::unique_ptr<pb::Lease::Stub> lease_;
@@ -337,7 +359,8 @@ class EtcdClientImpl final : public EtcdClient {
 }  // namespace
 
 Result<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& endpoints,
-                                                        int timeout_ms) {
+                                                        int timeout_ms,
+                                                        const EtcdCredentials& credentials) {
   if (timeout_ms <= 0) {
     return Status(ErrorCode::INVALID_PARAMS,
                   "etcd timeout must be positive, not " + std::to_string(timeout_ms));
@@ -346,8 +369,13 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& endpo
   if (!parsed.ok()) return parsed.status();
   auto target = ResolveTarget(*parsed);
   if (!target.ok()) return target.status();
+  std::shared_ptr<EtcdAuth> auth;
+  if (!credentials.user.empty()) {
+    auth = std::make_shared<EtcdAuth>(credentials.user, credentials.password);
+  }
+  auto channel = MakeEtcdChannel(*target, timeout_ms, auth);
   return std::unique_ptr<EtcdClient>(std::make_unique<EtcdClientImpl>(
-      JoinEndpoints(*parsed), MakeEtcdChannel(*target, timeout_ms), timeout_ms));
+      JoinEndpoints(*parsed), std::move(channel), timeout_ms, std::move(auth)));
 }
 
 }  // namespace granary::etcd

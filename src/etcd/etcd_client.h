@@ -27,6 +27,13 @@
 
 namespace granary::etcd {
 
+// How a client proves itself to etcd (docs/security.md, "etcd"): etcd's user and password, for
+// an etcd with `auth enable`. Empty: none.
+struct EtcdCredentials {
+  std::string user;
+  std::string password;
+};
+
 struct KeyValue {
   std::string key;
   std::string value;
@@ -120,8 +127,11 @@ class EtcdClient {
   // Parses the endpoints, resolves their hosts and opens the channel. INVALID_PARAMS for an empty
   // or malformed list (or timeout_ms <= 0); ETCD_OPERATION_ERROR when no host resolves. No call
   // is made to etcd yet (an unreachable etcd fails the first call, not Connect).
+  // With a user, the first call authenticates (etcd/etcd_auth.h), and a call etcd refuses for
+  // its token (not applied) authenticates again and is sent once more.
   static Result<std::unique_ptr<EtcdClient>> Connect(const std::string& endpoints,
-                                                     int timeout_ms = 2000);
+                                                     int timeout_ms = 2000,
+                                                     const EtcdCredentials& credentials = {});
   virtual ~EtcdClient() = default;
 
   // The key, or nullopt when absent. *revision (if given): the store's revision of the answer.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "etcd/etcd_auth.h"
 #include "etcd/etcd_client.h"
 #include "granary/etcd/etcd_v3.grpc.pb.h"
 #include "granary/status.h"
@@ -31,7 +32,9 @@ inline void RequireLeader(grpc::ClientContext* ctx) { ctx->AddMetadata("hasleade
 
 // One channel over every address of `target` (see ResolveTarget), pick_first: a call goes to one
 // member and moves to the next when that one's connection fails.
-std::shared_ptr<grpc::Channel> MakeEtcdChannel(const std::string& target, int timeout_ms);
+// With `auth`, every call but Authenticate carries its token.
+std::shared_ptr<grpc::Channel> MakeEtcdChannel(const std::string& target, int timeout_ms,
+                                               std::shared_ptr<EtcdAuth> auth = nullptr);
 
 // What every call's status means to a caller. DEADLINE_EXCEEDED is RPC_TIMEOUT when the channel
 // was connected (etcd was slow, or cut off after connecting) and ETCD_OPERATION_ERROR "no etcd

@@ -3,8 +3,9 @@
 namespace granary::etcd {
 
 KeepAliveImpl::KeepAliveImpl(std::shared_ptr<grpc::Channel> channel, int64_t lease_id,
-                             int timeout_ms)
+                             int timeout_ms, std::shared_ptr<EtcdAuth> auth)
     : channel_(std::move(channel)),
+      auth_(std::move(auth)),
       stub_(pb::Lease::NewStub(channel_)),
       lease_id_(lease_id),
       timeout_ms_(timeout_ms),
@@ -23,6 +24,9 @@ Result<int64_t> KeepAliveImpl::Renew() {
   // restarted, connection moved); a freshly opened one that fails is the answer.
   for (int round = 0; round < 2; ++round) {
     const bool fresh = !stream_.is_open();
+    if (fresh && auth_ != nullptr) {
+      if (Status s = auth_->EnsureToken(deadline); !s.ok()) return Status(s.code(), what + ": " + s.message());
+    }
     StreamStep step = fresh ? stream_.Open(deadline) : StreamStep::kOk;
     if (step == StreamStep::kOk) step = stream_.Write(request, deadline);
     pb::LeaseKeepAliveResponse response;

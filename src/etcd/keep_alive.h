@@ -19,11 +19,13 @@ namespace granary::etcd {
 
 class KeepAliveImpl final : public KeepAlive {
  public:
-  KeepAliveImpl(std::shared_ptr<grpc::Channel> channel, int64_t lease_id, int timeout_ms);
+  KeepAliveImpl(std::shared_ptr<grpc::Channel> channel, int64_t lease_id, int timeout_ms,
+                std::shared_ptr<EtcdAuth> auth = nullptr);
   Result<int64_t> Renew() override;
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<EtcdAuth> auth_;  // null: no user
   std::unique_ptr<pb::Lease::Stub> stub_;
   const int64_t lease_id_;
   const int timeout_ms_;

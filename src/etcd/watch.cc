@@ -37,9 +37,11 @@ std::vector<WatchEvent> FromProto(const pb::WatchResponse& response) {
 // What a Watch and its thread share (watch.h says why it is shared).
 class WatchLoop {
  public:
-  WatchLoop(std::shared_ptr<grpc::Channel> channel, WatchSpec spec, int timeout_ms,
-            EtcdClient::WatchCallback on_events, std::function<void(Status)> on_error)
+  WatchLoop(std::shared_ptr<grpc::Channel> channel, std::shared_ptr<EtcdAuth> auth, WatchSpec spec,
+            int timeout_ms, EtcdClient::WatchCallback on_events,
+            std::function<void(Status)> on_error)
       : channel_(std::move(channel)),
+        auth_(std::move(auth)),
         stub_(pb::Watch::NewStub(channel_)),
         spec_(std::move(spec)),
         timeout_ms_(timeout_ms),
@@ -68,6 +70,7 @@ class WatchLoop {
   bool SleepUnlessStopped(Steady::duration pause);
 
   std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<EtcdAuth> auth_;  // null: no user
   std::unique_ptr<pb::Watch::Stub> stub_;
   const WatchSpec spec_;
   const int timeout_ms_;
@@ -83,6 +86,9 @@ class WatchLoop {
 Status WatchLoop::Create(GrpcTime deadline, bool* final) {
   *final = false;
   const std::string what = "etcd Watch of '" + spec_.key + "'";
+  if (auth_ != nullptr) {
+    if (Status s = auth_->EnsureToken(deadline); !s.ok()) return Status(s.code(), what + ": " + s.message());
+  }
   StreamStep step = stream_.Open(deadline);
   if (step == StreamStep::kOk) {
     pb::WatchRequest request;
@@ -215,10 +221,12 @@ class WatchHandle final : public Watch {
 }  // namespace
 
 Result<std::unique_ptr<Watch>> StartWatchStream(std::shared_ptr<grpc::Channel> channel,
+                                                std::shared_ptr<EtcdAuth> auth,
                                                 WatchSpec spec, int timeout_ms,
                                                 EtcdClient::WatchCallback on_events,
                                                 std::function<void(Status)> on_error) {
-  auto loop = std::make_shared<WatchLoop>(std::move(channel), std::move(spec), timeout_ms,
+  auto loop = std::make_shared<WatchLoop>(std::move(channel), std::move(auth), std::move(spec),
+                                         timeout_ms,
                                           std::move(on_events), std::move(on_error));
   bool final = false;
   Status created = loop->Create(DeadlineIn(timeout_ms), &final);

@@ -27,7 +27,9 @@ struct WatchSpec {
   int64_t start_revision = 0;
 };
 
+// auth: the client's (null: none); each stream is opened with a token etcd has not refused.
 Result<std::unique_ptr<Watch>> StartWatchStream(std::shared_ptr<grpc::Channel> channel,
+                                                std::shared_ptr<EtcdAuth> auth,
                                                 WatchSpec spec, int timeout_ms,
                                                 EtcdClient::WatchCallback on_events,
                                                 std::function<void(Status)> on_error);

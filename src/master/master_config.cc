@@ -110,6 +110,9 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                    "TLS: the CA (PEM) whose certificates clients, nodes and other masters must "
                    "present (mutual TLS); a standby verifies the leader with it (without it, "
                    "with the system's roots)");
+  schema.AddString("etcd_auth_file", &c->etcd_auth_file,
+                   "HA: file (mode 0600) whose first line is USER:PASSWORD of an etcd user, for "
+                   "an etcd with auth enabled (docs/security.md); empty: none");
   schema.AddBool("insecure", &c->insecure,
                  "serve a host other than loopback without auth_token_file (anyone who reaches "
                  "the ports can then read, write and remove everything)");

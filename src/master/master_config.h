@@ -54,6 +54,7 @@ struct MasterConfig {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_ca_file;  // clients must present a certificate it signed (mutual TLS)
+  std::string etcd_auth_file;  // USER:PASSWORD of etcd's user (security/secret.h); empty: none
 
   OffloadPolicy EffectiveOffload() const {
     OffloadPolicy o;

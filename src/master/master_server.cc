@@ -84,6 +84,11 @@ Status MasterServer::Start() {
     o.log_bytes = config_.replication_log_bytes;
     o.secret = secret;  // a standby presents it to the leader's fast port
     o.tls = tls_client;
+    if (!config_.etcd_auth_file.empty()) {
+      auto user = security::LoadUserPasswordFile(config_.etcd_auth_file);
+      if (!user.ok()) return user.status();
+      o.etcd_credentials = {user->user, user->password};
+    }
     coordinator_ = std::make_unique<ha::Coordinator>(state_.get(), std::move(o), &metrics_);
     // Before anything can apply: every operation, the leader's or a replayed one, goes to the
     // log standbys stream from.

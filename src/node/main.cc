@@ -49,6 +49,7 @@ struct NodeConfig {
   int64_t data_request_timeout_ms = granary::node::StorageNodeOptions{}.data_request_timeout_ms;
   std::string auth_token_file;
   std::string tls_cert, tls_key, tls_ca;
+  std::string etcd_auth_file;
   bool insecure = false;
 };
 
@@ -126,6 +127,9 @@ int main(int argc, char** argv) {
                    "TLS: this node's certificate (PEM), for a master that requires one; with "
                    "--standalone, its master's too");
   schema.AddString("tls_key", &c.tls_key, "TLS: the key of --tls-cert (PEM, mode 0600)");
+  schema.AddString("etcd_auth_file", &c.etcd_auth_file,
+                   "with --master etcd://...: file (mode 0600) whose first line is USER:PASSWORD "
+                   "of an etcd user, for an etcd with auth enabled");
   schema.AddBool("insecure", &c.insecure,
                  "serve a host other than loopback without auth_token_file");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
@@ -158,6 +162,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     secret = std::move(*loaded);
+  }
+  etcd::EtcdCredentials etcd_user;
+  if (!c.etcd_auth_file.empty()) {
+    auto loaded = security::LoadUserPasswordFile(c.etcd_auth_file);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "granary-node: %s\n", loaded.status().message().c_str());
+      return 2;
+    }
+    etcd_user = {loaded->user, loaded->password};
   }
   const security::TlsFiles tls_files{c.tls_cert, c.tls_key, c.tls_ca};
   std::shared_ptr<const security::TlsContext> tls;
@@ -195,6 +208,7 @@ int main(int argc, char** argv) {
   options.cluster_id = c.cluster_id;
   options.secret = secret;
   options.tls = tls;
+  options.etcd_credentials = etcd_user;
   options.segment_name = c.name;
   options.segment_size = c.segment_size;
   options.listen_host = c.host;

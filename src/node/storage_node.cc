@@ -111,7 +111,8 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   node->endpoint_ = o.advertise_host + ":" + std::to_string(node->server_->port());
 
   auto locator = client::MasterLocator::Create(o.master_address, o.cluster_id, o.rpc_timeout_ms,
-                                               /*own_connection=*/false, o.secret, o.tls);
+                                               /*own_connection=*/false, o.secret, o.tls,
+                                               o.etcd_credentials);
   if (!locator.ok()) return locator.status();
   node->master_ = std::move(*locator);
   if (!o.disk.store.dir.empty()) {

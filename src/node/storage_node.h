@@ -58,6 +58,7 @@ struct StorageNodeOptions {
   std::string secret;                // the cluster's, presented to the master (security/secret.h)
   // TLS to the master (security/tls.h); null: plain TCP. The data plane is never TLS.
   std::shared_ptr<const security::TlsContext> tls;
+  etcd::EtcdCredentials etcd_credentials;  // etcd's user, with an etcd:// master (empty: none)
   std::string segment_name;          // default: "<hostname>-<pid>-<random per process>"
   uint64_t segment_size = 0;         // required
   std::string listen_host = "127.0.0.1";

@@ -141,6 +141,28 @@ Result<std::string> LoadClientSecret(const std::string& path) {
   return LoadSecretFile(env);
 }
 
+Result<UserPassword> LoadUserPasswordFile(const std::string& path) {
+  auto text = ReadPrivateFile(path, 4096, "etcd auth file");
+  if (!text.ok()) return text.status();
+  std::string_view rest = *text;
+  const std::string_view line = TrimBlanks(NextLine(&rest));
+  const size_t colon = line.find(':');
+  const auto bad = [&](const char* why) {
+    return Status(ErrorCode::INVALID_PARAMS, std::string("etcd auth file ") + path + ": " + why);
+  };
+  if (colon == std::string_view::npos) return bad("its first line is not USER:PASSWORD");
+  if (colon == 0) return bad("the user is empty");
+  if (colon + 1 == line.size()) return bad("the password is empty");
+  return UserPassword{std::string(line.substr(0, colon)), std::string(line.substr(colon + 1))};
+}
+
+Result<UserPassword> LoadClientEtcdAuth(const std::string& path) {
+  if (!path.empty()) return LoadUserPasswordFile(path);
+  const char* env = std::getenv(kEtcdAuthFileEnv);
+  if (env == nullptr || *env == '\0') return UserPassword{};
+  return LoadUserPasswordFile(env);
+}
+
 bool SecretsEqual(std::string_view a, std::string_view b) {
   // Every byte of the longer one is visited; the difference accumulates without a branch.
   const size_t n = std::max(a.size(), b.size());

@@ -47,6 +47,18 @@ Result<std::vector<std::string>> LoadAcceptedSecrets(const std::string& path);
 // `path`, else $GRANARY_AUTH_TOKEN_FILE, loaded; "" when neither names a file (no secret).
 Result<std::string> LoadClientSecret(const std::string& path);
 
+// An etcd user for a cluster whose etcd has `auth enable` (docs/security.md, "etcd"): the first
+// line of a file of mode 0600 or 0400, "USER:PASSWORD" (etcdctl --user's form); INVALID_PARAMS
+// naming the file and the fault (no colon, an empty user or password), never the password.
+struct UserPassword {
+  std::string user;
+  std::string password;
+};
+inline constexpr const char* kEtcdAuthFileEnv = "GRANARY_ETCD_AUTH_FILE";
+Result<UserPassword> LoadUserPasswordFile(const std::string& path);
+// `path`, else $GRANARY_ETCD_AUTH_FILE, loaded; an empty user when neither names a file.
+Result<UserPassword> LoadClientEtcdAuth(const std::string& path);
+
 bool SecretsEqual(std::string_view a, std::string_view b);
 
 // Addresses in 127.0.0.0/8 (IPv4-mapped too), ::1, and the name localhost. Any other name is

@@ -48,6 +48,9 @@ HaCluster::~HaCluster() {
 ::testing::AssertionResult HaCluster::Start(int masters, size_t nodes, uint64_t segment_size,
                                             std::vector<std::string> extra_flags, bool proxied) {
   if (auto started = single_ ? single_->Start() : members_->Start(); !started) return started;
+  if (etcd_setup_) {
+    if (auto set_up = etcd_setup_(endpoints()); !set_up) return set_up;
+  }
   for (int i = 0; i < masters; ++i) {
     std::vector<std::string> flags = extra_flags;
     if (proxied) {

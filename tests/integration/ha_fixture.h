@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ class HaCluster {
   ::testing::AssertionResult Start(int masters, size_t nodes, uint64_t segment_size,
                                    std::vector<std::string> extra_flags = {},
                                    bool proxied = false);
+  // Runs after etcd is up and before any master starts (e.g. etcdctl's `auth enable`).
+  void set_etcd_setup(std::function<::testing::AssertionResult(const std::string& endpoints)> f) {
+    etcd_setup_ = std::move(f);
+  }
   // One more master of the cluster (started, not waited for as a leader).
   ::testing::AssertionResult AddMaster(std::vector<std::string> extra_flags = {});
   ::testing::AssertionResult AddNode(uint64_t segment_size, std::vector<std::string> extra = {});
@@ -83,6 +88,7 @@ class HaCluster {
 
  private:
   std::string cluster_id_;
+  std::function<::testing::AssertionResult(const std::string&)> etcd_setup_;
   std::unique_ptr<EtcdServer> single_;    // one member, or
   std::unique_ptr<EtcdCluster> members_;  // several
   TempDir dir_;

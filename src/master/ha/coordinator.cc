@@ -51,7 +51,8 @@ Coordinator::~Coordinator() { Stop(); }
 void Coordinator::Record(const Operation& op) { log_.Append(op.seq, EncodeOperation(op)); }
 
 Status Coordinator::Start() {
-  auto client = etcd::EtcdClient::Connect(options_.etcd_endpoints, options_.etcd_timeout_ms);
+  auto client = etcd::EtcdClient::Connect(options_.etcd_endpoints, options_.etcd_timeout_ms,
+                                          options_.etcd_credentials);
   if (!client.ok()) return client.status();
   etcd_ = std::move(*client);
   follower_ = std::make_unique<StandbyFollower>(

@@ -72,6 +72,7 @@ struct HaOptions {
   int etcd_timeout_ms = 1000;
   std::string secret;  // the cluster's: a standby presents it to the leader (empty: none)
   std::shared_ptr<const security::TlsContext> tls;  // a standby's TLS to the leader (null: none)
+  etcd::EtcdCredentials etcd_credentials;  // etcd's user (empty: etcd without auth)
 };
 
 class Coordinator final : public ServingGate {

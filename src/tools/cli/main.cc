@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", tls_cert,
                  "TLS: this client's certificate (PEM), for a master that requires one");
   app.add_option("--tls-key", tls_key, "TLS: the key of --tls-cert (PEM, mode 0600)");
+  std::string etcd_auth_file;  // empty: $GRANARY_ETCD_AUTH_FILE
+  app.add_option("--etcd-auth-file", etcd_auth_file,
+                 "with an etcd:// master: file (mode 0600) holding USER:PASSWORD of an etcd user");
 
   std::string key, file = "-", out_path, pattern;
   bool force = false;
@@ -134,6 +137,7 @@ int main(int argc, char** argv) {
   options.tls_ca_file = tls_ca;
   options.tls_cert_file = tls_cert;
   options.tls_key_file = tls_key;
+  options.etcd_auth_file = etcd_auth_file;
   options.rpc_timeout_ms = timeout_ms;
   auto connected = Client::Connect(options);
   if (!connected.ok()) return Fail("connect to " + master, connected.status());
