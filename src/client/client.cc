@@ -689,7 +689,12 @@ std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys
     proto::BatchStatusResponse resp;
     Status e = link_.PutEnd(end, &resp);
     std::vector<Status> statuses = Statuses(e, resp, ended.size());
-    for (size_t k = 0; k < ended.size(); ++k) results[ended[k]] = statuses[k];
+    for (size_t k = 0; k < ended.size(); ++k) {
+      // Another put of the key took this one over (this client again, or a writer after the
+      // discard timeout): write-once, as "already exists" at the start.
+      const bool taken_over = statuses[k].code() == ErrorCode::ILLEGAL_CLIENT && !upsert;
+      results[ended[k]] = taken_over ? Status::Ok() : statuses[k];
+    }
   }
   return results;
 }

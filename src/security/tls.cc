@@ -242,6 +242,7 @@ Result<std::unique_ptr<net::ByteStream>> TlsContext::Accept(int fd, bool owns_fd
   SSL* ssl = SSL_new(ctx_);
   if (ssl == nullptr || !SetNonBlocking(fd) || SSL_set_fd(ssl, fd) != 1) {
     SSL_free(ssl);
+    if (owns_fd) ::close(fd);
     return Status(ErrorCode::INTERNAL_ERROR, "TLS: cannot set a connection up: " + OpenSslErrors());
   }
   SSL_set_accept_state(ssl);

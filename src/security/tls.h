@@ -49,7 +49,8 @@ class TlsContext {
   TlsContext(const TlsContext&) = delete;
   TlsContext& operator=(const TlsContext&) = delete;
 
-  // The server's handshake on an accepted socket (made non-blocking).
+  // The server's handshake on an accepted socket (made non-blocking). With owns_fd, the stream
+  // owns fd, also when the handshake fails (it is closed then).
   Result<std::unique_ptr<net::ByteStream>> Accept(int fd, bool owns_fd, net::SteadyTime deadline) const;
   // The client's handshake on a connected socket, verifying `host` (a name or an address);
   // the stream owns fd, also when the handshake fails.

@@ -137,10 +137,12 @@ TEST_F(MasterFastTest, EveryHotCallAnswersAsOverGrpc) {
   EXPECT_EQ(started_fast.results(0).replicas(0).segment_name(), "seg-a");
   EXPECT_NE(started_fast.results(0).put_gen(), 0u);
 
-  // A second start of a key being written: the same refusal either way.
+  // Another writer's start of a key being written: the same refusal either way.
+  auto other_start = start_of("fast");
+  other_start.set_client_id("other-writer");
   pb::BatchPutStartResponse again_grpc;
-  ASSERT_TRUE(grpc->BatchPutStart(ctx().get(), start_of("fast"), &again_grpc).ok());
-  auto again_fast = Fast<pb::BatchPutStartResponse>(ch, fast::Method::kPutStart, start_of("fast"));
+  ASSERT_TRUE(grpc->BatchPutStart(ctx().get(), other_start, &again_grpc).ok());
+  auto again_fast = Fast<pb::BatchPutStartResponse>(ch, fast::Method::kPutStart, other_start);
   EXPECT_NE(again_fast.results(0).code(), code::kOk);
   EXPECT_TRUE(same(again_fast, again_grpc)) << again_fast.DebugString() << again_grpc.DebugString();
 
