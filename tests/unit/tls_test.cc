@@ -4,6 +4,7 @@
 #include "security/tls.h"
 
 #include <arpa/inet.h>
+#include <openssl/ssl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -204,6 +205,34 @@ TEST_F(TlsTest, AMutualServerRefusesClientsWithoutItsCasCertificate) {
   c = Handshake(plain_server, anonymous, "127.0.0.1", &server_status);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(server_status.ok()) << server_status.ToString();
+}
+
+// A client that offers TLS 1.1 at most (OpenSSL's own client, not ours) gets no connection.
+TEST_F(TlsTest, NothingBelowTls12IsAccepted) {
+  SSL_CTX* old = SSL_CTX_new(TLS_client_method());
+  ASSERT_NE(old, nullptr);
+  SSL_CTX_set_min_proto_version(old, TLS1_VERSION);
+  SSL_CTX_set_max_proto_version(old, TLS1_1_VERSION);
+  SSL_CTX_set_security_level(old, 0);  // let it offer what it may
+  auto [cfd, sfd] = Pair();
+  Status server_status;
+  std::thread t([&, sfd = sfd] {
+    server_status = MutualServer()->Accept(sfd, /*owns_fd=*/true, Clock::now() + 5s).status();
+  });
+  SSL* ssl = SSL_new(old);
+  SSL_set_fd(ssl, cfd);
+  const int connected = SSL_connect(ssl);  // cfd is non-blocking: ConnectTcp's
+  for (int i = 0; i < 200 && connected <= 0; ++i) {  // bounded: 2 s of retries
+    const int err = SSL_get_error(ssl, connected);
+    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) break;
+    std::this_thread::sleep_for(10ms);
+    if (SSL_connect(ssl) == 1) break;
+  }
+  t.join();
+  EXPECT_EQ(server_status.code(), ErrorCode::UNAUTHENTICATED) << server_status.ToString();
+  SSL_free(ssl);
+  SSL_CTX_free(old);
+  ::close(cfd);
 }
 
 TEST_F(TlsTest, APlaintextPeerOrASilentOneEndsTheHandshakeByItsDeadline) {
