@@ -131,9 +131,7 @@ FastChannel::Stage FastChannel::Attempt(net::ByteStream& conn, const std::string
     const size_t want = header_done ? std::min(total, in.size()) : in.size();
     Result<size_t> n = conn.RecvSome(in.data() + have, want - have);
     if (!n.ok()) {
-      *status = n.status().message() == "connection closed by the peer"
-                    ? Broken("the master closed the connection")
-                    : Broken(n.status().message());
+      *status = Broken(n.status().message());  // closed by the master, or broken
       return Stage::kSent;
     }
     if (*n == 0) {

@@ -49,17 +49,14 @@ Status MasterServer::Start() {
   }
   if (Status s = credentials.Validate(); !s.ok()) return s;
   const std::string secret = credentials.cluster;
-  // TLS: the server's side for gRPC and the fast port; the client's for a standby's stream.
-  std::shared_ptr<const security::TlsContext> tls_server, tls_client;
+  // TLS: the server's side for gRPC and the fast port (a standby's client side: with HA below).
+  std::shared_ptr<const security::TlsContext> tls_server;
   const security::TlsFiles tls_files{config_.tls_cert_file, config_.tls_key_file,
                                      config_.tls_ca_file};
   if (tls_files.any()) {
     auto server = security::TlsContext::Load(tls_files, security::TlsContext::Side::kServer);
     if (!server.ok()) return server.status();
-    auto client = security::TlsContext::Load(tls_files, security::TlsContext::Side::kClient);
-    if (!client.ok()) return client.status();
     tls_server = std::move(*server);
-    tls_client = std::move(*client);
   }
   auth_ = std::make_unique<security::Authenticator>(std::move(credentials), &metrics_,
                                                     "granary_master");
@@ -83,7 +80,11 @@ Status MasterServer::Start() {
     o.standby_timeout = std::chrono::milliseconds(config_.standby_timeout_ms);
     o.log_bytes = config_.replication_log_bytes;
     o.secret = secret;  // a standby presents it to the leader's fast port
-    o.tls = tls_client;
+    if (tls_files.any()) {  // a standby presents the same certificate to the leader
+      auto client = security::TlsContext::Load(tls_files, security::TlsContext::Side::kClient);
+      if (!client.ok()) return client.status();
+      o.tls = std::move(*client);
+    }
     if (!config_.etcd_auth_file.empty()) {
       auto user = security::LoadUserPasswordFile(config_.etcd_auth_file);
       if (!user.ok()) return user.status();

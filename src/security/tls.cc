@@ -88,14 +88,8 @@ class TlsStream final : public net::ByteStream {
   Status SendAll(std::string_view bytes, net::SteadyTime deadline,
                  size_t* sent_out = nullptr) override {
     size_t sent = 0;
-    struct Report {
-      size_t* out;
-      const size_t& n;
-      ~Report() {
-        if (out != nullptr) *out = n;
-      }
-    } report{sent_out, sent};
-    while (sent < bytes.size()) {  // bounded: each pass sends, or waits toward the deadline
+    Status s = Status::Ok();
+    while (s.ok() && sent < bytes.size()) {  // bounded: each pass sends, or waits (deadline)
       int err;
       {
         std::lock_guard lock(mu_);
@@ -106,13 +100,14 @@ class TlsStream final : public net::ByteStream {
           continue;
         }
         err = SSL_get_error(ssl_, 0);
-        if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return Broken("send", err);
+        if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) s = Broken("send", err);
       }
-      if (!net::WaitFor(fd(), err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
-        return Status(ErrorCode::RPC_TIMEOUT, "send timed out");
+      if (s.ok() && !net::WaitFor(fd(), err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+        s = Status(ErrorCode::RPC_TIMEOUT, "send timed out");
       }
     }
-    return Status::Ok();
+    if (sent_out != nullptr) *sent_out = sent;
+    return s;
   }
 
   Result<size_t> RecvSome(char* out, size_t n) override {
