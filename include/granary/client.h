@@ -130,6 +130,8 @@ struct ObjectStat {
   bool hard_pinned = false;
   bool soft_pinned = false;
   uint64_t idle_ms = 0;
+  uint32_t want_replicas = 0;  // memory replicas it should have (its put's, or Replicate's)
+  bool copying = false;        // a node is making it a new replica
 };
 
 // Who leads an HA cluster and how far each standby is (docs/ha.md). For a master running
@@ -206,6 +208,10 @@ struct SegmentStatus {
   uint64_t disk_capacity = 0;
   uint64_t disk_used = 0;
   uint64_t disk_objects = 0;
+  // Drain (Client::Drain): no new placements here; what still needs a copy elsewhere.
+  bool draining = false;
+  uint64_t drain_remaining_objects = 0;
+  uint64_t drain_remaining_bytes = 0;
 };
 
 class Client {
@@ -267,6 +273,20 @@ class Client {
   virtual Result<std::vector<ObjectInfo>> QueryByRegex(const std::string& pattern,
                                                        uint32_t limit = 0) = 0;
   virtual Result<uint64_t> RemoveAll(bool force = false) = 0;
+
+  // ---- replica counts and drains (docs/operations.md) ----
+  // Sets each key's number of memory replicas (1..64). Fewer replicas: the surplus goes at once
+  // (its space waits for readers' locks). More: nodes copy from a live replica in the
+  // background, at the master's --rereplicate-mbps; a copy becomes a replica only once complete,
+  // so no reader sees a half-copied one. Stat's want_replicas and replicas show the progress.
+  virtual std::vector<Status> BatchReplicate(const std::vector<std::string>& keys,
+                                             uint32_t replica_num) = 0;
+  // Drains a segment: nothing new is placed there, its objects get their replicas elsewhere
+  // (those only it holds, in memory or on its node's disk, too), then it is unmounted and its
+  // name refused until Undrain. drop: unmount at once, copying nothing. Not for tenants.
+  virtual Status Drain(const std::string& segment, bool drop = false) = 0;
+  // Reverts a drain not finished yet, or lets a drained segment's name mount again.
+  virtual Status Undrain(const std::string& segment) = 0;
 
   // ---- the store ----
   virtual Result<std::vector<SegmentStatus>> ListSegments() = 0;

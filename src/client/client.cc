@@ -16,6 +16,7 @@
 #include "client/master_locator.h"
 #include "client/read_releaser.h"
 #include "client/replica_io.h"
+#include "client/replica_admin.h"
 #include "client/reservation_pool.h"
 #include "client/segment_directory.h"
 #include "common/checksum.h"
@@ -290,6 +291,8 @@ class ClientImpl final : public Client {
     stat.hard_pinned = resp.hard_pinned();
     stat.soft_pinned = resp.soft_pinned();
     stat.idle_ms = resp.idle_ms();
+    stat.want_replicas = resp.want_replicas();
+    stat.copying = resp.copying();
     return stat;
   }
 
@@ -359,9 +362,20 @@ class ClientImpl final : public Client {
       out.push_back({i.name(), i.node_id(), i.endpoint(), i.size(), i.used_bytes(),
                      i.free_bytes(), i.largest_free_block(), i.object_count(),
                      i.node_disk().capacity_bytes(), i.node_disk().used_bytes(),
-                     i.node_disk().object_count()});
+                     i.node_disk().object_count(), i.draining(), i.drain_remaining_objects(),
+                     i.drain_remaining_bytes()});
     }
     return out;
+  }
+  std::vector<Status> BatchReplicate(const std::vector<std::string>& keys,
+                                     uint32_t replica_num) override {
+    return client::ReplicateKeys(*master_, client_id_, keys, replica_num);
+  }
+  Status Drain(const std::string& segment, bool drop) override {
+    return client::DrainSegment(*master_, segment, drop, /*undrain=*/false);
+  }
+  Status Undrain(const std::string& segment) override {
+    return client::DrainSegment(*master_, segment, false, /*undrain=*/true);
   }
   Status Health() override {
     proto::PingRequest req;

@@ -58,6 +58,11 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                  "SSD tier: a disk-only object read this many times is copied back to memory by "
                  "its node, if its segment stays below eviction_high_watermark (0: never)",
                  0, 1'000'000);
+  schema.AddDouble("rereplicate_mbps", &c->rereplicate_mbps,
+                   "megabytes per second that nodes copy into new replicas of objects short of "
+                   "their replica count (a node died, a drain, granary replicate), all nodes "
+                   "together; 0: no re-replication",
+                   0.0, 1e6);
   schema.AddUint("shard_count", &c->shard_count, "metadata shards, each with its own lock", 1024,
                  1 << 20);
   schema.AddString("etcd", &c->etcd,

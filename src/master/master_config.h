@@ -32,6 +32,9 @@ struct MasterConfig {
   // A disk-only object read this many times gets a memory replica again (PromotionTracker);
   // 0 disables promotion.
   uint64_t promote_after = 2;
+  // Re-replication and drains (docs/operations.md): megabytes per second copied into new
+  // replicas, all nodes together; 0: none (a drain without --drop then never ends).
+  double rereplicate_mbps = 200;
 
   // High availability (docs/ha.md). Empty etcd: this master runs alone, as before.
   std::string etcd;                  // "HOST:PORT[;HOST:PORT...]" (an etcd:// prefix is accepted)

@@ -22,6 +22,7 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
   service_ = std::make_unique<MasterService>(state_.get(), evictor_.get(), &metrics_,
                                              config_.EffectiveOffload(),
                                              static_cast<uint32_t>(config_.promote_after));
+  service_->replica_planner().set_mbps(config_.rereplicate_mbps);
   RegisterMetrics();
 }
 
@@ -252,6 +253,14 @@ void MasterServer::HousekeepingLoop() {
     }
     SweepResult swept = state_->Sweep();
     discarded_puts_->Inc(swept.discarded_puts);
+    service_->FinishDrains();
+    // The state counts attached copies; the counters follow it each tick.
+    if (const uint64_t n = state_->copies_attached(); n > rereplicated_objects_->Value()) {
+      rereplicated_objects_->Inc(n - rereplicated_objects_->Value());
+    }
+    if (const uint64_t n = state_->copied_bytes(); n > rereplicated_bytes_->Value()) {
+      rereplicated_bytes_->Inc(n - rereplicated_bytes_->Value());
+    }
     EvictResult evicted = evictor_->RunIfAboveWatermark();
     if (evicted.objects > 0) {
       GLOG_DEBUG("evicted {} objects, {} bytes", evicted.objects, evicted.bytes);
@@ -310,6 +319,34 @@ void MasterServer::RegisterMetrics() {
   });
   auto single = [](double v) { return std::vector<std::pair<Labels, double>>{{{}, v}}; };
   MasterState* s = state_.get();
+  MasterService* service = service_.get();
+  metrics_.AddGaugeCallback(
+      "granary_master_rereplication_backlog_objects",
+      "objects short of their memory replica count, as of the last re-replication scan",
+      [service, single] {
+        return single(static_cast<double>(service->replica_planner().GetStats().backlog_objects));
+      });
+  metrics_.AddGaugeCallback(
+      "granary_master_rereplication_backlog_bytes", "bytes of those objects",
+      [service, single] {
+        return single(static_cast<double>(service->replica_planner().GetStats().backlog_bytes));
+      });
+  metrics_.AddGaugeCallback("granary_master_replica_copies_in_flight",
+                            "re-replication copies nodes are making now", [s, single] {
+                              return single(static_cast<double>(s->copies_in_flight()));
+                            });
+  metrics_.AddGaugeCallback("granary_master_draining_segments", "segments being drained",
+                            [s, single] {
+                              double n = 0;
+                              for (const auto& [name, mark] : s->segments().Drains()) {
+                                n += !mark.done;
+                              }
+                              return single(n);
+                            });
+  rereplicated_objects_ = metrics_.AddCounter("granary_master_rereplicated_objects_total",
+                                              "copies attached as new memory replicas");
+  rereplicated_bytes_ = metrics_.AddCounter("granary_master_rereplicated_bytes_total",
+                                            "bytes of copies attached as new memory replicas");
   metrics_.AddGaugeCallback("granary_master_objects", "complete objects",
                             [s, single] { return single(static_cast<double>(s->object_count())); });
   metrics_.AddGaugeCallback("granary_master_pending_puts", "puts between start and end",

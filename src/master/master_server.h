@@ -85,6 +85,8 @@ class MasterServer {
   Counter* eviction_runs_ = nullptr;
   Counter* expired_clients_ = nullptr;
   Counter* discarded_puts_ = nullptr;
+  Counter* rereplicated_objects_ = nullptr;  // housekeeping thread only (follows the state)
+  Counter* rereplicated_bytes_ = nullptr;
 };
 
 }  // namespace granary::master

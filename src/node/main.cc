@@ -42,6 +42,7 @@ struct NodeConfig {
   std::string disk_eviction = granary::node::DiskTierSettings{}.eviction;
   std::string disk_io = granary::node::DiskTierSettings{}.io;
   int64_t offload_interval_ms = granary::node::DiskTierSettings{}.offload_interval_ms;
+  int64_t copy_interval_ms = granary::node::StorageNodeOptions{}.copy_interval_ms;
   uint64_t disk_shm_staging = granary::node::StorageNodeOptions{}.disk_shm_staging_bytes;
   int64_t disk_staging_ttl_ms = granary::node::StorageNodeOptions{}.disk_staging_ttl_ms;
   uint64_t data_max_connections = granary::node::StorageNodeOptions{}.data_max_connections;
@@ -113,6 +114,9 @@ int main(int argc, char** argv) {
   schema.AddString("disk_io", &c.disk_io, "SSD tier: auto (io_uring where it works), uring or posix");
   schema.AddDurationMs("offload_interval", &c.offload_interval_ms,
                        "SSD tier: how often to ask the master what to copy to disk");
+  schema.AddDurationMs("copy_interval", &c.copy_interval_ms,
+                       "re-replication: how often to ask the master for copies to make into this "
+                       "node's segment while it has none (0: this node makes no copies)");
   schema.AddSize("disk_shm_staging", &c.disk_shm_staging,
                  "SSD tier: shared-memory staging for same-host clients' loads (0: TCP only)");
   schema.AddDurationMs("disk_staging_ttl", &c.disk_staging_ttl_ms,
@@ -216,6 +220,7 @@ int main(int argc, char** argv) {
   options.port = c.port;
   options.prefault = c.prefault;
   options.heartbeat_interval_ms = c.heartbeat_interval_ms;
+  options.copy_interval_ms = c.copy_interval_ms;
   options.reclaim_interval_ms = c.reclaim_interval_ms;
   options.data_max_connections = c.data_max_connections;
   options.data_io_threads = c.data_io_threads;

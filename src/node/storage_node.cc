@@ -146,6 +146,15 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   }
   node->heartbeat_ = std::thread([n = node.get()] { n->HeartbeatLoop(); });
   if (node->disk_) node->disk_->Start();
+  if (o.copy_interval_ms > 0) {
+    ReplicaCopierOptions co;
+    co.node_id = node->client_id_;
+    co.interval_ms = o.copy_interval_ms;
+    co.rpc_timeout_ms = o.rpc_timeout_ms;
+    node->copier_ = std::make_unique<ReplicaCopier>(
+        co, [n = node.get()] { return n->segment(); }, node->master_.get());
+    node->copier_->Start();
+  }
   GLOG_INFO("node {}: segment {} ({} bytes) served at {}", node->client_id_, o.segment_name,
             o.segment_size, node->endpoint_);
   return node;
@@ -298,6 +307,7 @@ void StorageNode::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  if (copier_) copier_->Stop();
   if (disk_) disk_->Stop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (master_ && mounted_) {

@@ -46,6 +46,7 @@
 #include "node/data_server.h"
 #include "node/segment_populator.h"
 #include "node/disk_tier.h"
+#include "node/replica_copier.h"
 #include "node/shm_segment.h"
 #include "node/shm_staging.h"
 #include "security/tls.h"
@@ -82,6 +83,9 @@ struct StorageNodeOptions {
   // "<segment shm name>-stage" in /dev/shm. 0, or a region that cannot be made: TCP loads only.
   uint64_t disk_shm_staging_bytes = 256ull << 20;
   int64_t disk_staging_ttl_ms = 30'000;  // a staged slot not released this long is reclaimed
+  // Re-replication (node/replica_copier.h): how often to ask the master for copies to make
+  // while it has none. 0: this node makes no copies.
+  int64_t copy_interval_ms = 1000;
 };
 
 class StorageNode {
@@ -105,6 +109,7 @@ class StorageNode {
   bool mounted() const { return mounted_.load(); }
   DiskTier* disk() { return disk_.get(); }  // null without a disk tier
   ShmStaging* staging() { return staging_.get(); }  // null without same-host disk staging
+  ReplicaCopier* copier() { return copier_.get(); }  // null with copy_interval_ms 0
 
  private:
   explicit StorageNode(StorageNodeOptions options);
@@ -129,7 +134,8 @@ class StorageNode {
   std::unique_ptr<ShmStaging> staging_;  // outlives server_ (declared before it)
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<DiskTier> disk_;
-  std::shared_ptr<client::MasterLocator> master_;  // the master, or the HA cluster's leader
+  std::shared_ptr<client::MasterLocator> master_;
+  std::unique_ptr<ReplicaCopier> copier_;  // stopped before the segment goes  // the master, or the HA cluster's leader
   std::atomic<bool> mounted_{false};
 
   std::chrono::steady_clock::time_point last_reclaim_{};  // heartbeat thread only

@@ -24,7 +24,8 @@ const char* const kMethods[] = {
     "BatchFinishRead", "BatchExist",        "BatchGetSize",    "BatchPrefixMatch",
     "StatObject",    "BatchRemove",         "RemoveByRegex",   "QueryByRegex", "RemoveAll",
     "DiskRegister",  "DiskDrop",            "OffloadStart",    "OffloadEnd", "PromoteEnd",
-    "Reserve",       "BatchPutCommit",      "ReleaseReservations", "ClusterStatus"};
+    "Reserve",       "BatchPutCommit",      "ReleaseReservations", "ClusterStatus",
+    "Replicate",     "ReplicaCopyStart",    "ReplicaCopyEnd",  "Drain"};
 
 SegmentSpec FromProto(const proto::SegmentSpec& s) {
   return {s.name(),    s.size(),  s.endpoint(),       s.shm_name(),
@@ -49,7 +50,7 @@ PlacementConfig ToPlacement(const proto::ReplicateConfig& c) {
 MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegistry* metrics,
                              OffloadPolicy offload, uint32_t promote_after)
     : state_(state), evictor_(evictor), registry_(metrics), planner_(state, offload),
-      promotions_(promote_after) {
+      promotions_(promote_after), replicas_(state) {
   const std::vector<double> bounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                       0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
   for (const char* method : kMethods) {
@@ -246,9 +247,15 @@ grpc::Status MasterService::ListSegments(Ctx* ctx, const proto::ListSegmentsRequ
   const Principal* who = nullptr;
   Admission admission(gate_, CallKind::kQuery, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
+  const ReplicaPlanner::Stats replication = replicas_.GetStats();
   std::lock_guard disks_lock(disks_mu_);
   for (const auto& u : state_->segments().Usage()) {
     proto::SegmentInfo* info = resp->add_segments();
+    info->set_draining(u.draining);
+    if (auto p = replication.drains.find(u.identity->name); p != replication.drains.end()) {
+      info->set_drain_remaining_objects(p->second.objects);
+      info->set_drain_remaining_bytes(p->second.bytes);
+    }
     info->set_segment_id(u.identity->id);
     info->set_name(u.identity->name);
     info->set_node_id(u.identity->client_id);
@@ -270,6 +277,20 @@ grpc::Status MasterService::ListSegments(Ctx* ctx, const proto::ListSegmentsRequ
   }
   resp->set_view_version(state_->segments().view_version());
   resp->set_fast_port(fast_port_.load());
+  for (const auto& [name, mark] : state_->segments().Drains()) {
+    proto::DrainInfo* d = resp->add_drains();
+    d->set_name(name);
+    d->set_drop(mark.drop);
+    d->set_done(mark.done);
+    d->set_start_unix_ms(mark.start_ms);
+    if (auto p = replication.drains.find(name); p != replication.drains.end() && !mark.done) {
+      d->set_remaining_objects(p->second.objects);
+      d->set_remaining_bytes(p->second.bytes);
+    }
+  }
+  resp->set_rereplication_backlog_objects(replication.backlog_objects);
+  resp->set_rereplication_backlog_bytes(replication.backlog_bytes);
+  resp->set_copies_in_flight(state_->copies_in_flight());
   return admission.Finish();
 }
 
@@ -673,6 +694,8 @@ grpc::Status MasterService::StatObject(Ctx* ctx, const proto::StatObjectRequest*
   resp->set_hard_pinned(stat->hard_pinned);
   resp->set_soft_pinned(stat->soft_pinned);
   resp->set_idle_ms(static_cast<uint64_t>(std::max<int64_t>(stat->idle_ms, 0)));
+  resp->set_want_replicas(stat->want_replicas);
+  resp->set_copying(stat->copying);
   return admission.Finish();
 }
 

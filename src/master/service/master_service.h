@@ -28,6 +28,7 @@
 #include "granary/proto/master.grpc.pb.h"
 #include "master/policy/evictor.h"
 #include "master/policy/offload_planner.h"
+#include "master/policy/replica_planner.h"
 #include "master/service/serving_gate.h"
 #include "master/state/master_state.h"
 #include "security/authenticator.h"
@@ -107,6 +108,18 @@ class MasterService final : public proto::Master::Service {
                           proto::BatchStatusResponse*) override;
   grpc::Status ClusterStatus(Ctx*, const proto::ClusterStatusRequest*,
                              proto::ClusterStatusResponse*) override;
+  // Replica counts, re-replication and drains (master_service_replicas.cc).
+  grpc::Status Replicate(Ctx*, const proto::ReplicateRequest*,
+                         proto::BatchStatusResponse*) override;
+  grpc::Status ReplicaCopyStart(Ctx*, const proto::ReplicaCopyStartRequest*,
+                                proto::ReplicaCopyStartResponse*) override;
+  grpc::Status ReplicaCopyEnd(Ctx*, const proto::ReplicaCopyEndRequest*,
+                              proto::BatchStatusResponse*) override;
+  grpc::Status Drain(Ctx*, const proto::DrainRequest*, proto::DrainResponse*) override;
+  // The leader's housekeeping: unmounts the segments whose drain has nothing left to copy.
+  // Returns how many.
+  size_t FinishDrains();
+  ReplicaPlanner& replica_planner() { return replicas_; }
   // Fills ClusterStatus's answer (HA); unset: a master running alone. Set before serving.
   using ClusterStatusSource = std::function<void(proto::ClusterStatusResponse*)>;
   void set_cluster_status(ClusterStatusSource source) { cluster_status_ = std::move(source); }
@@ -238,6 +251,7 @@ class MasterService final : public proto::Master::Service {
   MetricsRegistry* registry_;
   OffloadPlanner planner_;
   PromotionTracker promotions_;
+  ReplicaPlanner replicas_;
   // Fills the answer's promotions: the node's earlier rounds end, due keys start (a logged
   // PromoteStart, only when there is something to end or start).
   void StartPromotions(const proto::OffloadStartRequest& req, const std::vector<uint64_t>& own,

@@ -45,6 +45,12 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
                                                  " exceeds the maximum of 1 PiB");
   }
   std::unique_lock lock(mu_);
+  auto drain = drains_.find(name);
+  if (drain != drains_.end() && drain->second.done) {
+    return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                  "segment '" + name + "' is drained: 'granary undrain " + name +
+                      "' lets it mount again");
+  }
   if (auto it = by_name_.find(name); it != by_name_.end()) {
     const auto& existing = segments_.at(it->second)->identity;
     if (existing->client_id == client_id && existing->size == size &&
@@ -76,6 +82,7 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
   identity->capabilities_required = spec.capabilities_required;
   identity->usable_from_ms = spec.fresh ? 0 : now_ms + std::max<int64_t>(quarantine_ms, 0);
   auto segment = std::make_unique<Segment>(identity, size);
+  segment->draining = drain != drains_.end();
   total_capacity_ += segment->allocator.capacity();
   by_name_[name] = identity->id;
   segments_.emplace(identity->id, std::move(segment));
@@ -117,6 +124,7 @@ std::optional<Extent> SegmentTable::AllocateOn(const std::vector<uint64_t>& cand
     if (it == segments_.end()) continue;
     Segment& segment = *it->second;
     if (segment.identity->usable_from_ms > now_ms) continue;  // quarantined remount
+    if (segment.draining) continue;
     std::lock_guard seg_lock(segment.mu);
     auto allocation = segment.allocator.Allocate(size);
     if (!allocation) continue;
@@ -208,7 +216,7 @@ std::vector<SegmentUsage> SegmentTable::Usage() const {
   for (const auto& [id, segment] : segments_) {
     std::lock_guard seg_lock(segment->mu);
     out.push_back({segment->identity, segment->allocator.GetStats(),
-                   segment->replica_count.load(std::memory_order_relaxed)});
+                   segment->replica_count.load(std::memory_order_relaxed), segment->draining});
   }
   return out;
 }
@@ -224,6 +232,47 @@ std::vector<OffsetAllocator::Block> SegmentTable::FreeBlocks(uint64_t id) const 
 size_t SegmentTable::segment_count() const {
   std::shared_lock lock(mu_);
   return segments_.size();
+}
+
+Status SegmentTable::StartDrain(const std::string& name, bool drop, int64_t now_ms) {
+  std::unique_lock lock(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND, "no segment named '" + name + "' is mounted");
+  }
+  if (drains_.count(name)) {
+    return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "segment '" + name + "' is draining already");
+  }
+  drains_[name] = DrainMark{drop, now_ms, false};
+  segments_.at(it->second)->draining = true;
+  view_version_++;
+  return Status::Ok();
+}
+
+Status SegmentTable::StopDrain(const std::string& name) {
+  std::unique_lock lock(mu_);
+  if (drains_.erase(name) == 0) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment '" + name + "' is not draining");
+  }
+  if (auto it = by_name_.find(name); it != by_name_.end()) segments_.at(it->second)->draining = false;
+  view_version_++;
+  return Status::Ok();
+}
+
+void SegmentTable::MarkDrained(const std::string& name) {
+  std::unique_lock lock(mu_);
+  if (auto it = drains_.find(name); it != drains_.end()) it->second.done = true;
+}
+
+std::map<std::string, DrainMark> SegmentTable::Drains() const {
+  std::shared_lock lock(mu_);
+  return drains_;
+}
+
+bool SegmentTable::IsDraining(uint64_t id) const {
+  std::shared_lock lock(mu_);
+  auto it = segments_.find(id);
+  return it != segments_.end() && it->second->draining;
 }
 
 uint64_t SegmentTable::LargestCapacity() const {
@@ -262,6 +311,16 @@ void SegmentTable::Encode(Encoder& out) const {
     out(replicas);
     std::lock_guard seg_lock(segment->mu);
     segment->allocator.Encode(out);
+  }
+  uint64_t drains = drains_.size();
+  out(drains);
+  for (const auto& [name, mark] : drains_) {
+    std::string n = name;
+    DrainMark m = mark;
+    out(n);
+    out(m.drop);
+    out(m.start_ms);
+    out(m.done);
   }
 }
 
@@ -306,7 +365,22 @@ bool SegmentTable::Decode(Decoder& in) {
     by_name[identity->name] = identity->id;
     segments.emplace(identity->id, std::move(segment));
   }
+  std::map<std::string, DrainMark> drains;
+  uint64_t drain_count = 0;
+  in(drain_count);
+  for (uint64_t i = 0; i < drain_count && in.ok(); ++i) {
+    std::string name;
+    DrainMark mark;
+    in(name);
+    in(mark.drop);
+    in(mark.start_ms);
+    in(mark.done);
+    if (!in.ok() || !drains.emplace(name, mark).second) return false;
+    if (auto it = by_name.find(name); it != by_name.end()) segments.at(it->second)->draining = true;
+  }
+  if (!in.ok()) return false;
   std::unique_lock lock(mu_);
+  drains_ = std::move(drains);
   segments_ = std::move(segments);
   by_name_ = std::move(by_name);
   next_id_ = next_id;

@@ -63,6 +63,14 @@ struct SegmentUsage {
   std::shared_ptr<const SegmentIdentity> identity;
   OffsetAllocator::Stats stats;
   uint64_t replica_count = 0;
+  bool draining = false;
+};
+
+// A segment being drained (or drained: `done`, unmounted, its name refused until undrained).
+struct DrainMark {
+  bool drop = false;
+  int64_t start_ms = 0;
+  bool done = false;
 };
 
 // One replica's bytes inside a segment.
@@ -91,9 +99,18 @@ class SegmentTable {
   Result<uint64_t> Unmount(const std::string& client_id, const std::string& name);
 
   // Allocates `size` bytes on one segment from `candidates`, tried in order, skipping `exclude`d
-  // ids and segments in quarantine at now_ms. Returns nullopt when none has room.
+  // ids, segments in quarantine at now_ms and draining ones. Returns nullopt when none has room.
   std::optional<Extent> AllocateOn(const std::vector<uint64_t>& candidates, uint64_t size,
                                    const std::vector<uint64_t>& exclude, int64_t now_ms);
+  // Drains (see DrainOp in master/state/operations.h), by segment name. StartDrain needs the
+  // segment mounted (SEGMENT_NOT_FOUND) and not draining already (OBJECT_ALREADY_EXISTS).
+  // A mount of a name whose drain is done is refused (UNAVAILABLE_IN_CURRENT_STATUS); of a name
+  // whose drain is under way, mounted draining.
+  Status StartDrain(const std::string& name, bool drop, int64_t now_ms);
+  Status StopDrain(const std::string& name);  // SEGMENT_NOT_FOUND: no drain of that name
+  void MarkDrained(const std::string& name);
+  std::map<std::string, DrainMark> Drains() const;
+  bool IsDraining(uint64_t id) const;
   // The largest segment's capacity: a request above it can never be placed.
   uint64_t LargestCapacity() const;
   // Frees an extent; a no-op if its segment is gone (its memory went with it).
@@ -133,6 +150,7 @@ class SegmentTable {
     mutable std::mutex mu;
     OffsetAllocator allocator;
     std::atomic<uint64_t> replica_count{0};
+    bool draining = false;  // under the table's mutex
     Segment(std::shared_ptr<const SegmentIdentity> id, uint64_t size)
         : identity(std::move(id)), allocator(size) {}
   };
@@ -140,6 +158,7 @@ class SegmentTable {
   mutable std::shared_mutex mu_;
   std::map<uint64_t, std::unique_ptr<Segment>> segments_;  // ordered: stable placement order
   std::unordered_map<std::string, uint64_t> by_name_;
+  std::map<std::string, DrainMark> drains_;  // ordered: canonical encoding
   uint64_t next_id_;
   std::atomic<uint64_t> rotation_{0};
   std::atomic<uint64_t> total_capacity_{0};

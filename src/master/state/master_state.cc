@@ -124,6 +124,11 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const PutCommitOp& o) -> OpResult { return ApplyPutCommit(o, now); },
           [&](const ReleaseReservationsOp& o) -> OpResult { return ApplyReleaseReservations(o); },
           [&](const RemoveScopedOp& o) -> OpResult { return ApplyRemoveScoped(o, now); },
+          [&](const SetReplicasOp& o) -> OpResult { return ApplySetReplicas(o, now); },
+          [&](const ReplicaCopyStartOp& o) -> OpResult { return ApplyReplicaCopyStart(o, now); },
+          [&](const ReplicaCopyEndOp& o) -> OpResult { return ApplyReplicaCopyEnd(o, now); },
+          [&](const DrainOp& o) -> OpResult { return ApplyDrain(o, now); },
+          [&](const DrainFinishOp& o) -> OpResult { return ApplyDrainFinish(o, now); },
       },
       op.body);
   for (const auto& observer : observers_) observer(op, result);
@@ -189,6 +194,7 @@ MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
   }
   auto id = segments_.Mount(op.client_id, op.segment, now, policy_.mount_quarantine_ms);
   if (!id.ok()) return {id.status(), 0};
+  replica_epoch_++;
   std::lock_guard lock(clients_mu_);
   client_last_seen_ms_[op.client_id] = now;
   return {Status::Ok(), *id};
@@ -197,6 +203,7 @@ MountResult MasterState::ApplyMount(const MountSegmentOp& op, int64_t now) {
 UnmountResult MasterState::ApplyUnmount(const UnmountSegmentOp& op, int64_t now) {
   auto id = segments_.Unmount(op.client_id, op.name);
   if (!id.ok()) return {id.status(), 0};
+  replica_epoch_++;
   return {Status::Ok(), DropSegmentReplicas(*id)};
 }
 
@@ -399,6 +406,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   pending.version.size = size;
   pending.version.replicas = extents;
   pending.version.persistence = op.config.persistence;
+  pending.version.want_replicas = static_cast<uint8_t>(wanted);
   pending.pin.hard = op.config.with_hard_pin;
   pending.pin.soft = op.config.with_soft_pin;
   pending.pin.soft_ttl_ms =

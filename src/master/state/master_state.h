@@ -102,6 +102,8 @@ struct ObjectStat {
   std::vector<DiskReplica> disk;
   bool demoting = false;
   bool promoting = false;  // a node is copying it from disk back into memory
+  bool copying = false;    // a node is copying it into a new replica (re-replication)
+  uint32_t want_replicas = 0;
 };
 
 struct ObjectSummaryRow {
@@ -242,6 +244,19 @@ class MasterState {
   std::vector<Status> PromoteEnd(PromoteEndOp op) {
     return Do<PromoteEndOp, std::vector<Status>>(std::move(op));
   }
+  std::vector<Status> SetReplicas(SetReplicasOp op) {
+    return Do<SetReplicasOp, std::vector<Status>>(std::move(op));
+  }
+  std::vector<ReplicaCopyKeyResult> ReplicaCopyStart(ReplicaCopyStartOp op) {
+    return Do<ReplicaCopyStartOp, std::vector<ReplicaCopyKeyResult>>(std::move(op));
+  }
+  std::vector<Status> ReplicaCopyEnd(ReplicaCopyEndOp op) {
+    return Do<ReplicaCopyEndOp, std::vector<Status>>(std::move(op));
+  }
+  DrainResult Drain(DrainOp op) { return Do<DrainOp, DrainResult>(std::move(op)); }
+  DrainResult DrainFinish(DrainFinishOp op) {
+    return Do<DrainFinishOp, DrainResult>(std::move(op));
+  }
 
   // ---- queries ----
   // 1 complete, 0 missing or still being written, or a negative code (e.g. INVALID_KEY).
@@ -274,6 +289,25 @@ class MasterState {
   bool DiskKnown(uint64_t disk_id) const;
   // Promotions of `node_id` under way (its next offload round must end them: PromoteStartOp).
   size_t PromotionsOf(const std::string& node_id) const;
+
+  // How many more memory replicas the committed version in `meta` needs: its wanted count
+  // against its replicas outside draining segments (ReplicaCopyStartOp has the rules). Callers
+  // hold meta's shard lock (ScanShard's fn does).
+  uint32_t CopiesNeeded(const ObjectMeta& meta) const;
+  // Whether every segment `node_id` has mounted is draining (and it has one): its disk copies
+  // do not count either.
+  bool NodeDraining(const std::string& node_id) const;
+  // Re-replication copies under way (ReplicaCopyStartOp), all nodes'.
+  uint64_t copies_in_flight() const { return copies_in_flight_.load(std::memory_order_relaxed); }
+  // Copies of `node_id` under way (its next copy round ends them).
+  size_t CopiesOf(const std::string& node_id) const;
+  // Copies attached as replicas since this state was made (counts of this process, not state).
+  uint64_t copies_attached() const { return copies_attached_.load(std::memory_order_relaxed); }
+  uint64_t copied_bytes() const { return copied_bytes_.load(std::memory_order_relaxed); }
+  // Moves whenever an object may have come to need copies, or copies may have become possible
+  // (mounts, unmounts, drains, replica counts, disk drops, copies that did not attach): the
+  // re-replication planner scans again only then. Not part of the state.
+  uint64_t replica_epoch() const { return replica_epoch_.load(std::memory_order_relaxed); }
 
   // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
   void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
@@ -419,6 +453,15 @@ class MasterState {
   std::vector<Status> ApplyDiskGarbageAck(const DiskGarbageAckOp& op);
   std::vector<PromoteStartKeyResult> ApplyPromoteStart(const PromoteStartOp& op, int64_t now);
   std::vector<Status> ApplyPromoteEnd(const PromoteEndOp& op);
+  std::vector<Status> ApplySetReplicas(const SetReplicasOp& op, int64_t now);
+  std::vector<ReplicaCopyKeyResult> ApplyReplicaCopyStart(const ReplicaCopyStartOp& op,
+                                                          int64_t now);
+  std::vector<Status> ApplyReplicaCopyEnd(const ReplicaCopyEndOp& op, int64_t now);
+  DrainResult ApplyDrain(const DrainOp& op, int64_t now);
+  DrainResult ApplyDrainFinish(const DrainFinishOp& op, int64_t now);
+  // Ends a re-replication copy: its allocation goes back (free_extent, as ClearPromotion) and
+  // the read lock its start took on the version goes with it.
+  void ClearCopy(Shard& shard, ObjectIter it, bool free_extent);
   ReserveResult ApplyReserve(const ReserveOp& op, int64_t now);
   std::vector<Status> ApplyPutCommit(const PutCommitOp& op, int64_t now);
   std::vector<Status> ApplyReleaseReservations(const ReleaseReservationsOp& op);
@@ -511,6 +554,10 @@ class MasterState {
   std::map<std::string, TenantUsage, std::less<>> tenant_usage_;  // guarded by tenants_mu_
   std::atomic<uint64_t> explicit_persistence_count_{0};
   std::atomic<uint64_t> pending_count_{0};
+  std::atomic<uint64_t> copies_in_flight_{0};  // derived: promotions with `copy` set
+  std::atomic<uint64_t> replica_epoch_{0};
+  std::atomic<uint64_t> copies_attached_{0};
+  std::atomic<uint64_t> copied_bytes_{0};
   uint64_t disk_replica_count_ = 0;  // under apply_mu_; lets node expiry skip its scan when 0
 
   mutable std::mutex clients_mu_;

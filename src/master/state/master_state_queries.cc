@@ -193,7 +193,9 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   stat.put_gen = meta.pending ? meta.pending->gen : 0;
   stat.disk = shown.disk;
   stat.demoting = meta.demotion.has_value();
-  stat.promoting = meta.promotion.has_value();
+  stat.promoting = meta.promotion.has_value() && !meta.promotion->copy;
+  stat.copying = meta.promotion.has_value() && meta.promotion->copy;
+  stat.want_replicas = shown.want_replicas;
   return stat;
 }
 

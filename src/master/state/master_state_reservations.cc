@@ -166,6 +166,7 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
       version.version.size = op.sizes[i];
       version.version.replicas = {held->second.extent};
       version.version.persistence = op.config.persistence;
+      version.version.want_replicas = 1;
       version.pin.hard = op.config.with_hard_pin;
       version.pin.soft = op.config.with_soft_pin;
       version.pin.soft_ttl_ms =

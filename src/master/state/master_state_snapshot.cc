@@ -189,7 +189,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
 
   std::vector<std::unique_ptr<Shard>> shards;
   for (uint32_t i = 0; i < policy.shard_count; ++i) shards.push_back(std::make_unique<Shard>());
-  uint64_t count = 0, committed = 0, pending = 0, disk = 0, explicit_persistence = 0;
+  uint64_t count = 0, committed = 0, pending = 0, disk = 0, explicit_persistence = 0, copies = 0;
   std::map<std::string, TenantUsage, std::less<>> tenants;
   in(count);
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
@@ -222,7 +222,10 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
       pending++;
     }
     if (it->second.demotion) shard.demoting_keys.insert(std::string_view(it->first));
-    if (it->second.promotion) shard.promoting_keys.insert(std::string_view(it->first));
+    if (it->second.promotion) {
+      shard.promoting_keys.insert(std::string_view(it->first));
+      copies += it->second.promotion->copy;
+    }
   }
   uint64_t n = 0;
   in(n);
@@ -314,6 +317,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   }
   explicit_persistence_count_ = explicit_persistence;
   pending_count_ = pending;
+  copies_in_flight_ = copies;
   disk_replica_count_ = disk;
   {
     std::lock_guard clients_lock(clients_mu_);

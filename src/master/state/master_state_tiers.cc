@@ -235,6 +235,7 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
 }
 
 std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now) {
+  replica_epoch_++;
   const size_t n = op.keys.size();
   if (Status bad = BatchShapeError(n, op.locations.size() == n, "keys and locations differ in length");
       !bad.ok()) {
@@ -334,7 +335,7 @@ std::vector<PromoteStartKeyResult> MasterState::ApplyPromoteStart(const PromoteS
     std::vector<std::string> over;
     for (std::string_view key : shard.promoting_keys) {
       const Promotion& p = *shard.objects.find(std::string(key))->second.promotion;
-      if (p.node_id == op.node_id && p.round < op.round) over.emplace_back(key);
+      if (!p.copy && p.node_id == op.node_id && p.round < op.round) over.emplace_back(key);
     }
     std::sort(over.begin(), over.end());  // frees in key order: deterministic
     for (const auto& key : over) {
@@ -420,7 +421,8 @@ std::vector<Status> MasterState::ApplyPromoteEnd(const PromoteEndOp& op) {
       }
       ObjectMeta& meta = it->second;
       const Promotion& p = *meta.promotion;
-      if (p.node_id != op.node_id || p.version_gen != op.version_gens[i] || p.round != op.round) {
+      if (p.copy || p.node_id != op.node_id || p.version_gen != op.version_gens[i] ||
+          p.round != op.round) {
         // Another round's allocation (this one's was freed by a later round): not ours to touch.
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's promotion of this round");
         continue;
@@ -448,6 +450,7 @@ void MasterState::ClearPromotion(Shard& shard, ObjectIter it, bool free_extent) 
   if (!meta.promotion) return;
   // Nobody was ever named this space: no read lock can cover it.
   if (free_extent) FreeExtents({meta.promotion->extent});
+  if (meta.promotion->copy) copies_in_flight_--;
   shard.promoting_keys.erase(std::string_view(it->first));
   meta.promotion.reset();
 }
@@ -457,7 +460,8 @@ size_t MasterState::PromotionsOf(const std::string& node_id) const {
   for (const auto& shard_ptr : shards_) {
     std::lock_guard lock(shard_ptr->mu);
     for (std::string_view key : shard_ptr->promoting_keys) {
-      count += shard_ptr->objects.find(std::string(key))->second.promotion->node_id == node_id;
+      const Promotion& p = *shard_ptr->objects.find(std::string(key))->second.promotion;
+      count += !p.copy && p.node_id == node_id;
     }
   }
   return count;
@@ -482,6 +486,7 @@ uint64_t MasterState::EvictMemory(Shard& shard, ObjectIter it, int64_t now) {
   } else {  // demoted: readers now find it on disk
     FreeExtents(meta.committed->replicas);  // evictable: no lock, no demotion on them
     meta.committed->replicas.clear();
+    meta.committed->want_replicas = 0;  // the cache let them go: not a loss to re-replicate
   }
   return bytes;
 }

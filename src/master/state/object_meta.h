@@ -64,6 +64,10 @@ struct Version {
   bool offload_declined = false;
   // As its put (or upsert) asked: each version carries its own, an upsert does not inherit it.
   PutPersistence persistence = PutPersistence::kDefault;
+  // Memory replicas it should have: its put's replica_num, or Replicate's. A version with fewer
+  // (a node died or is draining) gets copies made (ReplicaCopyStartOp). Eviction of its memory
+  // sets it to 0: the cache let those go, nothing was lost.
+  uint8_t want_replicas = 0;
 };
 
 // The committed version `version_gen` being copied to `node_id`'s disk.
@@ -83,13 +87,17 @@ struct Demotion {
 // not complete, never named to a reader, attached by PromoteEnd only if the version is still the
 // committed one. The node is its only writer, so it is freed only when the node says its write is
 // over (PromoteEnd), by the node's next offload round (rounds are serial), or with the segment.
+// The same record tracks a re-replication copy (`copy`): a node copying a committed version from
+// another replica (memory or disk, any node's) into its own segment, for the same reasons and
+// under the same rules; the node's copy rounds are counted apart from its offload rounds.
 struct Promotion {
   std::string node_id;
   uint64_t version_gen = 0;
   Extent extent;
   uint64_t location = 0;  // the disk copy it reads
-  uint64_t round = 0;     // the node's offload round that named it
+  uint64_t round = 0;     // the node's offload round that named it (copy round for a copy)
   int64_t start_ms = 0;
+  bool copy = false;      // a re-replication copy, not a promotion
 };
 
 // Space a client holds for its next puts (ReserveOp): one extent of exactly extent.length bytes,

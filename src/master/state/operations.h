@@ -199,6 +199,49 @@ struct PromoteEndOp {
   std::vector<uint8_t> copied;  // 1: the bytes are in the allocation
 };
 
+// Replica counts (docs/operations.md). SetReplicas sets each committed key's wanted number of
+// memory replicas (1..kMaxReplicas); above its count, copies are made later (ReplicaCopyStart);
+// below, the surplus replicas go at once, freed once no read lock can cover them (replicas on
+// draining segments go first, then those on the fullest segments).
+struct SetReplicasOp {
+  std::vector<std::string> keys;
+  uint32_t replica_num = 0;
+};
+// Re-replication, by the node that will hold the new replica: like a promotion, but from any
+// replica of the version (another node's memory, or any disk) into an allocation on one of this
+// node's segments that are not draining, for keys with fewer memory replicas outside draining
+// segments than they want (a disk-only key only while its every disk copy is on a draining node).
+// The node must hold no replica of the key already. Start first ends the node's earlier copy
+// rounds (what it did not report, it no longer writes), then allocates (at or below the eviction
+// high watermark) and takes a read lock for `node_id` on the version, so its source memory is not
+// reused before the copy ends or the lock's lease does. End attaches a copied allocation as a
+// memory replica if the version is still committed; else frees it; and drops the read lock.
+struct ReplicaCopyStartOp {
+  std::string node_id;
+  std::vector<std::string> keys;
+  uint64_t round = 0;  // the node's copy round, counting up from 1 per node process
+};
+struct ReplicaCopyEndOp {
+  std::string node_id;
+  uint64_t round = 0;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> version_gens;
+  std::vector<uint8_t> copied;
+};
+// Draining a segment: no new allocation lands on it, its objects get their wanted replicas
+// elsewhere (ReplicaCopyStart counts none of its replicas), then DrainFinishOp unmounts it and
+// a remount of the name is refused until Undrain. `drop`: nothing is copied for its sake, it is
+// unmounted at once (objects only it held are lost). Undrain of a segment not finished yet
+// reverts it; of a finished one lets its name mount again.
+struct DrainOp {
+  std::string name;
+  bool drop = false;
+  bool undrain = false;
+};
+struct DrainFinishOp {
+  std::string name;
+};
+
 // What a node's disk holds, as it tells the master: after the node restarts (its recovery scan)
 // or when a restarted master asks it to remount. A key committed with the same size and checksum
 // gets the disk replica (the disk's replica moves to this node process); a key the master does
@@ -242,7 +285,8 @@ struct Operation {
                PutRevokeOp, GetReplicaListOp, FinishReadOp, RemoveOp, RemoveByRegexOp, RemoveAllOp,
                EvictOp, SweepOp, DemoteStartOp, DemoteEndOp, DemoteAbortOp, DiskRegisterOp,
                DiskDropOp, DiskGarbageAckOp, PromoteStartOp, PromoteEndOp, ReserveOp,
-               PutCommitOp, ReleaseReservationsOp, RemoveScopedOp>
+               PutCommitOp, ReleaseReservationsOp, RemoveScopedOp, SetReplicasOp,
+               ReplicaCopyStartOp, ReplicaCopyEndOp, DrainOp, DrainFinishOp>
       body;
 };
 
@@ -292,6 +336,21 @@ struct PromoteStartKeyResult {
   uint64_t location = 0;
   Extent extent;
 };
+// One key of a ReplicaCopyStart: the version to copy, where from (its memory and disk replicas
+// at the start: any holds the bytes), and the allocation to copy it into.
+struct ReplicaCopyKeyResult {
+  Status status;
+  uint64_t version_gen = 0;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::vector<Extent> sources;
+  std::vector<DiskReplica> disk_sources;
+  Extent extent;
+};
+struct DrainResult {
+  Status status;
+  uint64_t unmounted_replicas = 0;  // a drop, or a finish: replicas that went with the segment
+};
 // One reservation granted: its name (quoted by PutCommit and ReleaseReservations), its extent
 // and the end of its lease.
 struct Reservation {
@@ -331,6 +390,7 @@ using OpResult = std::variant<MountResult, UnmountResult, PingResult, ExpireClie
                               std::vector<PutStartKeyResult>, std::vector<Status>,
                               std::vector<ReadKeyResult>, RemoveCountResult, EvictResult,
                               SweepResult, std::vector<DemoteStartKeyResult>,
-                              std::vector<PromoteStartKeyResult>, ReserveResult>;
+                              std::vector<PromoteStartKeyResult>, ReserveResult,
+                              std::vector<ReplicaCopyKeyResult>, DrainResult>;
 
 }  // namespace granary::master

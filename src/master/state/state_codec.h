@@ -17,7 +17,8 @@ namespace granary::master {
 // 4: promotions (disk -> memory) under way.
 // 5: reservations (one-round-trip puts) and their policy.
 // 6: releases name their place.
-inline constexpr uint64_t kSnapshotFormat = 7;  // 7: segments' capability keys
+// 7: segments' capability keys.
+inline constexpr uint64_t kSnapshotFormat = 8;  // 8: wanted replicas, copies, drains
 
 // One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
 template <typename IO> void Fields(IO& io, PutPersistence& p) {
@@ -34,7 +35,7 @@ template <typename IO> void Fields(IO& io, DiskReplica& d) {
 }
 template <typename IO> void Fields(IO& io, Version& v) {
   io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk); io(v.offload_declined);
-  io(v.persistence);
+  io(v.persistence); io(v.want_replicas);
   // A state never holds an unknown value (PutStart refuses it): a snapshot that does is malformed.
   if constexpr (IO::kDecoding) {
     if (static_cast<uint8_t>(v.persistence) > kMaxPutPersistence) io.Fail();
@@ -45,6 +46,7 @@ template <typename IO> void Fields(IO& io, Demotion& d) {
 }
 template <typename IO> void Fields(IO& io, Promotion& p) {
   io(p.node_id); io(p.version_gen); io(p.extent); io(p.location); io(p.round); io(p.start_ms);
+  io(p.copy);
 }
 template <typename IO> void Fields(IO& io, HeldReservation& r) {
   io(r.client_id); io(r.extent); io(r.expires_ms);
@@ -135,6 +137,15 @@ template <typename IO> void Fields(IO& io, PromoteStartOp& o) {
 template <typename IO> void Fields(IO& io, PromoteEndOp& o) {
   io(o.node_id); io(o.round); io(o.keys); io(o.version_gens); io(o.copied);
 }
+template <typename IO> void Fields(IO& io, SetReplicasOp& o) { io(o.keys); io(o.replica_num); }
+template <typename IO> void Fields(IO& io, ReplicaCopyStartOp& o) {
+  io(o.node_id); io(o.keys); io(o.round);
+}
+template <typename IO> void Fields(IO& io, ReplicaCopyEndOp& o) {
+  io(o.node_id); io(o.round); io(o.keys); io(o.version_gens); io(o.copied);
+}
+template <typename IO> void Fields(IO& io, DrainOp& o) { io(o.name); io(o.drop); io(o.undrain); }
+template <typename IO> void Fields(IO& io, DrainFinishOp& o) { io(o.name); }
 
 // The operation record of the ordered history: sequence, time, which body, the body.
 std::string EncodeOperation(const Operation& op);

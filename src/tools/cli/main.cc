@@ -7,6 +7,9 @@
 //   granary ls [REGEX]                                list keys (RE2, searched in the key)
 //   granary stat KEY                                  size, state, replicas, locks, pins
 //   granary nodes                                     segments with capacity and usage
+//   granary replicate KEY N [--wait SECONDS]          set KEY's number of memory replicas
+//   granary drain SEGMENT [--drop]                    move a segment's objects off, unmount it
+//   granary undrain SEGMENT                           revert a drain (or re-admit the name)
 //   granary health                                    is the master answering?
 //   granary whoami                                    the role and tenant the secret names
 //   granary tenants                                   tenants' bytes, objects and quotas
@@ -16,7 +19,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -117,6 +122,25 @@ int main(int argc, char** argv) {
   auto* stat = app.add_subcommand("stat", "size, state, replicas, locks and pins of KEY");
   stat->add_option("key", key, "the key")->required();
   auto* nodes = app.add_subcommand("nodes", "segments with capacity and usage");
+  uint32_t replica_num = 0;
+  double wait_s = 0;
+  auto* replicate = app.add_subcommand(
+      "replicate", "set KEY's number of memory replicas (new ones are copied in the background)");
+  replicate->add_option("key", key, "the key")->required();
+  replicate->add_option("n", replica_num, "memory replicas, 1-64")->required()->check(
+      CLI::Range(1, 64));
+  replicate->add_option("--wait", wait_s,
+                        "wait up to this many seconds for the count to be reached (exit 3 if not)");
+  std::string segment_name;
+  bool drop = false;
+  auto* drain = app.add_subcommand(
+      "drain", "stop placing objects on SEGMENT, copy what needs it elsewhere, then unmount it "
+               "(progress: granary nodes)");
+  drain->add_option("segment", segment_name, "the segment's name (granary nodes)")->required();
+  drain->add_flag("--drop", drop, "copy nothing: unmount now (objects only it holds are lost)");
+  auto* undrain = app.add_subcommand(
+      "undrain", "revert a drain not finished yet, or let a drained segment mount again");
+  undrain->add_option("segment", segment_name, "the segment's name")->required();
   auto* health = app.add_subcommand("health", "check that the master answers");
   auto* whoami = app.add_subcommand("whoami", "the role and tenant the master takes this "
                                               "caller for (from its secret)");
@@ -206,6 +230,35 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(d.location),
                   static_cast<unsigned long long>(d.length));
     }
+    std::printf("wanted_replicas: %u%s\n", st->want_replicas, st->copying ? " (copying)" : "");
+    return kExitOk;
+  }
+  if (replicate->parsed()) {
+    Status s = client.BatchReplicate({key}, replica_num)[0];
+    if (!s.ok()) return Fail(key, s);
+    if (wait_s <= 0) return kExitOk;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+    while (true) {  // bounded by the deadline
+      auto st = client.Stat(key);
+      if (!st.ok()) return Fail(key, st.status());
+      if (st->replicas.size() == replica_num) {
+        std::printf("replicas: %zu\n", st->replicas.size());
+        return kExitOk;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::fprintf(stderr, "%s: %zu of %u replicas after %.1f s\n", key.c_str(),
+                     st->replicas.size(), replica_num, wait_s);
+        return kExitFailure;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  if (drain->parsed() || undrain->parsed()) {
+    Status s = undrain->parsed() ? client.Undrain(segment_name) : client.Drain(segment_name, drop);
+    if (!s.ok()) return Fail(segment_name, s);
+    std::printf("%s: %s\n", segment_name.c_str(),
+                undrain->parsed() ? "undrained" : (drop ? "dropped" : "draining"));
     return kExitOk;
   }
   if (nodes->parsed()) {
@@ -221,6 +274,12 @@ int main(int argc, char** argv) {
                   pct, static_cast<unsigned long long>(s.replicas),
                   disk ? FormatSize(s.disk_capacity).c_str() : "-",
                   disk ? FormatSize(s.disk_used).c_str() : "-");
+    }
+    for (const auto& s : *segments) {
+      if (!s.draining) continue;
+      std::printf("draining %s: %llu objects (%s) still to copy elsewhere\n", s.name.c_str(),
+                  static_cast<unsigned long long>(s.drain_remaining_objects),
+                  FormatSize(s.drain_remaining_bytes).c_str());
     }
     return kExitOk;
   }
