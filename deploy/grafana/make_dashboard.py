@@ -128,7 +128,7 @@ def build():
         target(f'sum(rate(granary_master_gets_total{{{M}, outcome="disk_hit"}}[{R}])) / '
                f"sum(rate({gets}[{R}]))", "from disk")],
         unit="percentunit",
-        description="(memory hits + disk hits) / all gets, counted by the leader per key.")
+        description="(memory hits + disk hits) / all gets, as the leader counts them.")
     b.ts("Gets by outcome", [
         target(f"sum by (outcome) (rate({gets}[{R}]))", "{{outcome}}")], unit="ops")
     b.ts("Hit bytes by tier", [
