@@ -271,6 +271,28 @@ class Store:
         except NotFound:
             return None
 
+    def replicate(self, key, replica_num):
+        """Sets the object's number of memory replicas (1-64). Fewer: the surplus goes now.
+        More: nodes copy it in the background; stat(key)["replicas"] shows them as they land.
+        Raises NotFound for a missing key."""
+        code = self._client.batch_replicate([key], replica_num)[0]
+        if code != 0:
+            raise error_for(code, f"key {key!r}")
+
+    def replicate_many(self, keys, replica_num):
+        """replicate() for each key; a list of True (set) or False (no such key)."""
+        keys = list(keys)
+        codes = self._client.batch_replicate(keys, replica_num)
+        return [r is not None for r in _check_reads(keys, codes, lambda c: c != 0)]
+
+    def drain(self, segment, drop=False):
+        """Drains a segment (granary drain): no new placements, its objects get their replicas
+        elsewhere, then it is unmounted. drop=True unmounts it now, copying nothing."""
+        self._client.drain(segment, drop, False)
+
+    def undrain(self, segment):
+        self._client.drain(segment, False, True)
+
     def query(self, pattern, limit=0):
         """(key, size, replica_count) of the objects whose key matches the RE2 `pattern`."""
         return self._client.query_by_regex(pattern, limit)

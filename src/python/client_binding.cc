@@ -369,7 +369,18 @@ class PyClient {
     d["hard_pinned"] = s.hard_pinned;
     d["soft_pinned"] = s.soft_pinned;
     d["idle_ms"] = s.idle_ms;
+    d["want_replicas"] = s.want_replicas;
+    d["copying"] = s.copying;
     return d;
+  }
+  py::list BatchReplicate(const Keys& keys, uint32_t replica_num) {
+    return ToList(Released([&](Client& c) { return c.BatchReplicate(keys, replica_num); }));
+  }
+  void Drain(const std::string& segment, bool drop, bool undrain) {
+    Status s = Released([&](Client& c) {
+      return undrain ? c.Undrain(segment) : c.Drain(segment, drop);
+    });
+    if (!s.ok()) Raise(s);
   }
   py::list Segments() {
     auto segments = Unwrap(Released([&](Client& c) { return c.ListSegments(); }));
@@ -387,6 +398,9 @@ class PyClient {
       d["disk_capacity"] = s.disk_capacity;
       d["disk_used"] = s.disk_used;
       d["disk_objects"] = s.disk_objects;
+      d["draining"] = s.draining;
+      d["drain_remaining_objects"] = s.drain_remaining_objects;
+      d["drain_remaining_bytes"] = s.drain_remaining_bytes;
       out.append(d);
     }
     return out;
@@ -808,6 +822,9 @@ void RegisterClient(py::module_& m) {
       .def("remove_all", &PyClient::RemoveAll, py::arg("force") = false)
       .def("query_by_regex", &PyClient::QueryByRegex, py::arg("pattern"), py::arg("limit") = 0)
       .def("stat", &PyClient::Stat, py::arg("key"))
+      .def("batch_replicate", &PyClient::BatchReplicate, py::arg("keys"), py::arg("replica_num"))
+      .def("drain", &PyClient::Drain, py::arg("segment"), py::arg("drop") = false,
+           py::arg("undrain") = false)
       .def("segments", &PyClient::Segments)
       .def("health", &PyClient::Health)
       .def("cluster", &PyClient::Cluster)
