@@ -288,10 +288,47 @@ if wait_for 10 env GRANARY_AUTH_TOKEN_FILE="$SECRET_FILE" "$GRANARY" \
   expect_rc 3 "a forced rm by a tenant"
   expect_contains "$ERR" "PERMISSION_DENIED" "a forced rm by a tenant says PERMISSION_DENIED"
   one_line_stderr "a forced rm by a tenant"
+  sg --auth-token-file "$WORK/acme" drain any-segment
+  expect_rc 3 "a drain by a tenant"
+  expect_contains "$ERR" "PERMISSION_DENIED" "a drain by a tenant says PERMISSION_DENIED"
 else
   fail "the master with a secret did not answer within 10 s: $(tail -3 "$WORK/secure-master.log")"
 fi
 kill -9 "$SECURE_PID" 2>/dev/null; wait "$SECURE_PID" 2>/dev/null
+
+# ---- replica counts and drains (docs/operations.md) ----
+g replicate cli/file 1
+expect_rc 0 "replicate to 1"
+g replicate cli/file 2 --wait 1
+expect_rc 3 "replicate --wait past what one node can hold"
+expect_contains "$ERR" "1 of 2 replicas" "replicate --wait says how far it got"
+g stat cli/file
+expect_contains "$OUT" "wanted_replicas: 2" "stat shows the wanted replica count"
+expect_contains "$OUT" "replicas: 1" "stat still shows the replicas there are"
+g replicate cli/never-stored 2
+expect_rc 1 "replicate of a missing key"
+g replicate cli/file 0
+expect_rc 2 "replicate to 0"
+g drain cli-no-such-segment
+expect_rc 3 "drain of an unknown segment"
+one_line_stderr "drain of an unknown segment"
+g undrain cli-no-such-segment
+expect_rc 3 "undrain of a segment not draining"
+g drain "$NAME"
+expect_rc 0 "drain"
+# The only segment: nowhere to copy cli/file to, so the drain waits and says so.
+g nodes
+expect_contains "$OUT" "draining $NAME" "nodes shows the drain"
+g drain "$NAME"
+expect_rc 3 "drain twice"
+g undrain "$NAME"
+expect_rc 0 "undrain"
+g drain "$NAME" --drop
+expect_rc 0 "drain --drop"
+g nodes
+if [[ "$OUT" == *"$NAME"* ]]; then fail "a dropped segment is still listed"; else pass "drain --drop unmounts at once"; fi
+g undrain "$NAME"
+expect_rc 0 "undrain of a drained segment"
 
 # ---- master down: exit 3 ----
 kill -TERM "$MASTER_PID"
