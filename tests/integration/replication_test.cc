@@ -312,6 +312,61 @@ TEST_F(ReplicationTest, DrainDropUnmountsAtOnceAndUnknownSegmentIsRefused) {
   EXPECT_EQ(std::count(names->begin(), names->end(), victim), 0);
 }
 
+// Copies under way when one of their sources is killed: each is made from the other source (or
+// handed out again), and no allocation is left behind: every segment's replica count adds up to
+// the replicas the objects name.
+TEST_F(ReplicationTest, SourceKilledMidCopyCopyRetriedElsewhereAndNoSpaceLeaks) {
+  // 5 MB/s: the ~10 MiB of copies below take about two seconds, so the kill lands among them.
+  ASSERT_TRUE(cluster_.Start(4, 64 * MiB, {{"--rereplicate-mbps", "5"}}));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  ReplicateConfig two;
+  two.replica_num = 2;
+  std::vector<Obj> objects;
+  for (int i = 0; i < 40; ++i) {
+    Obj o{"midcopy/" + std::to_string(i), {}};
+    o.value = testdata::Pattern(o.key, 256 * KiB + i);
+    ASSERT_TRUE(client->Put(o.key, ByteSpan(o.value.data(), o.value.size()), two).ok());
+    objects.push_back(std::move(o));
+  }
+  std::vector<std::string> keys;
+  for (const auto& o : objects) keys.push_back(o.key);
+  ReadLoad load(cluster_, objects, /*must_read=*/true);
+  for (const Status& s : client->BatchReplicate(keys, 3)) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::this_thread::sleep_for(Millis(500));
+  const std::string victim = cluster_.node(0).name();
+  cluster_.KillNode(0);
+  ASSERT_TRUE(cluster_.WaitForSegments(
+      [&](const std::vector<std::string>& names) {
+        return std::find(names.begin(), names.end(), victim) == names.end();
+      },
+      Millis(10'000)));
+  std::string last;
+  EXPECT_TRUE(WaitForReplicas(*client, objects, [](size_t n) { return n == 3; }, Millis(60'000),
+                              &last))
+      << "not every object got its 3 replicas on the 3 live nodes; e.g. " << last;
+  load.Stop();
+  EXPECT_EQ(load.wrong(), 0);
+  EXPECT_EQ(load.failed(), 0);
+  for (const auto& r : load.reports()) ADD_FAILURE() << r;
+  ExpectDistinctSegments(*client, objects);
+  ExpectAllExact(*client, objects, "after the copies");
+  // No copy's allocation is left: the segments hold exactly the objects' replicas.
+  uint64_t named = 0;
+  for (const auto& o : objects) named += client->Stat(o.key)->replicas.size();
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto segments = client->ListSegments();
+        if (!segments.ok()) return false;
+        uint64_t held = 0;
+        for (const auto& s : *segments) held += s.replicas;
+        last = std::to_string(held) + " extents held, " + std::to_string(named) + " named";
+        return held == named;
+      },
+      Millis(10'000), Millis(200)))
+      << last;
+}
+
 // A rolling restart of every node, one at a time with a drain: no object that had two
 // replicas is lost, and every read is exact.
 TEST_F(ReplicationTest, RollingRestartWithDrainLosesNothingReplicated) {
