@@ -235,3 +235,36 @@ TEST_F(MasterReplicasTest, PlannerHandsOutOnlyWhatANodeCanTakeAndIdlesWithoutSca
 
 }  // namespace
 }  // namespace granary::master
+
+namespace granary::master {
+namespace {
+
+// Load-aware placement: a node that joins empty gets more than a rotation's share of new puts
+// (it has the most room) but not every one (Mooncake's #3688: a rejoining node took them all).
+TEST(PlacementTest, EmptyJoinerGetsMoreThanItsShareButNotEverything) {
+  ManualClock clock;
+  MasterState state(Policy(), &clock);
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = std::to_string(i);
+    ASSERT_TRUE(state.Mount({"node" + n, {"seg" + n, 8 * kMiB, "e", "s" + n, "h", 1, true}})
+                    .status.ok());
+  }
+  for (int i = 0; i < 48; ++i) {  // 3 MiB on the three: about half of each
+    auto put = state.PutStart({"w", {"old" + std::to_string(i)}, {192 * kKiB}, {}, false})[0];
+    ASSERT_TRUE(put.status.ok());
+  }
+  ASSERT_TRUE(state.Mount({"node3", {"seg3", 8 * kMiB, "e", "s3", "h", 1, true}}).status.ok());
+  const uint64_t joiner = state.segments().FindByName("seg3")->id;
+  int on_joiner = 0;
+  const int puts = 40;
+  for (int i = 0; i < puts; ++i) {
+    auto put = state.PutStart({"w", {"new" + std::to_string(i)}, {16 * kKiB}, {}, false})[0];
+    ASSERT_TRUE(put.status.ok());
+    on_joiner += put.replicas[0].segment_id == joiner;
+  }
+  EXPECT_GT(on_joiner, puts / 4 + 2) << "no more than a rotation's share";
+  EXPECT_LT(on_joiner, puts) << "the empty node took every new put";
+}
+
+}  // namespace
+}  // namespace granary::master

@@ -275,6 +275,16 @@ bool SegmentTable::IsDraining(uint64_t id) const {
   return it != segments_.end() && it->second->draining;
 }
 
+double SegmentTable::FreeShare(uint64_t id) const {
+  std::shared_lock lock(mu_);
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return 0;
+  std::lock_guard seg_lock(it->second->mu);
+  const OffsetAllocator::Stats stats = it->second->allocator.GetStats();
+  return stats.capacity == 0 ? 0 : static_cast<double>(stats.free_bytes) /
+                                       static_cast<double>(stats.capacity);
+}
+
 uint64_t SegmentTable::LargestCapacity() const {
   std::shared_lock lock(mu_);
   uint64_t largest = 0;

@@ -111,6 +111,8 @@ class SegmentTable {
   void MarkDrained(const std::string& name);
   std::map<std::string, DrainMark> Drains() const;
   bool IsDraining(uint64_t id) const;
+  // Free bytes over capacity (0 for a segment not mounted): placement's load measure.
+  double FreeShare(uint64_t id) const;
   // The largest segment's capacity: a request above it can never be placed.
   uint64_t LargestCapacity() const;
   // Frees an extent; a no-op if its segment is gone (its memory went with it).

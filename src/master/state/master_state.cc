@@ -382,6 +382,16 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   std::vector<uint64_t> candidates(ids.begin(), ids.begin() + order.preferred);
   size_t rest = ids.size() - order.preferred;
   for (size_t j = 0; j < rest; ++j) candidates.push_back(ids[order.preferred + (rotation + j) % rest]);
+  // Load-aware first choice: of the rotation's pick and one other (chosen by the put's
+  // generation, so replay picks the same), the segment with the larger free share goes first.
+  // An empty node that joins gets about twice its share until it catches up, not every put.
+  if (rest >= 2) {
+    const size_t first = order.preferred;
+    const size_t other = first + 1 + (next_put_gen_ * 0x9E3779B97F4A7C15ull >> 33) % (rest - 1);
+    if (segments_.FreeShare(candidates[other]) > segments_.FreeShare(candidates[first])) {
+      std::swap(candidates[first], candidates[other]);
+    }
+  }
 
   uint32_t wanted = std::max<uint32_t>(op.config.replica_num, 1);
   std::vector<Extent> extents;
