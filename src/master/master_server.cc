@@ -253,6 +253,7 @@ void MasterServer::HousekeepingLoop() {
     SweepResult swept = state_->Sweep();
     discarded_puts_->Inc(swept.discarded_puts);
     EvictResult evicted = evictor_->RunIfAboveWatermark();
+    watermark_evictions_->Inc(evicted.objects);
     if (evicted.objects > 0) {
       GLOG_DEBUG("evicted {} objects, {} bytes", evicted.objects, evicted.bytes);
     }
@@ -297,6 +298,12 @@ void MasterServer::RegisterMetrics() {
   evicted_bytes_ = metrics_.AddCounter("granary_master_evicted_bytes_total",
                                        "replica bytes freed by eviction");
   eviction_runs_ = metrics_.AddCounter("granary_master_eviction_runs_total", "eviction runs");
+  // The service counts reason="allocation" (a put that found no space); same help, one family.
+  watermark_evictions_ = metrics_.AddCounter(
+      "granary_master_evictions_total",
+      "objects evicted from memory, by what started it: usage above the high watermark "
+      "(housekeeping) or a put that found no space",
+      {{"reason", "watermark"}});
   expired_clients_ = metrics_.AddCounter("granary_master_expired_clients_total",
                                          "clients declared dead after their TTL");
   discarded_puts_ = metrics_.AddCounter("granary_master_discarded_puts_total",
