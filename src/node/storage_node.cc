@@ -101,6 +101,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   server_options.max_connections = o.data_max_connections;
   server_options.io_threads = o.data_io_threads;
   server_options.require_capabilities = !o.secret.empty();
+  server_options.metrics = &node->metrics_;
   server_options.request_timeout_ms =
       static_cast<int>(std::clamp<int64_t>(o.data_request_timeout_ms, 1, 86'400'000));
   RaiseDescriptorLimit(o.data_max_connections);
@@ -134,6 +135,11 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
       }
     }
     node->server_->SetDiskReads(node->disk_->reads());
+  }
+  // Before the master knows the node: a port that cannot be bound fails the start cleanly.
+  node->RegisterMetrics();
+  if (o.http_port.has_value()) {
+    if (Status s = node->StartHttp(); !s.ok()) return s;
   }
   Status mounted = node->Mount();
   if (!mounted.ok() && mounted.code() != ErrorCode::RPC_FAIL &&
@@ -298,6 +304,7 @@ void StorageNode::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  if (http_) http_->Stop();  // /health says 503 from now on anyway: stopping_ is set
   if (disk_) disk_->Stop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (master_ && mounted_) {
