@@ -247,6 +247,12 @@ void MetricsRegistry::AddGaugeCallback(std::string name, std::string help, Gauge
   GetFamily(name, help, Type::kGauge)->callbacks.push_back(std::move(shared));
 }
 
+void MetricsRegistry::AddCounterCallback(std::string name, std::string help, GaugeCallback fn) {
+  auto shared = std::make_shared<const GaugeCallback>(std::move(fn));
+  std::lock_guard<std::mutex> lock(mu_);
+  GetFamily(name, help, Type::kCounter)->callbacks.push_back(std::move(shared));
+}
+
 std::string MetricsRegistry::RenderPrometheus() const {
   // Copy the structure under the lock, then read values and run callbacks without it: callbacks
   // take their owners' locks, and those owners may be registering metrics at the same moment.

@@ -96,6 +96,10 @@ class MetricsRegistry {
   // keeps its first value. Series with invalid label names are dropped.
   void AddGaugeCallback(std::string name, std::string help,
                         std::function<std::vector<std::pair<Labels, double>>()> fn);
+  // The same for a counter family (name *_total) whose counts someone else keeps (e.g. a
+  // component's own atomics): fn must return values that never decrease for a label set.
+  void AddCounterCallback(std::string name, std::string help,
+                          std::function<std::vector<std::pair<Labels, double>>()> fn);
 
   std::string RenderPrometheus() const;
 

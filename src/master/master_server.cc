@@ -254,14 +254,8 @@ void MasterServer::HousekeepingLoop() {
     SweepResult swept = state_->Sweep();
     discarded_puts_->Inc(swept.discarded_puts);
     service_->FinishDrains();
-    // The state counts attached copies; the counters follow it each tick.
-    if (const uint64_t n = state_->copies_attached(); n > rereplicated_objects_->Value()) {
-      rereplicated_objects_->Inc(n - rereplicated_objects_->Value());
-    }
-    if (const uint64_t n = state_->copied_bytes(); n > rereplicated_bytes_->Value()) {
-      rereplicated_bytes_->Inc(n - rereplicated_bytes_->Value());
-    }
     EvictResult evicted = evictor_->RunIfAboveWatermark();
+    watermark_evictions_->Inc(evicted.objects);
     if (evicted.objects > 0) {
       GLOG_DEBUG("evicted {} objects, {} bytes", evicted.objects, evicted.bytes);
     }
@@ -306,6 +300,12 @@ void MasterServer::RegisterMetrics() {
   evicted_bytes_ = metrics_.AddCounter("granary_master_evicted_bytes_total",
                                        "replica bytes freed by eviction");
   eviction_runs_ = metrics_.AddCounter("granary_master_eviction_runs_total", "eviction runs");
+  // The service counts reason="allocation" (a put that found no space); same help, one family.
+  watermark_evictions_ = metrics_.AddCounter(
+      "granary_master_evictions_total",
+      "objects evicted from memory, by what started it: usage above the high watermark "
+      "(housekeeping) or a put that found no space",
+      {{"reason", "watermark"}});
   expired_clients_ = metrics_.AddCounter("granary_master_expired_clients_total",
                                          "clients declared dead after their TTL");
   discarded_puts_ = metrics_.AddCounter("granary_master_discarded_puts_total",
@@ -343,10 +343,12 @@ void MasterServer::RegisterMetrics() {
                               }
                               return single(n);
                             });
-  rereplicated_objects_ = metrics_.AddCounter("granary_master_rereplicated_objects_total",
-                                              "copies attached as new memory replicas");
-  rereplicated_bytes_ = metrics_.AddCounter("granary_master_rereplicated_bytes_total",
-                                            "bytes of copies attached as new memory replicas");
+  metrics_.AddCounterCallback(
+      "granary_master_rereplicated_objects_total", "copies attached as new memory replicas",
+      [s, single] { return single(static_cast<double>(s->copies_attached())); });
+  metrics_.AddCounterCallback(
+      "granary_master_rereplicated_bytes_total", "bytes of copies attached as new memory replicas",
+      [s, single] { return single(static_cast<double>(s->copied_bytes())); });
   metrics_.AddGaugeCallback("granary_master_objects", "complete objects",
                             [s, single] { return single(static_cast<double>(s->object_count())); });
   metrics_.AddGaugeCallback("granary_master_pending_puts", "puts between start and end",

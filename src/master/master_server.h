@@ -83,10 +83,9 @@ class MasterServer {
   Counter* evicted_objects_ = nullptr;
   Counter* evicted_bytes_ = nullptr;
   Counter* eviction_runs_ = nullptr;
+  Counter* watermark_evictions_ = nullptr;  // granary_master_evictions_total{reason="watermark"}
   Counter* expired_clients_ = nullptr;
   Counter* discarded_puts_ = nullptr;
-  Counter* rereplicated_objects_ = nullptr;  // housekeeping thread only (follows the state)
-  Counter* rereplicated_bytes_ = nullptr;
 };
 
 }  // namespace granary::master

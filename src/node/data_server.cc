@@ -84,6 +84,37 @@ bool WellFormed(const RequestHeader& h) {
 
 bool WouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
+// The op label of each opcode; a capability request counts as the READ or WRITE it asks for.
+size_t OpIndex(Opcode op) {
+  switch (op) {
+    case Opcode::kRead:
+    case Opcode::kCapRead:
+      return 0;
+    case Opcode::kWrite:
+    case Opcode::kCapWrite:
+      return 1;
+    case Opcode::kPing:
+      return 2;
+    case Opcode::kDiskRead:
+      return 3;
+    case Opcode::kDiskStage:
+      return 4;
+    case Opcode::kStageRelease:
+      return 5;
+    case Opcode::kStageInfo:
+      return 6;
+  }
+  return 2;  // not reached: StartRequest admits only the opcodes above
+}
+constexpr const char* kOpNames[] = {"read",       "write",         "ping",      "disk_read",
+                                    "disk_stage", "stage_release", "stage_info"};
+constexpr const char* kErrorReasonNames[] = {
+    "stale_mount", "out_of_range", "capability", "bad_frame",   "timeout", "fenced",
+    "body_limit",  "peer_closed",  "disk_refused", "disk_entry", "staging"};
+
+// Answer times from 100 us to ~13 s (a 64 MiB READ over a slow link), doubling.
+std::vector<double> RequestSecondsBounds() { return ExponentialBounds(0.0001, 2, 18); }
+
 }  // namespace
 
 DataServer::DataServer(uint8_t* base, uint64_t size, uint64_t segment_token, Options options)
@@ -91,7 +122,58 @@ DataServer::DataServer(uint8_t* base, uint64_t size, uint64_t segment_token, Opt
       size_(size),
       token_(segment_token),
       fence_slots_(std::make_unique<FenceSlot[]>(std::max<size_t>(options.io_threads, 1))),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  metrics_ = options_.metrics;
+  if (metrics_ == nullptr) {
+    own_metrics_ = std::make_unique<MetricsRegistry>();
+    metrics_ = own_metrics_.get();
+  }
+  RegisterMetrics();
+}
+
+void DataServer::RegisterMetrics() {
+  static_assert(std::size(kOpNames) == kOpKinds);
+  static_assert(std::size(kErrorReasonNames) == kErrorReasons);
+  for (size_t i = 0; i < kOpKinds; ++i) {
+    const Labels op = {{"op", kOpNames[i]}};
+    op_series_[i].requests = metrics_->AddCounter(
+        "granary_node_requests_total", "well-formed data-plane requests (all over TCP)", op);
+    op_series_[i].bytes = metrics_->AddCounter(
+        "granary_node_bytes_total",
+        "payload bytes moved: read and disk_read sent, write stored, disk_stage staged in shm", op);
+    op_series_[i].seconds = metrics_->AddHistogram(
+        "granary_node_request_seconds",
+        "time from a request's first header byte to its answer's last byte, answered OK",
+        RequestSecondsBounds(), op);
+  }
+  for (size_t i = 0; i < kErrorReasons; ++i) {
+    error_series_[i] = metrics_->AddCounter("granary_node_request_errors_total",
+                                            "data-plane requests refused or cut off, by reason",
+                                            {{"reason", kErrorReasonNames[i]}});
+  }
+  connections_accepted_ = metrics_->AddCounter("granary_node_connections_total",
+                                               "data-plane connections accepted");
+  connections_rejected_ = metrics_->AddCounter(
+      "granary_node_connections_rejected_total",
+      "data-plane connections closed on accept (max_connections reached)");
+  metrics_->AddGaugeCallback("granary_node_connections", "data-plane connections open", [this] {
+    return std::vector<std::pair<Labels, double>>{
+        {{}, static_cast<double>(open_connections_.load(std::memory_order_relaxed))}};
+  });
+  metrics_->AddGaugeCallback(
+      "granary_node_request_body_bytes_held", "bytes held for request bodies not yet complete",
+      [this] {
+        return std::vector<std::pair<Labels, double>>{
+            {{}, static_cast<double>(body_bytes_held_.load(std::memory_order_relaxed))}};
+      });
+}
+
+DataServer::OpSeries& DataServer::Op(Opcode opcode) { return op_series_[OpIndex(opcode)]; }
+
+void DataServer::ObserveAnswered(DataConn& c) {
+  Op(c.request.opcode).seconds->Observe(static_cast<double>(MonotonicNs() - c.request_start_ns) /
+                                        1e9);
+}
 
 DataServer::~DataServer() { Stop(); }
 
@@ -239,6 +321,7 @@ void DataServer::AcceptReady() {
     }
     if (open_connections_.load() >= options_.max_connections) {
       rejected_connections_++;  // counted first: a test may look as soon as it sees the close
+      connections_rejected_->Inc();
       close(fd);
       GLOG_DEBUG("data server refused a connection: {} open", options_.max_connections);
       continue;
@@ -252,11 +335,13 @@ void DataServer::AcceptReady() {
     // Registered under mu_, with the map entry: a ready event always finds its connection.
     conns_.emplace(conn->id, conn);
     open_connections_++;
+    connections_accepted_->Inc();
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
       GLOG_WARN("data server cannot watch a connection: {}", std::strerror(errno));
       conns_.erase(conn->id);
       open_connections_--;
       rejected_connections_++;
+      connections_rejected_->Inc();
       close(fd);
     }
   }
@@ -287,7 +372,8 @@ void DataServer::ExpireDeadlines() {
       continue;
     }
     timeouts_++;
-    if (conn->MidRequest()) errors_++;  // the put stays uncommitted; the client reports it
+    // The put stays uncommitted; the client reports it.
+    if (conn->MidRequest()) CountError(ErrorReason::kTimeout);
     GLOG_DEBUG("data server dropped a connection at its deadline ({})",
                conn->MidRequest() ? "mid-request" : "idle");
     Close(*conn);
@@ -415,7 +501,7 @@ bool DataServer::GrowBody(DataConn& c, uint64_t arrived) {
   do {
     if (held + more > options_.max_body_bytes_held) {
       shed_bodies_++;
-      errors_++;
+      CountError(ErrorReason::kBodyLimit);
       GLOG_DEBUG("data server: closing a connection whose request body would pass the {} bytes "
                  "all partial bodies may hold",
                  options_.max_body_bytes_held);
@@ -462,7 +548,7 @@ void DataServer::Respond(DataConn& c, ErrorCode status, const uint8_t* payload, 
 DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
   if (MonotonicNs() >= c.deadline_ns.load(std::memory_order_relaxed)) {
     timeouts_++;
-    if (c.MidRequest()) errors_++;
+    if (c.MidRequest()) CountError(ErrorReason::kTimeout);
     return Next::kClose;
   }
   for (int step = 0; step < kStepsPerTurn; ++step) {
@@ -500,7 +586,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           if (!EnterMount(slot, c.request.segment_token)) {
             // Remounted since the header: the rest is drained, never stored, and refused.
             fenced_++;
-            errors_++;
+            CountError(ErrorReason::kFenced);
             c.drain_status = static_cast<int32_t>(ErrorCode::SEGMENT_NOT_FOUND);
             c.phase = Phase::kDrain;
             continue;
@@ -533,6 +619,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           if (c.done < c.request.length) continue;
           if (c.phase == Phase::kPayload) {
             bytes_written_ += c.request.length;
+            Op(Opcode::kWrite).bytes->Inc(c.request.length);
             Respond(c, ErrorCode::OK, nullptr, 0);
           } else if (c.phase == Phase::kDrain) {
             Respond(c, static_cast<ErrorCode>(c.drain_status), nullptr, 0);
@@ -563,7 +650,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           // Remounted since the header: refused if nothing went out yet, else cut off (the
           // answer's header promised bytes that will not come).
           fenced_++;
-          errors_++;
+          CountError(ErrorReason::kFenced);
           c.sending_segment = false;
           if (c.sent > 0) return Next::kClose;
           Respond(c, ErrorCode::SEGMENT_NOT_FOUND, nullptr, 0);
@@ -578,7 +665,11 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           c.last_progress_ns = MonotonicNs();
           c.sent += static_cast<uint64_t>(r);
           if (c.sent < sizeof(ResponseHeader) + c.payload_len) continue;
-          if (c.sending_segment) bytes_read_ += c.payload_len;
+          if (c.sending_segment) {
+            bytes_read_ += c.payload_len;
+            Op(Opcode::kRead).bytes->Inc(c.payload_len);
+          }
+          if (c.response.status == static_cast<int32_t>(ErrorCode::OK)) ObserveAnswered(c);
           if (c.close_after_answer) return Next::kClose;
           c.sending_segment = false;
           c.payload = nullptr;
@@ -588,7 +679,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
         }
         if (r < 0 && WouldBlock(errno)) return Next::kWrite;
         if (r < 0 && errno == EINTR) continue;
-        if (c.sending_segment) errors_++;
+        if (c.sending_segment) CountError(ErrorReason::kPeerClosed);
         return Next::kClose;
       }
       case Phase::kDisk:
@@ -597,7 +688,8 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
     // A receive that moved nothing: would block, interrupted, or the end of the connection.
     if (r < 0 && WouldBlock(errno)) return Next::kRead;
     if (r < 0 && errno == EINTR) continue;
-    if (c.MidRequest()) errors_++;  // cut mid-frame; a close between requests is clean
+    // Cut mid-frame; a close between requests is clean.
+    if (c.MidRequest()) CountError(ErrorReason::kPeerClosed);
     return Next::kClose;
   }
   return c.phase == Phase::kSend ? Next::kWrite : Next::kRead;  // resumes at once if ready
@@ -608,6 +700,7 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   const RequestHeader& h = c.request;
   if (!WellFormed(h)) {
     rejected_frames_++;
+    error_series_[static_cast<size_t>(ErrorReason::kBadFrame)]->Inc();
     GLOG_DEBUG(
         "data server closing a connection after a malformed header (magic {:#x}, "
         "version {}, opcode {}, reserved {}, length {})",
@@ -615,6 +708,7 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
     return Next::kClose;
   }
   requests_++;
+  Op(h.opcode).requests->Inc();
   c.done = 0;
   switch (h.opcode) {
     case Opcode::kPing:
@@ -640,7 +734,7 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   uint8_t* base = nullptr;
   if (options_.require_capabilities && !IsCapability(h.opcode)) {
     capability_refusals_++;
-    errors_++;
+    CountError(ErrorReason::kCapability);
     Respond(c, ErrorCode::PERMISSION_DENIED, nullptr, 0);
     c.close_after_answer = h.opcode == Opcode::kWrite && h.length > 0;
     return Next::kRead;
@@ -650,7 +744,7 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
     refusal = AdmitCapability(c, slot);
     if (refusal != ErrorCode::OK) {
       capability_refusals_++;
-      errors_++;
+      CountError(ErrorReason::kCapability);
       Respond(c, refusal, nullptr, 0);
       c.close_after_answer = c.request.opcode == Opcode::kCapWrite && h.length > 0;
       return Next::kRead;
@@ -665,7 +759,8 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   }
   const bool is_write = h.opcode == Opcode::kWrite;
   if (refusal != ErrorCode::OK) {
-    errors_++;
+    CountError(refusal == ErrorCode::SEGMENT_NOT_FOUND ? ErrorReason::kStaleMount
+                                                       : ErrorReason::kOutOfRange);
     Respond(c, refusal, nullptr, 0);
     // A refused WRITE's payload is never waited for (a peer may announce one and send nothing):
     // the answer goes out at once, then the connection closes.
@@ -725,6 +820,7 @@ void DataServer::DiskLoop() {
       Close(*conn);
       continue;
     }
+    ObserveAnswered(*conn);
     conn->phase = Phase::kHeader;
     FreeBody(*conn);
     conn->last_progress_ns = MonotonicNs();

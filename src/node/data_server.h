@@ -46,6 +46,10 @@
 // Connections beyond max_connections are closed on accept and counted (rejected_connections);
 // each one costs a descriptor, so RLIMIT_NOFILE must allow them (the node raises it).
 //
+// Metrics: every request, byte, refusal and answer time is also counted in the granary_node_*
+// series of Options::metrics (docs/metrics.md), on the path that does the work: relaxed atomic
+// increments only, no lock and no lookup by name on the data path.
+//
 // Ownership: the caller owns the segment memory: the current mount's until Stop() returns, an
 // earlier mount's until the SetMount that replaced it has returned. The server locks nothing on
 // the bytes: the master's protocol guarantees nobody reads a range while it is being written.
@@ -55,6 +59,7 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -69,6 +74,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/metrics.h"
 #include "granary/status.h"
 #include "node/data_conn.h"
 #include "node/disk_read_service.h"
@@ -94,6 +100,10 @@ struct DataServerOptions {
   // READ and WRITE are refused (PERMISSION_DENIED): ranges are served under capabilities only
   // (CAP_READ, CAP_WRITE), so a segment's token opens nothing. A node with a secret sets it.
   bool require_capabilities = false;
+  // Where the granary_node_* request series are registered (borrowed: it must outlive the
+  // server, and be rendered only while the server lives: two gauges read it). Null: a registry
+  // of the server's own, so the counters are always there to update.
+  MetricsRegistry* metrics = nullptr;
 };
 
 class DataServer {
@@ -159,6 +169,28 @@ class DataServer {
  private:
   using ConnPtr = std::shared_ptr<DataConn>;
   enum class Next { kRead, kWrite, kClose, kHandedOff };  // after driving a connection
+  // Why a request failed: the reason label of granary_node_request_errors_total.
+  enum class ErrorReason : uint8_t {
+    kStaleMount,   // a segment token other than the current mount's (or none yet)
+    kOutOfRange,   // a range outside the segment
+    kCapability,   // no valid capability (bad MAC, expired, wrong access or range, required)
+    kBadFrame,     // a malformed header: its connection was closed
+    kTimeout,      // cut off at its deadline, or queued for a disk thread past it
+    kFenced,       // its mount was replaced mid-request
+    kBodyLimit,    // its body would pass max_body_bytes_held
+    kPeerClosed,   // the peer went away (or its socket failed) mid-request
+    kDiskRefused,  // a DISK_* refused whole (no disk tier, no staging region, malformed body)
+    kDiskEntry,    // one entry of a DISK_* not served (not on disk, unreadable, no staging room)
+    kStaging,      // a STAGE_RELEASE or STAGE_INFO refused, or one slot of a release refused
+  };
+  static constexpr size_t kErrorReasons = 11;
+  // The op label of granary_node_requests_total, _bytes_total and _request_seconds.
+  static constexpr size_t kOpKinds = 7;  // read, write, ping, disk_read, disk_stage, stage_*
+  struct OpSeries {
+    Counter* requests = nullptr;
+    Counter* bytes = nullptr;
+    Histogram* seconds = nullptr;  // first header byte to last answer byte, answered OK
+  };
   // One per I/O thread, on its own cache line: the token of the mount whose memory the thread
   // is moving bytes of right now, 0 when none (the fence's reader side).
   struct alignas(64) FenceSlot {
@@ -190,6 +222,15 @@ class DataServer {
   bool GrowBody(DataConn& c, uint64_t arrived);
   void FreeBody(DataConn& c);
   int64_t BudgetNs(uint64_t bytes) const;
+  void RegisterMetrics();
+  // Counts a failed request in `errors` and under its reason.
+  void CountError(ErrorReason reason) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    error_series_[static_cast<size_t>(reason)]->Inc();
+  }
+  OpSeries& Op(transfer::Opcode opcode);
+  // The request on `c` was answered OK: its time from its first header byte.
+  void ObserveAnswered(DataConn& c);
 
   // DISK_READ and DISK_STAGE share their framing: the request's checks and body, then either one
   // refusal of the whole request or a header announcing one answer per entry.
@@ -262,6 +303,13 @@ class DataServer {
   std::atomic<uint64_t> shed_bodies_{0};
   std::atomic<uint64_t> body_bytes_held_{0};
   std::atomic<uint64_t> capability_refusals_{0};
+
+  std::unique_ptr<MetricsRegistry> own_metrics_;  // only when Options::metrics is null
+  MetricsRegistry* metrics_ = nullptr;
+  std::array<OpSeries, kOpKinds> op_series_{};
+  std::array<Counter*, kErrorReasons> error_series_{};
+  Counter* connections_accepted_ = nullptr;
+  Counter* connections_rejected_ = nullptr;
 };
 
 }  // namespace granary::node

@@ -61,7 +61,7 @@ bool DataServer::SendAnswerUntil(DataConn& c, int64_t deadline, uint64_t id, Err
 
 void DataServer::ExpireQueuedDisk(DataConn& c) {
   timeouts_++;
-  errors_++;
+  CountError(ErrorReason::kTimeout);
   GLOG_DEBUG("data server: a {} waited past its deadline for a disk thread",
              c.request.opcode == transfer::Opcode::kDiskRead ? "DISK_READ" : "DISK_STAGE");
   // One non-blocking try (the header fits any socket buffer a live peer leaves): the client gets
@@ -92,7 +92,7 @@ bool DataServer::StartDiskBatch(DataConn& c, int64_t deadline, const char* op,
                                 bool* serve) {
   *serve = false;
   if (!entries.ok()) {
-    errors_++;
+    CountError(ErrorReason::kDiskRefused);
     GLOG_DEBUG("data server refused a {}: {}", op, entries.status().ToString());
     return SendAnswerUntil(c, deadline, c.request.request_id, entries.status().code(), nullptr,
                            0);
@@ -121,13 +121,14 @@ bool DataServer::ServeDiskRead(DataConn& c) {
   uint64_t answered = 0;
   return reads->Serve(*entries, [&](uint32_t index, ErrorCode code,
                                     std::span<const std::byte> bytes) {
-    if (code != ErrorCode::OK) errors_++;
+    if (code != ErrorCode::OK) CountError(ErrorReason::kDiskEntry);
     disk_bytes_read_ += bytes.size();  // counted first: the client may look once it has them
+    Op(transfer::Opcode::kDiskRead).bytes->Inc(bytes.size());
     answered += bytes.size();
     const int64_t deadline = c.request_start_ns + BudgetNs(answered);
     if (!SendAnswerUntil(c, deadline, index, code, reinterpret_cast<const uint8_t*>(bytes.data()),
                          bytes.size())) {
-      errors_++;
+      CountError(ErrorReason::kPeerClosed);
       return false;
     }
     return true;
@@ -163,15 +164,16 @@ bool DataServer::ServeDiskStage(DataConn& c) {
           slot.slot = grant->slot;
           slot.generation = grant->generation;
           disk_bytes_staged_ += slot.length;
+          Op(transfer::Opcode::kDiskStage).bytes->Inc(slot.length);
           staged += slot.length;
         } else {
-          errors_++;
+          CountError(ErrorReason::kDiskEntry);
         }
         const bool ok = code == ErrorCode::OK;
         const int64_t deadline = c.request_start_ns + BudgetNs(staged);
         if (!SendAnswerUntil(c, deadline, index, code, reinterpret_cast<const uint8_t*>(&slot),
                              ok ? sizeof(slot) : 0)) {
-          errors_++;
+          CountError(ErrorReason::kPeerClosed);
           return false;
         }
         return true;
@@ -197,7 +199,7 @@ void DataServer::ServeStageRelease(DataConn& c) {
     }
   }
   if (refusal != ErrorCode::OK) {
-    errors_++;
+    CountError(ErrorReason::kStaging);
     Respond(c, refusal, nullptr, 0);
     return;
   }
@@ -207,7 +209,7 @@ void DataServer::ServeStageRelease(DataConn& c) {
     std::memcpy(&ref, body.data() + sizeof(rb) + i * sizeof(ref), sizeof(ref));
     const ErrorCode code = ref.reserved != 0 ? ErrorCode::INVALID_PARAMS
                                              : staging->Release(ref.slot, ref.generation, c.id);
-    if (code != ErrorCode::OK) errors_++;
+    if (code != ErrorCode::OK) CountError(ErrorReason::kStaging);
     const int32_t wire = static_cast<int32_t>(code);
     std::memcpy(c.out.data() + i * sizeof(wire), &wire, sizeof(wire));
   }
@@ -217,7 +219,7 @@ void DataServer::ServeStageRelease(DataConn& c) {
 void DataServer::ServeStageInfo(DataConn& c) {
   ShmStaging* staging = staging_.load(std::memory_order_acquire);
   if (staging == nullptr || disk_reads_.load(std::memory_order_acquire) == nullptr) {
-    errors_++;
+    CountError(ErrorReason::kStaging);
     Respond(c, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, nullptr, 0);
     return;
   }

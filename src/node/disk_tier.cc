@@ -274,6 +274,7 @@ void DiskTier::MakeRoom(uint64_t bytes) {
     std::vector<std::pair<std::string, uint64_t>> evicted;
     evicted.reserve(victims.size());
     for (auto& v : victims) evicted.emplace_back(std::move(v.key), v.location);
+    evicted_objects_.fetch_add(victims.size(), std::memory_order_relaxed);
     (void)DropWithMaster(evicted, "evicted");
   }
   // Readers the master named a victim to before the drop find it gone from the index: a miss.
@@ -396,12 +397,14 @@ Result<size_t> DiskTier::OffloadOnce() {
     }
   }
   size_t copied = 0;
+  uint64_t copied_bytes = 0;
   for (int i = 0; i < n; ++i) {
     end.add_keys(started.items(i).key());
     end.add_version_gens(started.items(i).version_gen());
     end.add_locations(location_of[i]);
     end.add_written(ok[i]);
     copied += ok[i];
+    if (ok[i]) copied_bytes += started.items(i).size();
   }
   proto::BatchStatusResponse ended;
   if (Status s = master_->Call(&proto::Master::Stub::OffloadEnd, end, &ended, "offload end", false, options_.rpc_timeout_ms); !s.ok()) {
@@ -412,9 +415,11 @@ Result<size_t> DiskTier::OffloadOnce() {
     if (ok[i] && ended.results(i).code() != 0) {  // replaced or removed meanwhile
       (void)store_->Remove(started.items(i).key(), location_of[i]);
       copied--;
+      copied_bytes -= started.items(i).size();
     }
   }
   offloaded_ += copied;
+  offloaded_bytes_ += copied_bytes;
   return copied + deleted + promoted;
 }
 

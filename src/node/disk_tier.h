@@ -107,6 +107,10 @@ class DiskTier {
   uint64_t disk_id() const { return disk_id_; }
   // Objects written to disk and attached by the master (for tests and logs).
   uint64_t offloaded_objects() const { return offloaded_.load(); }
+  // Object bytes of those (for /metrics).
+  uint64_t offloaded_bytes() const { return offloaded_bytes_.load(); }
+  // Copies this node chose to delete to make room (dropped with the master first; for /metrics).
+  uint64_t evicted_objects() const { return evicted_objects_.load(); }
   // Garbage copies deleted at the master's word (for tests and logs).
   uint64_t deleted_garbage() const { return deleted_garbage_.load(); }
   // Objects copied back to memory and attached by the master (for tests, logs and the pings).
@@ -142,6 +146,8 @@ class DiskTier {
   uint64_t disk_id_ = 0;
   std::atomic<uint64_t> token_{0};
   std::atomic<uint64_t> offloaded_{0};
+  std::atomic<uint64_t> offloaded_bytes_{0};
+  std::atomic<uint64_t> evicted_objects_{0};
   std::atomic<uint64_t> deleted_garbage_{0};
   std::atomic<uint64_t> promoted_{0};
 

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "common/config_schema.h"
 #include "common/logging.h"
@@ -34,7 +36,9 @@ struct NodeConfig {
   int64_t reclaim_interval_ms = 30'000;
   bool standalone = false;
   uint16_t master_port = 50051;
-  uint16_t http_port = 9003;
+  // Text, so that "not given" differs from 0: alone it is the node's endpoint (absent or 0: off),
+  // with --standalone the master's HTTP port as it always was (absent: 9003).
+  std::string http_port;
   // The SSD tier (docs/disk.md); defaults are node::DiskTierSettings'.
   std::string disk_dir;
   uint64_t disk_size = 0;  // 0: 80% of the free space of disk_dir's filesystem
@@ -67,6 +71,15 @@ uint64_t FittingSegmentSize() {
     limit = std::min<uint64_t>(limit, static_cast<uint64_t>(pages) * page_size / 4);
   }
   return std::max<uint64_t>(limit & ~uint64_t{(1 << 20) - 1}, 1 << 20);
+}
+
+// A TCP port, 0-65535, as the whole text; nullopt for anything else ("80x", "-1", "70000").
+std::optional<uint16_t> ParsePort(const std::string& text) {
+  unsigned value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value > 65535) return std::nullopt;
+  return static_cast<uint16_t>(value);
 }
 
 }  // namespace
@@ -138,12 +151,26 @@ int main(int argc, char** argv) {
                  "serve a host other than loopback without auth_token_file");
   schema.AddBool("standalone", &c.standalone, "run a master in this process too");
   schema.AddPort("master_port", &c.master_port, "with --standalone: the master's gRPC port");
-  schema.AddPort("http_port", &c.http_port, "with --standalone: the master's HTTP port");
+  schema.AddString("http_port", &c.http_port,
+                   "HTTP port of the node's /metrics, /health and /status, bound to --host "
+                   "(absent or 0: none); with --standalone, the master's HTTP port instead "
+                   "(absent: 9003), as before");
   if (Status s = schema.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "granary-node: %s\n", s.message().c_str());
     return 2;
   }
   if (schema.help_requested()) return 0;
+  std::optional<uint16_t> http_port;
+  if (!c.http_port.empty()) {
+    http_port = ParsePort(c.http_port);
+    if (!http_port) {
+      std::fprintf(stderr,
+                   "granary-node: --http-port: invalid value '%s': expected a port number "
+                   "0-65535 (0: no HTTP endpoint)\n",
+                   c.http_port.c_str());
+      return 2;
+    }
+  }
   if (Status s = InitLogging("node", c.log_level); !s.ok()) {
     std::fprintf(stderr, "granary-node: %s\n", s.message().c_str());
     return 2;
@@ -192,7 +219,7 @@ int main(int argc, char** argv) {
     master::MasterConfig mc;
     mc.host = c.host;
     mc.port = c.master_port;
-    mc.http_port = c.http_port;
+    mc.http_port = http_port.value_or(9003);
     mc.auth_token_file = c.auth_token_file;
     mc.tls_cert_file = c.tls_cert;
     mc.tls_key_file = c.tls_key;
@@ -225,6 +252,8 @@ int main(int argc, char** argv) {
   options.data_max_connections = c.data_max_connections;
   options.data_io_threads = c.data_io_threads;
   options.data_request_timeout_ms = c.data_request_timeout_ms;
+  // Standalone, the port is its master's (above); the node's own endpoint then stays off.
+  if (!c.standalone && http_port.value_or(0) != 0) options.http_port = *http_port;
   {
     auto disk = granary::node::MakeDiskTierOptions({c.disk_dir, c.disk_size, c.disk_backend,
                                            c.disk_eviction, c.disk_io, c.offload_interval_ms},
@@ -242,9 +271,12 @@ int main(int argc, char** argv) {
     GLOG_ERROR("{}", node.status().ToString());
     return 1;
   }
-  std::printf("granary-node ready: segment %s, %s, data plane %s, master %s\n",
+  std::printf("granary-node ready: segment %s, %s, data plane %s, master %s%s\n",
               (*node)->segment_name().c_str(), FormatSize(c.segment_size).c_str(),
-              (*node)->endpoint().c_str(), c.master.c_str());
+              (*node)->endpoint().c_str(), c.master.c_str(),
+              (*node)->http_port() != 0
+                  ? (", http " + c.host + ":" + std::to_string((*node)->http_port())).c_str()
+                  : "");
   std::fflush(stdout);
 
   int sig = 0;

@@ -103,7 +103,6 @@ bool ReplicaCopier::Round(uint64_t round) {
   end.set_client_id(options_.node_id);
   end.set_round(round);
   std::vector<std::byte> buf;
-  uint64_t bytes = 0;
   for (int i = 0; i < n; ++i) {
     const proto::ReplicaCopyItem& item = started.items(i);
     const proto::Replica& dst = item.target();
@@ -120,7 +119,6 @@ bool ReplicaCopier::Round(uint64_t round) {
         if (segment && segment->token() == dst.token()) {
           std::memcpy(segment->data() + dst.offset(), buf.data(), item.size());
           copied = true;
-          bytes += item.size();
         }
       } else {
         failed_++;
@@ -139,12 +137,12 @@ bool ReplicaCopier::Round(uint64_t round) {
     GLOG_DEBUG("replica copy end: {}", s.ToString());
     return false;
   }
-  uint64_t attached = 0;
   for (int i = 0; i < n && i < ended.results_size(); ++i) {
-    attached += end.copied(i) && ended.results(i).code() == 0;
+    if (end.copied(i) && ended.results(i).code() == 0) {
+      copied_++;
+      copied_bytes_ += started.items(i).size();
+    }
   }
-  copied_ += attached;
-  copied_bytes_ += attached == static_cast<uint64_t>(n) ? bytes : 0;
   return started.more();
 }
 

@@ -101,6 +101,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   server_options.max_connections = o.data_max_connections;
   server_options.io_threads = o.data_io_threads;
   server_options.require_capabilities = !o.secret.empty();
+  server_options.metrics = &node->metrics_;
   server_options.request_timeout_ms =
       static_cast<int>(std::clamp<int64_t>(o.data_request_timeout_ms, 1, 86'400'000));
   RaiseDescriptorLimit(o.data_max_connections);
@@ -135,6 +136,19 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
     }
     node->server_->SetDiskReads(node->disk_->reads());
   }
+  if (o.copy_interval_ms > 0) {  // made before the metrics read it, started once mounted
+    ReplicaCopierOptions co;
+    co.node_id = node->client_id_;
+    co.interval_ms = o.copy_interval_ms;
+    co.rpc_timeout_ms = o.rpc_timeout_ms;
+    node->copier_ = std::make_unique<ReplicaCopier>(
+        co, [n = node.get()] { return n->segment(); }, node->master_.get());
+  }
+  // Before the master knows the node: a port that cannot be bound fails the start cleanly.
+  node->RegisterMetrics();
+  if (o.http_port.has_value()) {
+    if (Status s = node->StartHttp(); !s.ok()) return s;
+  }
   Status mounted = node->Mount();
   if (!mounted.ok() && mounted.code() != ErrorCode::RPC_FAIL &&
       mounted.code() != ErrorCode::RPC_TIMEOUT) {
@@ -146,15 +160,7 @@ Result<std::unique_ptr<StorageNode>> StorageNode::Start(StorageNodeOptions optio
   }
   node->heartbeat_ = std::thread([n = node.get()] { n->HeartbeatLoop(); });
   if (node->disk_) node->disk_->Start();
-  if (o.copy_interval_ms > 0) {
-    ReplicaCopierOptions co;
-    co.node_id = node->client_id_;
-    co.interval_ms = o.copy_interval_ms;
-    co.rpc_timeout_ms = o.rpc_timeout_ms;
-    node->copier_ = std::make_unique<ReplicaCopier>(
-        co, [n = node.get()] { return n->segment(); }, node->master_.get());
-    node->copier_->Start();
-  }
+  if (node->copier_) node->copier_->Start();
   GLOG_INFO("node {}: segment {} ({} bytes) served at {}", node->client_id_, o.segment_name,
             o.segment_size, node->endpoint_);
   return node;
@@ -308,6 +314,7 @@ void StorageNode::Stop() {
   }
   cv_.notify_all();
   if (copier_) copier_->Stop();
+  if (http_) http_->Stop();  // /health says 503 from now on anyway: stopping_ is set
   if (disk_) disk_->Stop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (master_ && mounted_) {

@@ -27,6 +27,9 @@
 // Used by granary-node and, embedded, by a client that contributes memory.
 // With prefault, the segment's reserved pages are also zeroed in the background right after
 // Create (SegmentPopulator), so the first clients do not pay for it.
+// With http_port set, the node serves /metrics (the granary_node_* series: data plane, staging,
+// disk tier), /health (200 while mounted and serving, else 503) and /status (JSON) on listen_host
+// (node/storage_node_http.cc); the HTTP server stops first, before what its handlers read.
 // Ownership: owns the segment (the current file; a retired one lives on only while the disk tier
 // finishes a copy with it), the data server and the heartbeat thread.
 // Thread safety: Start/Stop from one thread; the accessors from any.
@@ -37,12 +40,15 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "granary/proto/master.grpc.pb.h"
 #include "granary/status.h"
 #include "client/master_locator.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
 #include "node/data_server.h"
 #include "node/segment_populator.h"
 #include "node/disk_tier.h"
@@ -86,6 +92,9 @@ struct StorageNodeOptions {
   // Re-replication (node/replica_copier.h): how often to ask the master for copies to make
   // while it has none. 0: this node makes no copies.
   int64_t copy_interval_ms = 1000;
+  // The node's HTTP endpoint (/metrics, /health, /status) on listen_host; nullopt: none. 0 picks
+  // a free port (tests; see http_port()). A port that cannot be bound fails Start().
+  std::optional<uint16_t> http_port;
 };
 
 class StorageNode {
@@ -110,6 +119,14 @@ class StorageNode {
   DiskTier* disk() { return disk_.get(); }  // null without a disk tier
   ShmStaging* staging() { return staging_.get(); }  // null without same-host disk staging
   ReplicaCopier* copier() { return copier_.get(); }  // null with copy_interval_ms 0
+  // Every granary_node_* series; what /metrics renders.
+  MetricsRegistry& metrics() { return metrics_; }
+  // The HTTP endpoint's bound port; 0 without one.
+  uint16_t http_port() const { return http_ ? http_->port() : 0; }
+  // /health's answer: mounted, and the data server listening (not stopping).
+  bool serving() const;
+  // /status's body: node id, endpoint, segment, mount, master, disk tier figures.
+  std::string StatusJson() const;
 
  private:
   explicit StorageNode(StorageNodeOptions options);
@@ -118,6 +135,10 @@ class StorageNode {
   // Heartbeat thread, or Start().
   Status Mount();
   void HeartbeatLoop();
+  // The node's own gauges (segment, staging, disk tier) beside the data server's series.
+  void RegisterMetrics();
+  // Registers the routes and binds options_.http_port (storage_node_http.cc).
+  Status StartHttp();
 
   StorageNodeOptions options_;
   std::string client_id_;
@@ -131,6 +152,8 @@ class StorageNode {
   std::shared_ptr<ShmSegment> segment_;
   // Prefault only: populates the current segment; stopped before it is retired or goes.
   std::unique_ptr<SegmentPopulator> populator_;
+  // Outlives the data server and the disk tier, whose series it holds (declared before them).
+  MetricsRegistry metrics_;
   std::unique_ptr<ShmStaging> staging_;  // outlives server_ (declared before it)
   std::unique_ptr<DataServer> server_;
   std::unique_ptr<DiskTier> disk_;
@@ -139,10 +162,12 @@ class StorageNode {
   std::atomic<bool> mounted_{false};
 
   std::chrono::steady_clock::time_point last_reclaim_{};  // heartbeat thread only
-  std::mutex mu_;
+  mutable std::mutex mu_;  // guards stopping_
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread heartbeat_;
+  // Last: destroyed first, so no handler runs once what it reads is gone.
+  std::unique_ptr<HttpServer> http_;
 };
 
 }  // namespace granary::node

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "../tools/test_pattern.h"
@@ -25,6 +26,16 @@ namespace granary::it {
 namespace {
 
 using Bytes = std::vector<std::byte>;
+
+// The value of the unlabelled or fully labelled sample `series` on a /metrics page; -1 if absent.
+double SampleValue(const std::string& page, const std::string& series) {
+  std::istringstream lines(page);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
 
 class DiskTierTest : public StoreTest {
  protected:
@@ -277,9 +288,11 @@ TEST_F(DiskTierTest, LazyOffloadLetsEvictionKeepObjectsOnDisk) {
 TEST_F(DiskTierTest, DiskEvictionTellsTheMasterWhichCopiesAreGone) {
   ASSERT_TRUE(cluster_.Start(0, 0, {{"--persistence", "eager"}}));
   disk_node_ = std::make_unique<NodeProcess>(UniqueName("small"), 16 * MiB, logs_.path());
+  const uint16_t http_port = PickFreePort();
   ASSERT_TRUE(disk_node_->Start(cluster_.master_address(),
                                 {"--disk-dir", disk_dir_.path(), "--disk-size", "2MiB",
-                                 "--disk-eviction", "fifo", "--offload-interval", "100ms"}));
+                                 "--disk-eviction", "fifo", "--offload-interval", "100ms",
+                                 "--http-port", std::to_string(http_port)}));
   ASSERT_TRUE(cluster_.WaitForSegments([&](const auto& n) { return n.size() == 1; }, Millis(5000)));
   auto client = cluster_.MakeClient(false);
   ASSERT_NE(client, nullptr);
@@ -300,6 +313,19 @@ TEST_F(DiskTierTest, DiskEvictionTellsTheMasterWhichCopiesAreGone) {
   EXPECT_TRUE(client->Stat(keys.back())->disk_replicas.size() == 1) << "the newest copy was evicted";
   EXPECT_LE(on_disk, 4u) << "the master still names copies the node's disk evicted";
   EXPECT_GE(on_disk, 1u);
+
+  // Both ends count it (issue 22): the node's offloads and evictions, the master's demotions.
+  const HttpResult node_page = HttpGet(http_port, "/metrics");
+  ASSERT_EQ(node_page.status, 200) << node_page.error;
+  EXPECT_GE(SampleValue(node_page.body, "granary_node_offloaded_objects_total"), 12)
+      << node_page.body;
+  EXPECT_GE(SampleValue(node_page.body, "granary_node_offloaded_bytes_total"), 12 * 512 * KiB);
+  EXPECT_GE(SampleValue(node_page.body, "granary_node_disk_evicted_objects_total"),
+            static_cast<double>(keys.size() - on_disk));
+  const HttpResult master_page = HttpGet(cluster_.master().http_port(), "/metrics");
+  EXPECT_GE(SampleValue(master_page.body, "granary_master_demotions_total{outcome=\"completed\"}"),
+            12)
+      << master_page.body;
 }
 
 // Flips one byte of the value in the file-per-key records under `dir` whose key `pick` selects;

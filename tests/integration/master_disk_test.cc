@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <sstream>
 #include <thread>
 
 #include "master/history/history_file.h"
@@ -324,6 +325,86 @@ TEST_F(MasterDiskTest, OffloadStartNamesTheDiskGarbageUntilTheNodeAcknowledgesIt
   EXPECT_EQ(acks, 2);
   EXPECT_EQ(demotions, 0);
   ExpectServing();
+}
+
+// The value of the sample `series` (name and labels as rendered) on a /metrics page; -1 if absent.
+double Sample(const std::string& page, const std::string& series) {
+  std::istringstream lines(page);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+// Issue 22's cache figures: each key a BatchGetReplicaList answers counts once, as a memory hit,
+// a disk hit (disk replicas only) or a miss; prefix matches and demotions are counted too.
+TEST_F(MasterDiskTest, MetricsCountGetsByTierPrefixMatchesAndDemotions) {
+  ASSERT_TRUE(StartMaster({"--persistence", "eager"}));
+  MasterClient node = Client("node-1");
+  ASSERT_EQ(node.Mount("seg-1", 4 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  auto registered = Register("node-1", {Copy("on-disk", 5000, 7, 1)});
+  ASSERT_EQ(registered.results_size(), 1);
+  ASSERT_EQ(registered.results(0).code(), code::kOk) << registered.results(0).message();
+  MasterClient w = Client("writer");
+  ASSERT_EQ(w.Put("in-memory", 64 * KiB, 9), code::kOk);
+
+  MasterClient r = Client("reader");
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(r.GetOne("in-memory").code(), code::kOk);
+  ASSERT_EQ(r.GetOne("on-disk").code(), code::kOk);
+  EXPECT_EQ(r.GetOne("on-disk").replicas_size(), 0) << "not a disk-only object";
+  auto mixed = r.Get({"in-memory", "nowhere", "on-disk"});
+  ASSERT_EQ(mixed.results_size(), 3);
+  EXPECT_EQ(mixed.results(1).code(), code::kObjectNotFound);
+  auto matched = r.PrefixMatch({"in-memory", "on-disk", "nowhere", "in-memory"});
+  ASSERT_EQ(matched.code(), code::kOk);
+  ASSERT_EQ(matched.matched(), 2u);
+  (void)r.PrefixMatch({"nowhere"});
+
+  // Eager offload of the memory object: one demotion started, then completed.
+  auto started = OffloadStart("node-1");
+  ASSERT_EQ(started.items_size(), 1);
+  auto ended = OffloadEnd("node-1", started.items(), 100);
+  ASSERT_EQ(ended.results_size(), 1);
+  EXPECT_EQ(ended.results(0).code(), code::kOk);
+
+  const HttpResult page = HttpGet(master_.http_port(), "/metrics");
+  ASSERT_EQ(page.status, 200) << page.error;
+  SCOPED_TRACE(page.body);
+  EXPECT_EQ(Sample(page.body, "granary_master_gets_total{outcome=\"memory_hit\"}"), 3);
+  EXPECT_EQ(Sample(page.body, "granary_master_gets_total{outcome=\"disk_hit\"}"), 3);
+  EXPECT_EQ(Sample(page.body, "granary_master_gets_total{outcome=\"miss\"}"), 1);
+  EXPECT_EQ(Sample(page.body, "granary_master_get_hit_bytes_total{tier=\"memory\"}"),
+            3.0 * 64 * KiB);
+  EXPECT_EQ(Sample(page.body, "granary_master_get_hit_bytes_total{tier=\"disk\"}"), 3.0 * 5000);
+  EXPECT_EQ(Sample(page.body, "granary_master_prefix_match_keys_count"), 2);
+  EXPECT_EQ(Sample(page.body, "granary_master_prefix_match_keys_sum"), 2);
+  EXPECT_EQ(Sample(page.body, "granary_master_prefix_match_keys_bucket{le=\"0\"}"), 1);
+  EXPECT_EQ(Sample(page.body, "granary_master_demotions_total{outcome=\"started\"}"), 1);
+  EXPECT_EQ(Sample(page.body, "granary_master_demotions_total{outcome=\"completed\"}"), 1);
+  EXPECT_EQ(Sample(page.body, "granary_master_demotions_total{outcome=\"aborted\"}"), 0);
+  EXPECT_EQ(Sample(page.body, "granary_master_evictions_total{reason=\"watermark\"}"), 0);
+  EXPECT_EQ(Sample(page.body, "granary_master_evictions_total{reason=\"allocation\"}"), 0);
+}
+
+// A put that finds no space evicts, and the evictions count under reason="allocation".
+TEST_F(MasterDiskTest, EvictionsForAFullStoreCountUnderAllocation) {
+  // The watermark at 1: housekeeping evicts only from a segment exactly full; puts do the rest.
+  ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1"}));
+  MasterClient node = Client("node-1");
+  ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
+  MasterClient w = Client("writer");
+  // Twice the segment: the later puts must evict the earlier objects to fit.
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_EQ(w.Put("full" + std::to_string(i), 64 * KiB), code::kOk) << i;
+  }
+  const HttpResult page = HttpGet(master_.http_port(), "/metrics");
+  ASSERT_EQ(page.status, 200) << page.error;
+  const double allocation = Sample(page.body, "granary_master_evictions_total{reason=\"allocation\"}");
+  const double watermark = Sample(page.body, "granary_master_evictions_total{reason=\"watermark\"}");
+  EXPECT_GE(watermark, 0) << page.body;
+  EXPECT_GE(allocation, 8) << page.body;
+  EXPECT_GE(Sample(page.body, "granary_master_evicted_objects_total"), 16) << page.body;
 }
 
 }  // namespace

@@ -222,6 +222,9 @@ TEST_F(MasterFastTest, EveryHotCallAnswersAsOverGrpc) {
   EXPECT_EQ(Metric(master_.http_port(), FastCalls("BatchExist")), 1);
   EXPECT_EQ(Metric(master_.http_port(), FastCalls("BatchPutStart")), 3);
   EXPECT_GE(Metric(master_.http_port(), "granary_master_rpc_total{method=\"BatchExist\"}"), 2);
+  // So are the cache figures: one get of {fast, missing} over each port.
+  EXPECT_EQ(Metric(master_.http_port(), "granary_master_gets_total{outcome=\"memory_hit\"}"), 2);
+  EXPECT_EQ(Metric(master_.http_port(), "granary_master_gets_total{outcome=\"miss\"}"), 2);
 }
 
 TEST_F(MasterFastTest, HostileFramesCloseOnlyTheirConnection) {

@@ -206,6 +206,13 @@ TEST_F(TenantsTest, ATenantOverItsQuotaIsRefusedAndOthersKeepPutting) {
     EXPECT_GE(MetricValue(metrics.body, "granary_master_tenant_quota_refusals_total",
                           "tenant=\"acme\""),
               5);
+    // acme read its objects back (a series per tenant and outcome, 0 until it moves).
+    EXPECT_GE(MetricValue(metrics.body, "granary_master_tenant_gets_total",
+                          "tenant=\"acme\",outcome=\"memory_hit\""),
+              stored);
+    EXPECT_GE(MetricValue(metrics.body, "granary_master_tenant_gets_total",
+                          "tenant=\"globex\",outcome=\"miss\""),
+              0);
     auto admin = ClientWith(admin_file_);
     ASSERT_TRUE(admin);
     ASSERT_TRUE(admin->RemoveAll().ok());  // the admin's reaches every tenant

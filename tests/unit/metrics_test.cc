@@ -146,6 +146,23 @@ TEST(MetricsTest, GaugeCallbackEvaluatedAtEachRender) {
   EXPECT_TRUE(Contains(out, "granary_segment_used_bytes{segment=\"s1\"} 50\n")) << out;
 }
 
+TEST(MetricsTest, CounterCallbackRendersAsACounterBesideStaticSeries) {
+  MetricsRegistry r;
+  uint64_t kept_elsewhere = 3;
+  r.AddCounter("granary_node_things_total", "Things.", {{"how", "static"}})->Inc(2);
+  r.AddCounterCallback("granary_node_things_total", "Things.", [&kept_elsewhere] {
+    return std::vector<std::pair<Labels, double>>{
+        {{{"how", "owned"}}, static_cast<double>(kept_elsewhere)}};
+  });
+  EXPECT_EQ(r.RenderPrometheus(),
+            "# HELP granary_node_things_total Things.\n"
+            "# TYPE granary_node_things_total counter\n"
+            "granary_node_things_total{how=\"static\"} 2\n"
+            "granary_node_things_total{how=\"owned\"} 3\n");
+  kept_elsewhere = 8;
+  EXPECT_TRUE(Contains(r.RenderPrometheus(), "granary_node_things_total{how=\"owned\"} 8\n"));
+}
+
 TEST(MetricsTest, ThrowingCallbackDoesNotBreakScrape) {
   MetricsRegistry r;
   r.AddGaugeCallback("a", "a", []() -> std::vector<std::pair<Labels, double>> {
@@ -198,6 +215,9 @@ TEST(MetricsTest, ConcurrentUpdatesAreNotLost) {
 
 TEST(MetricsDeathTest, MisdeclaredMetricsAbort) {
   EXPECT_DEATH(MetricsRegistry().AddCounter("granary_puts", "no suffix"), "_total");
+  EXPECT_DEATH(MetricsRegistry().AddCounterCallback("granary_puts", "no suffix", [] {
+    return std::vector<std::pair<Labels, double>>{};
+  }), "_total");
   EXPECT_DEATH(MetricsRegistry().AddGauge("1bad", "x"), "invalid metric name");
   EXPECT_DEATH(MetricsRegistry().AddGauge("g", "x", {{"bad-label", "v"}}), "invalid label name");
   EXPECT_DEATH(MetricsRegistry().AddGauge("g", "x", {{"a", "1"}, {"a", "2"}}), "twice");

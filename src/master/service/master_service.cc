@@ -63,6 +63,44 @@ MasterService::MasterService(MasterState* state, Evictor* evictor, MetricsRegist
     m.seconds = registry_->AddHistogram("granary_master_rpc_seconds", "RPC service time", bounds,
                                         labels);
   }
+  RegisterCacheMetrics();
+}
+
+void MasterService::RegisterCacheMetrics() {
+  const char* outcomes[kGetOutcomes] = {"memory_hit", "disk_hit", "miss"};
+  for (size_t o = 0; o < kGetOutcomes; ++o) {
+    gets_[o] = registry_->AddCounter(
+        "granary_master_gets_total",
+        "keys answered by BatchGetReplicaList: with memory replicas, with disk replicas only, or "
+        "not readable",
+        {{"outcome", outcomes[o]}});
+  }
+  memory_hit_bytes_ = registry_->AddCounter("granary_master_get_hit_bytes_total",
+                                            "object bytes of the hits, by the tier that served",
+                                            {{"tier", "memory"}});
+  disk_hit_bytes_ = registry_->AddCounter("granary_master_get_hit_bytes_total",
+                                          "object bytes of the hits, by the tier that served",
+                                          {{"tier", "disk"}});
+  // 0 (nothing cached) and the powers of two up to 4096 keys: an engine asks for its prefix.
+  std::vector<double> key_bounds = {0};
+  for (double b = 1; b <= 4096; b *= 2) key_bounds.push_back(b);
+  prefix_match_keys_ = registry_->AddHistogram(
+      "granary_master_prefix_match_keys", "leading keys found by one BatchPrefixMatch",
+      std::move(key_bounds));
+  allocation_evictions_ = registry_->AddCounter(
+      "granary_master_evictions_total",
+      "objects evicted from memory, by what started it: usage above the high watermark "
+      "(housekeeping) or a put that found no space",
+      {{"reason", "allocation"}});
+  const char* help = "offloads of memory objects to a node's disk, by outcome";
+  demotions_started_ = registry_->AddCounter("granary_master_demotions_total", help,
+                                             {{"outcome", "started"}});
+  demotions_completed_ = registry_->AddCounter("granary_master_demotions_total", help,
+                                               {{"outcome", "completed"}});
+  demotions_failed_ = registry_->AddCounter("granary_master_demotions_total", help,
+                                            {{"outcome", "failed"}});
+  demotions_aborted_ = registry_->AddCounter("granary_master_demotions_total", help,
+                                             {{"outcome", "aborted"}});
 }
 
 grpc::Status MasterService::Admission::refusal() const { return rpc::ToGrpc(entry_); }
@@ -393,7 +431,7 @@ grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRe
     largest_request = std::max(largest_request, OffsetAllocator::AllocationSize(op.sizes[i]));
   }
   if (!full.empty()) {
-    evictor_->EvictForAllocation(needed, largest_request);
+    allocation_evictions_->Inc(evictor_->EvictForAllocation(needed, largest_request).objects);
     PutStartOp retry{op.client_id, {}, {}, op.config, op.upsert};
     for (size_t i : full) {
       retry.keys.push_back(op.keys[i]);
@@ -576,6 +614,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   size_t errors = 0;
   std::vector<std::string> unreadable;  // locked by the state, but refused here: unlocked below
+  TenantRuntime* tenant = who->tenant_only() ? TenantOf(who) : nullptr;
   for (size_t k = 0; k < results.size(); ++k) {
     const auto& r = results[k];
     proto::GetReplicaResult* out = resp->add_results();
@@ -602,6 +641,12 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
     out->set_checksum(r.checksum);
     errors += !status.ok();
     if (status.ok()) promotions_.NoteRead(keys[k], r);
+    // memory_hit, disk_hit, miss (the order of kGetOutcomes).
+    const size_t outcome = !status.ok() ? 2 : out->replicas_size() > 0 ? 0 : 1;
+    gets_[outcome]->Inc();
+    if (tenant != nullptr && tenant->gets[outcome] != nullptr) tenant->gets[outcome]->Inc();
+    if (outcome == 0) memory_hit_bytes_->Inc(r.size);
+    if (outcome == 1) disk_hit_bytes_->Inc(r.size);
   }
   // The client releases only what it was told it may read: a lock kept here would make the key
   // unremovable (OBJECT_HAS_LEASE) until the lease ran out.
@@ -668,6 +713,7 @@ grpc::Status MasterService::BatchPrefixMatch(Ctx* ctx, const proto::BatchPrefixM
     return admission.Finish();
   }
   resp->set_matched(*matched);
+  prefix_match_keys_->Observe(static_cast<double>(*matched));
   return admission.Finish();
 }
 

@@ -9,12 +9,17 @@
 // lists or removes another's object; its puts past its quota are QUOTA_EXCEEDED (checked and
 // applied under the tenant's lock, so concurrent puts cannot pass it together). Calls beyond a
 // role are PERMISSION_DENIED as a whole, applying nothing.
+// Cache figures (docs/metrics.md): every key BatchGetReplicaList answers (over gRPC or the fast
+// port, which calls it too) counts once as a memory hit (memory replicas), a disk hit (disk
+// replicas only) or a miss (anything else), overall and per tenant; prefix matches count how
+// many leading keys matched; evictions after a failed allocation and demotions by outcome.
 // Ownership: borrows the state, the evictor and the metrics registry; they must outlive it.
 // Thread safety: gRPC calls it from its thread pool; MasterState is thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -172,10 +177,13 @@ class MasterService final : public proto::Master::Service {
   // The caller's principal into *who (never null on success).
   Status Authenticate(Ctx* ctx, const Principal** who) const;
   // Per tenant: its namespace's prefix, the lock its quota checks hold, its refusals.
+  // The outcome label of granary_master_gets_total: memory_hit, disk_hit, miss.
+  static constexpr size_t kGetOutcomes = 3;
   struct TenantRuntime {
     std::string prefix;
     std::mutex quota_mu;
     Counter* quota_refusals = nullptr;
+    std::array<Counter*, kGetOutcomes> gets{};  // granary_master_tenant_gets_total
   };
   TenantRuntime* TenantOf(const Principal* who) const;
   const std::string& PrefixOf(const Principal* who) const;
@@ -268,6 +276,17 @@ class MasterService final : public proto::Master::Service {
   // Filled in the constructor, read-only after; std::less<> finds a method name without
   // building a std::string on every call.
   std::map<std::string, RpcMetrics, std::less<>> rpc_metrics_;
+  // Cache figures; registered in the constructor, updated with relaxed atomics.
+  std::array<Counter*, kGetOutcomes> gets_{};
+  Counter* memory_hit_bytes_ = nullptr;
+  Counter* disk_hit_bytes_ = nullptr;
+  Histogram* prefix_match_keys_ = nullptr;
+  Counter* allocation_evictions_ = nullptr;
+  Counter* demotions_started_ = nullptr;
+  Counter* demotions_completed_ = nullptr;
+  Counter* demotions_failed_ = nullptr;   // the node wrote it, the master refused its end
+  Counter* demotions_aborted_ = nullptr;  // not written, or the source was gone
+  void RegisterCacheMetrics();
 };
 
 }  // namespace granary::master

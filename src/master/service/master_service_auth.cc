@@ -28,6 +28,13 @@ void MasterService::set_authenticator(const security::Authenticator* auth) {
     runtime->quota_refusals = registry_->AddCounter(
         "granary_master_tenant_quota_refusals_total",
         "keys refused for passing their tenant's quota", {{"tenant", t.tenant}});
+    const char* outcomes[kGetOutcomes] = {"memory_hit", "disk_hit", "miss"};
+    for (size_t o = 0; o < kGetOutcomes; ++o) {
+      runtime->gets[o] = registry_->AddCounter(
+          "granary_master_tenant_gets_total",
+          "a tenant's keys answered by BatchGetReplicaList, by outcome",
+          {{"tenant", t.tenant}, {"outcome", outcomes[o]}});
+    }
     tenants_.emplace(&t, std::move(runtime));
   }
 }

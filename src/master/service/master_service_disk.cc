@@ -93,6 +93,7 @@ grpc::Status MasterService::OffloadStart(Ctx* ctx, const proto::OffloadStartRequ
   for (size_t i = 0; i < plan.size(); ++i) {
     const DemoteStartKeyResult& r = started[i];
     if (!r.status.ok()) continue;  // changed since the plan: skipped
+    demotions_started_->Inc();
     // The node copies from its own memory: one of the version's replicas is on its segment.
     const Extent* source = nullptr;
     for (const auto& e : r.replicas) {
@@ -112,7 +113,10 @@ grpc::Status MasterService::OffloadStart(Ctx* ctx, const proto::OffloadStartRequ
     item->set_checksum(r.checksum);
     *item->mutable_source() = std::move(filled[0]);
   }
-  if (!unusable.empty()) state_->DemoteAbort({req->client_id(), unusable, unusable_gens});
+  if (!unusable.empty()) {
+    demotions_aborted_->Inc(unusable.size());
+    state_->DemoteAbort({req->client_id(), unusable, unusable_gens});
+  }
   return admission.Finish();
 }
 
@@ -209,9 +213,13 @@ grpc::Status MasterService::OffloadEnd(Ctx* ctx, const proto::OffloadEndRequest*
   }
   if (!end.keys.empty()) {
     std::vector<Status> ended = state_->DemoteEnd(std::move(end));
-    for (size_t j = 0; j < ended.size(); ++j) results[end_index[j]] = std::move(ended[j]);
+    for (size_t j = 0; j < ended.size(); ++j) {
+      (ended[j].ok() ? demotions_completed_ : demotions_failed_)->Inc();
+      results[end_index[j]] = std::move(ended[j]);
+    }
   }
   if (!abort.keys.empty()) {
+    demotions_aborted_->Inc(abort.keys.size());
     std::vector<Status> aborted = state_->DemoteAbort(std::move(abort));
     for (size_t j = 0; j < aborted.size(); ++j) results[abort_index[j]] = std::move(aborted[j]);
   }

@@ -187,6 +187,53 @@ TEST_F(DataServerTest, PingReadWriteRoundTrip) {
   EXPECT_EQ(stats.open_connections, 1u);
 }
 
+// Issue 22: the granary_node_* series move on the paths that did the work: requests and bytes
+// by op, answer times of the requests answered OK, refusals by reason.
+TEST_F(DataServerTest, MetricsCountRequestsBytesAndErrorsByReason) {
+  MetricsRegistry metrics;
+  DataServer::Options options;
+  options.host = "127.0.0.1";
+  options.metrics = &metrics;
+  StartServer(options);
+  RequestHeader bad = Header(Opcode::kRead, 0, 64);
+  bad.magic = 0xBAD;
+  ExpectClosesOn(bad);  // then a good read on another connection
+  RawConn conn(server_->port());
+  ASSERT_TRUE(conn.connected());
+  std::vector<uint8_t> payload(5000, 0x42);
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kWrite, 100, payload.size(), kToken, 2)));
+  ASSERT_TRUE(conn.Send(payload.data(), payload.size()));
+  auto wr = conn.RecvResponse();
+  ASSERT_TRUE(wr.has_value());
+  ASSERT_EQ(wr->status, 0);
+  ExpectReadWorks(conn, 100, 3000);
+  ExpectRefused(conn, Header(Opcode::kRead, kSegSize - 10, 11), ErrorCode::INVALID_PARAMS);
+  ExpectRefused(conn, Header(Opcode::kRead, 0, 64, kToken + 1), ErrorCode::SEGMENT_NOT_FOUND);
+  // A request is counted before its connection reads the next header: once the pong is here,
+  // every earlier answer on this connection has been counted.
+  ASSERT_TRUE(conn.SendHeader(Header(Opcode::kPing, 0, 0, 0, 3)));
+  ASSERT_TRUE(conn.RecvResponse().has_value());
+
+  const std::string page = metrics.RenderPrometheus();
+  SCOPED_TRACE(page);
+  auto has = [&](const std::string& line) { return page.find(line + "\n") != std::string::npos; };
+  // One write; reads: ExpectClosesOn's check, the good one, two refused and ExpectRefused's checks.
+  EXPECT_TRUE(has("granary_node_requests_total{op=\"write\"} 1"));
+  EXPECT_TRUE(has("granary_node_requests_total{op=\"read\"} 6"));
+  EXPECT_TRUE(has("granary_node_bytes_total{op=\"write\"} 5000"));
+  EXPECT_TRUE(has("granary_node_bytes_total{op=\"read\"} " + std::to_string(3000 + 2 * 64 + 128)));
+  EXPECT_TRUE(has("granary_node_request_seconds_count{op=\"write\"} 1"));
+  EXPECT_TRUE(has("granary_node_request_seconds_count{op=\"read\"} 4")) << "refusals are not timed";
+  EXPECT_TRUE(has("granary_node_request_errors_total{reason=\"out_of_range\"} 1"));
+  EXPECT_TRUE(has("granary_node_request_errors_total{reason=\"stale_mount\"} 1"));
+  EXPECT_TRUE(has("granary_node_request_errors_total{reason=\"bad_frame\"} 1"));
+  EXPECT_TRUE(has("granary_node_request_errors_total{reason=\"capability\"} 0"));
+  EXPECT_TRUE(has("granary_node_requests_total{op=\"ping\"} 1"));
+  EXPECT_TRUE(has("granary_node_connections_total 3"));
+  EXPECT_EQ(server_->stats().errors, 2u) << "a bad frame is not a request error in Stats";
+  server_.reset();  // before the registry its counters live in
+}
+
 TEST_F(DataServerTest, TruncatedHeaderThenCloseIsHarmless) {
   StartServer();
   {
