@@ -233,6 +233,22 @@ TEST_F(MasterReplicasTest, PlannerHandsOutOnlyWhatANodeCanTakeAndIdlesWithoutSca
   EXPECT_EQ(planner.GetStats().backlog_objects + taken.size(), 10u);
 }
 
+TEST_F(MasterReplicasTest, WorkNoNodeCanTakeIsNotRescannedUntilTheStateMoves) {
+  Put("x", 3);  // on all three nodes
+  ASSERT_TRUE(state_.SetReplicas({{"x"}, 4})[0].ok());
+  ReplicaPlanner planner(&state_, 1e6);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(planner.Take("node" + std::to_string(i), 10, 1000 + i).empty());
+  }
+  const uint64_t scans = planner.GetStats().scans;
+  EXPECT_EQ(planner.GetStats().backlog_objects, 1u);
+  EXPECT_TRUE(planner.Take("node0", 10, 1000 + 10 * ReplicaPlanner::kRescanMs).empty());
+  EXPECT_EQ(planner.GetStats().scans, scans) << "rescanned work no node could take";
+  Mount(3);  // a node that can take it: the epoch moves
+  EXPECT_EQ(planner.Take("node3", 10, 1000 + 11 * ReplicaPlanner::kRescanMs),
+            std::vector<std::string>{"x"});
+}
+
 }  // namespace
 }  // namespace granary::master
 

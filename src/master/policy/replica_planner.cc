@@ -7,7 +7,10 @@ namespace granary::master {
 void ReplicaPlanner::ScanIfDue(int64_t now_ms) {
   const uint64_t epoch = state_->replica_epoch();
   const bool moved = !scanned_ || epoch != scanned_epoch_;
-  const bool recheck = work_found_ && now_ms - scanned_ms_ >= kRescanMs;
+  // Work the last scan found may have moved on only if copies were under way or handed out
+  // since: an object no node can take (all hold it, no room) waits for the epoch instead.
+  const bool recheck = work_found_ && (inflight_at_scan_ || handed_since_scan_ > 0) &&
+                       now_ms - scanned_ms_ >= kRescanMs;
   if (!moved && !recheck) return;
   scanned_ = true;
   scanned_epoch_ = epoch;  // read before the scan: a change during it scans again
@@ -15,6 +18,8 @@ void ReplicaPlanner::ScanIfDue(int64_t now_ms) {
   backlog_.clear();
   backlog_bytes_ = 0;
   work_found_ = false;
+  inflight_at_scan_ = state_->copies_in_flight() > 0;
+  handed_since_scan_ = 0;
   std::map<std::string, DrainProgress> drains;
   for (const auto& [name, mark] : state_->segments().Drains()) {
     if (!mark.done) drains[name];
@@ -91,6 +96,7 @@ std::vector<std::string> ReplicaPlanner::Take(const std::string& node_id, size_t
     budget_bytes_ -= static_cast<double>(it->size);
     backlog_bytes_ -= it->size;
     stats_.handed_out_objects++;
+    handed_since_scan_++;
     stats_.handed_out_bytes += it->size;
     keys.push_back(std::move(it->key));
     it = backlog_.erase(it);
@@ -100,9 +106,14 @@ std::vector<std::string> ReplicaPlanner::Take(const std::string& node_id, size_t
 
 std::vector<std::string> ReplicaPlanner::FinishedDrains(int64_t now_ms) {
   std::lock_guard lock(mu_);
+  const auto drains = state_->segments().Drains();
+  if (std::none_of(drains.begin(), drains.end(),
+                   [](const auto& d) { return !d.second.done && !d.second.drop; })) {
+    return {};  // no drain under way: no scan for its sake
+  }
   ScanIfDue(now_ms);
   std::vector<std::string> finished;
-  for (const auto& [name, mark] : state_->segments().Drains()) {
+  for (const auto& [name, mark] : drains) {
     if (mark.done || mark.drop) continue;
     auto seg = state_->segments().FindByName(name);
     if (!seg) {  // gone (its node died): nothing of it to wait for

@@ -8,8 +8,9 @@
 // ReplicaCopyStart re-checks every key under the apply order.
 // Cost: it finds work by scanning the state, only when the state's replica epoch moved since
 // its last scan (a mount, an unmount, a drain, a raised replica count...) or, while the last
-// scan found work, every kRescanMs; between scans it serves its backlog. An idle cluster (no
-// loss, no drain) costs one atomic read per call.
+// scan found work that may have moved on since (copies under way, or handed out), every
+// kRescanMs; between scans it serves its backlog. An idle cluster (no loss, no drain), or one
+// whose missing replicas no node can take, costs one atomic read per call.
 // Drains: each scan also counts, per draining segment, the objects that still need a copy for
 // its sake; FinishedDrains names the drains with nothing left (or whose segment is gone).
 // Thread safety: every method from any thread (one mutex; Take scans under it).
@@ -75,6 +76,8 @@ class ReplicaPlanner {
   uint64_t scanned_epoch_ = 0;
   int64_t scanned_ms_ = 0;
   bool work_found_ = false;  // the last scan found copies needed (or under way)
+  bool inflight_at_scan_ = false;  // copies were under way at the last scan
+  uint64_t handed_since_scan_ = 0;
   double budget_bytes_ = 0;  // token bucket, at most one second's worth
   int64_t budget_ms_ = 0;
   Stats stats_;

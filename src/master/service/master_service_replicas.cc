@@ -41,7 +41,8 @@ grpc::Status MasterService::ReplicaCopyStart(Ctx* ctx, const proto::ReplicaCopyS
   const size_t max_keys = std::min(req->max_keys(), kMaxCopiesPerRound);
   std::vector<std::string> plan =
       replicas_.Take(req->client_id(), max_keys, state_->clock()->NowMs());
-  resp->set_more(replicas_.GetStats().backlog_objects > 0);
+  // More for this node only if it got some: a backlog it cannot take must not make it spin.
+  resp->set_more(!plan.empty() && replicas_.GetStats().backlog_objects > 0);
   // Nothing to start and nothing of an earlier round to end: an idle round leaves no trace.
   if (plan.empty() && state_->CopiesOf(req->client_id()) == 0) return admission.Finish();
   std::vector<ReplicaCopyKeyResult> started =

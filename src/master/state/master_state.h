@@ -305,7 +305,7 @@ class MasterState {
   uint64_t copies_attached() const { return copies_attached_.load(std::memory_order_relaxed); }
   uint64_t copied_bytes() const { return copied_bytes_.load(std::memory_order_relaxed); }
   // Moves whenever an object may have come to need copies, or copies may have become possible
-  // (mounts, unmounts, drains, replica counts, disk drops, copies that did not attach): the
+  // (mounts, unmounts, drains, raised replica counts, copies that did not attach): the
   // re-replication planner scans again only then. Not part of the state.
   uint64_t replica_epoch() const { return replica_epoch_.load(std::memory_order_relaxed); }
 

@@ -235,7 +235,6 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
 }
 
 std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now) {
-  replica_epoch_++;
   const size_t n = op.keys.size();
   if (Status bad = BatchShapeError(n, op.locations.size() == n, "keys and locations differ in length");
       !bad.ok()) {
