@@ -126,7 +126,7 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const RemoveScopedOp& o) -> OpResult { return ApplyRemoveScoped(o, now); },
           [&](const SetReplicasOp& o) -> OpResult { return ApplySetReplicas(o, now); },
           [&](const ReplicaCopyStartOp& o) -> OpResult { return ApplyReplicaCopyStart(o, now); },
-          [&](const ReplicaCopyEndOp& o) -> OpResult { return ApplyReplicaCopyEnd(o, now); },
+          [&](const ReplicaCopyEndOp& o) -> OpResult { return ApplyReplicaCopyEnd(o); },
           [&](const DrainOp& o) -> OpResult { return ApplyDrain(o, now); },
           [&](const DrainFinishOp& o) -> OpResult { return ApplyDrainFinish(o, now); },
       },

@@ -456,7 +456,16 @@ class MasterState {
   std::vector<Status> ApplySetReplicas(const SetReplicasOp& op, int64_t now);
   std::vector<ReplicaCopyKeyResult> ApplyReplicaCopyStart(const ReplicaCopyStartOp& op,
                                                           int64_t now);
-  std::vector<Status> ApplyReplicaCopyEnd(const ReplicaCopyEndOp& op, int64_t now);
+  std::vector<Status> ApplyReplicaCopyEnd(const ReplicaCopyEndOp& op);
+  // Promotions (copies false) or re-replication copies (true) of node_id's rounds before
+  // `round` end: their allocations go back (the node's rounds are serial).
+  void EndEarlierRounds(const std::string& node_id, uint64_t round, bool copies);
+  // PromoteEnd and ReplicaCopyEnd: each allocation attached if copied and still the committed
+  // version's, else freed.
+  std::vector<Status> EndMemoryCopies(const std::string& node_id, uint64_t round,
+                                      const std::vector<std::string>& keys,
+                                      const std::vector<uint64_t>& version_gens,
+                                      const std::vector<uint8_t>& copied, bool copies);
   DrainResult ApplyDrain(const DrainOp& op, int64_t now);
   DrainResult ApplyDrainFinish(const DrainFinishOp& op, int64_t now);
   // Ends a re-replication copy: its allocation goes back (free_extent, as ClearPromotion) and

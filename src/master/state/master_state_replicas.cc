@@ -133,22 +133,7 @@ std::vector<ReplicaCopyKeyResult> MasterState::ApplyReplicaCopyStart(
     return results;
   }
   // The node's earlier copy rounds are over: what it did not report, it no longer writes.
-  for (auto& shard_ptr : shards_) {
-    Shard& shard = *shard_ptr;
-    std::lock_guard lock(shard.mu);
-    if (shard.promoting_keys.empty()) continue;
-    std::vector<std::string> over;
-    for (std::string_view key : shard.promoting_keys) {
-      const Promotion& p = *shard.objects.find(std::string(key))->second.promotion;
-      if (p.copy && p.node_id == op.node_id && p.round < op.round) over.emplace_back(key);
-    }
-    std::sort(over.begin(), over.end());
-    for (const auto& key : over) {
-      auto it = shard.objects.find(key);
-      ClearCopy(shard, it, /*free_extent=*/true);
-      EraseIfEmpty(shard, it);
-    }
-  }
+  EndEarlierRounds(op.node_id, op.round, /*copies=*/true);
   const std::vector<uint64_t> own = segments_.SegmentsOf(op.node_id);
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
@@ -202,49 +187,9 @@ std::vector<ReplicaCopyKeyResult> MasterState::ApplyReplicaCopyStart(
   return results;
 }
 
-std::vector<Status> MasterState::ApplyReplicaCopyEnd(const ReplicaCopyEndOp& op, int64_t now) {
-  const size_t n = op.keys.size();
-  if (Status bad = BatchShapeError(n, op.version_gens.size() == n && op.copied.size() == n,
-                                   "keys, versions and outcomes differ in length");
-      !bad.ok()) {
-    return std::vector<Status>(n, bad);
-  }
-  std::vector<Status> results(n);
-  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
-    Shard& shard = *shards_[shard_index];
-    std::lock_guard lock(shard.mu);
-    for (size_t i : indices) {
-      auto it = shard.objects.find(op.keys[i]);
-      if (it == shard.objects.end() || !it->second.promotion || !it->second.promotion->copy) {
-        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being copied");
-        continue;
-      }
-      ObjectMeta& meta = it->second;
-      const Promotion& p = *meta.promotion;
-      if (p.node_id != op.node_id || p.version_gen != op.version_gens[i] || p.round != op.round) {
-        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's copy of this round");
-        continue;
-      }
-      const bool current = meta.committed && meta.committed->gen == p.version_gen &&
-                           segments_.IsMounted(p.extent.segment_id);
-      if (op.copied[i] != 0 && current) {
-        meta.committed->replicas.push_back(p.extent);  // readable from now on
-        copies_attached_++;
-        copied_bytes_ += meta.committed->size;
-        ClearCopy(shard, it, /*free_extent=*/false);
-        continue;
-      }
-      if (op.copied[i] != 0) {
-        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
-                            "the copied version was replaced or removed meanwhile");
-      }
-      ClearCopy(shard, it, /*free_extent=*/true);
-      EraseIfEmpty(shard, it);
-      replica_epoch_++;  // still short of replicas: the planner looks again
-    }
-  }
-  (void)now;
-  return results;
+std::vector<Status> MasterState::ApplyReplicaCopyEnd(const ReplicaCopyEndOp& op) {
+  return EndMemoryCopies(op.node_id, op.round, op.keys, op.version_gens, op.copied,
+                         /*copies=*/true);
 }
 
 size_t MasterState::CopiesOf(const std::string& node_id) const {

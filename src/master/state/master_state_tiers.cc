@@ -327,22 +327,7 @@ std::vector<PromoteStartKeyResult> MasterState::ApplyPromoteStart(const PromoteS
   }
   // The node's earlier rounds are over (it runs one at a time): what it did not report, it no
   // longer writes. A round number not above them (a late or repeated request) ends nothing.
-  for (auto& shard_ptr : shards_) {
-    Shard& shard = *shard_ptr;
-    std::lock_guard lock(shard.mu);
-    if (shard.promoting_keys.empty()) continue;
-    std::vector<std::string> over;
-    for (std::string_view key : shard.promoting_keys) {
-      const Promotion& p = *shard.objects.find(std::string(key))->second.promotion;
-      if (!p.copy && p.node_id == op.node_id && p.round < op.round) over.emplace_back(key);
-    }
-    std::sort(over.begin(), over.end());  // frees in key order: deterministic
-    for (const auto& key : over) {
-      auto it = shard.objects.find(key);
-      ClearPromotion(shard, it, /*free_extent=*/true);
-      EraseIfEmpty(shard, it);
-    }
-  }
+  EndEarlierRounds(op.node_id, op.round, /*copies=*/false);
   for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
@@ -402,43 +387,88 @@ std::optional<Extent> MasterState::AllocateForPromotion(const std::string& node_
 }
 
 std::vector<Status> MasterState::ApplyPromoteEnd(const PromoteEndOp& op) {
-  const size_t n = op.keys.size();
-  if (Status bad = BatchShapeError(n, op.version_gens.size() == n && op.copied.size() == n,
+  return EndMemoryCopies(op.node_id, op.round, op.keys, op.version_gens, op.copied,
+                         /*copies=*/false);
+}
+
+void MasterState::EndEarlierRounds(const std::string& node_id, uint64_t round, bool copies) {
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    if (shard.promoting_keys.empty()) continue;
+    std::vector<std::string> over;
+    for (std::string_view key : shard.promoting_keys) {
+      const Promotion& p = *shard.objects.find(std::string(key))->second.promotion;
+      if (p.copy == copies && p.node_id == node_id && p.round < round) over.emplace_back(key);
+    }
+    std::sort(over.begin(), over.end());  // frees in key order: deterministic
+    for (const auto& key : over) {
+      auto it = shard.objects.find(key);
+      if (copies) {
+        ClearCopy(shard, it, /*free_extent=*/true);
+      } else {
+        ClearPromotion(shard, it, /*free_extent=*/true);
+      }
+      EraseIfEmpty(shard, it);
+    }
+  }
+}
+
+std::vector<Status> MasterState::EndMemoryCopies(const std::string& node_id, uint64_t round,
+                                                 const std::vector<std::string>& keys,
+                                                 const std::vector<uint64_t>& version_gens,
+                                                 const std::vector<uint8_t>& copied,
+                                                 bool copies) {
+  const size_t n = keys.size();
+  if (Status bad = BatchShapeError(n, version_gens.size() == n && copied.size() == n,
                                    "keys, versions and outcomes differ in length");
       !bad.ok()) {
     return std::vector<Status>(n, bad);
   }
+  auto clear = [&](Shard& shard, ObjectIter it, bool free_extent) {
+    if (copies) {
+      ClearCopy(shard, it, free_extent);
+    } else {
+      ClearPromotion(shard, it, free_extent);
+    }
+  };
   std::vector<Status> results(n);
-  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+  for (const auto& [shard_index, indices] : GroupByShard(keys)) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
-      auto it = shard.objects.find(op.keys[i]);
-      if (it == shard.objects.end() || !it->second.promotion) {
-        results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being promoted");
+      auto it = shard.objects.find(keys[i]);
+      if (it == shard.objects.end() || !it->second.promotion ||
+          it->second.promotion->copy != copies) {
+        results[i] = Status(ErrorCode::INVALID_WRITE, copies ? "object is not being copied"
+                                                             : "object is not being promoted");
         continue;
       }
       ObjectMeta& meta = it->second;
       const Promotion& p = *meta.promotion;
-      if (p.copy || p.node_id != op.node_id || p.version_gen != op.version_gens[i] ||
-          p.round != op.round) {
+      if (p.node_id != node_id || p.version_gen != version_gens[i] || p.round != round) {
         // Another round's allocation (this one's was freed by a later round): not ours to touch.
-        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's promotion of this round");
+        results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's copy of this round");
         continue;
       }
       const bool current = meta.committed && meta.committed->gen == p.version_gen &&
                            segments_.IsMounted(p.extent.segment_id);
-      if (op.copied[i] != 0 && current) {
+      if (copied[i] != 0 && current) {
         meta.committed->replicas.push_back(p.extent);  // readable from now on, like a put's end
-        ClearPromotion(shard, it, /*free_extent=*/false);
+        if (copies) {
+          copies_attached_++;
+          copied_bytes_ += meta.committed->size;
+        }
+        clear(shard, it, /*free_extent=*/false);
         continue;
       }
-      if (op.copied[i] != 0) {
+      if (copied[i] != 0) {
         results[i] = Status(ErrorCode::OBJECT_NOT_FOUND,
-                            "the promoted version was replaced or removed meanwhile");
+                            "the copied version was replaced or removed meanwhile");
       }
-      ClearPromotion(shard, it, /*free_extent=*/true);  // the node reports: its write is over
+      clear(shard, it, /*free_extent=*/true);  // the node reports: its write is over
       EraseIfEmpty(shard, it);
+      if (copies) replica_epoch_++;  // still short of replicas: the planner looks again
     }
   }
   return results;
