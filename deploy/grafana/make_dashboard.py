@@ -209,9 +209,18 @@ def build():
         target(f"max(granary_master_rereplication_backlog_bytes{{{M}}})", "bytes")],
         description="Objects below their replica count, waiting for a copy.")
     b.ts("Re-replicated", [
-        target(f"sum(rate(granary_master_rereplicated_objects_total{{{M}}}[{R}]))", "objects/s"),
-        target(f"sum(rate(granary_master_rereplicated_bytes_total{{{M}}}[{R}]))", "bytes/s")],
-        description="Bounded by --rereplicate-mbps.")
+        target(f"max(rate(granary_master_rereplicated_objects_total{{{M}}}[{R}]))", "objects/s"),
+        target(f"max(rate(granary_master_rereplicated_bytes_total{{{M}}}[{R}]))", "bytes/s")],
+        description="Bounded by --rereplicate-mbps. max, not sum: standbys replay the same "
+                    "copies.")
+    b.stat("Copies in flight", [target(f"max(granary_master_replica_copies_in_flight{{{M}}})")])
+    b.ts("Copies by node", [
+        target(f"sum by (instance) (rate(granary_node_rereplicated_bytes_total{{{N}}}[{R}]))",
+               "{{instance}}"),
+        target(f"sum by (instance) (rate(granary_node_rereplication_failures_total{{{N}}}[{R}]))",
+               "{{instance}} failures")],
+        description="Bytes each node copied into its segment; failures: no source gave the "
+                    "right bytes (the master hands the object out again).")
 
     b.row("High availability")
     b.ts("Leader", [
