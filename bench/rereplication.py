@@ -117,15 +117,12 @@ def main():
         for k in keys[:: max(1, len(keys) // 16)]:
             assert store.get(k) == value, k
 
-        memcpy = limits.get("memcpy_gbps") or limits.get("memcpy_GBps")
-        tcp = limits.get("tcp_gbps_1") or limits.get("tcp_1_stream_gbps")
         print(f"limits (same run): {json.dumps(limits)}")
         print(f"objects: {args.objects} x {args.object_mib} MiB, --rereplicate-mbps {args.mbps}")
         for what, mb, s in (("replicate 1->2", total_mb, replicate_s),
                             ("drain", moved_mb, drain_s),
                             ("kill -9, after expiry", lost_mb, kill_s)):
             print(f"{what:24s} {mb:8.1f} MB in {s:6.2f} s = {mb / s:8.1f} MB/s")
-        del memcpy, tcp
     finally:
         for p in procs:
             if p.poll() is None:
