@@ -193,6 +193,7 @@ proto::SegmentSpec StorageNode::Spec() const {
 }
 
 Status StorageNode::Mount() {
+  refused_as_drained_ = false;
   // A new token for every attempt, published before the master can hand out space under it:
   // the header first (same-host clients), then the data server (TCP clients).
   uint64_t token = 0;
@@ -257,6 +258,8 @@ Status StorageNode::Mount() {
   if (resp.results_size() != 1) return Status(ErrorCode::INTERNAL_ERROR, "malformed mount reply");
   Status s = rpc::FromCode(resp.results(0).code(), resp.results(0).message());
   mounted_ = s.ok();
+  // The segment's own answer (not the call's: an HA leader without its standby says the same).
+  refused_as_drained_ = s.code() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   if (s.ok() && disk_) {
     // The master may have lost (restart) or dropped (expiry) what the disk holds: tell it again.
     disk_->SetMountToken(token);
@@ -291,10 +294,21 @@ void StorageNode::HeartbeatLoop() {
                                   /*idempotent=*/true, options_.rpc_timeout_ms);
     if (!pinged.ok()) {
       if (mounted_.exchange(false)) GLOG_WARN("master unreachable: {}", pinged.ToString());
+    } else if (resp.status() == proto::PingResponse::NEED_REMOUNT &&
+               std::chrono::steady_clock::now() < drained_retry_at_) {
+      // Drained (granary drain): the name is refused until undrained; each attempt renews the
+      // segment's memory, so ask again only now and then.
     } else if (resp.status() == proto::PingResponse::NEED_REMOUNT) {
       Status s = Mount();
       if (s.ok()) {
         GLOG_INFO("segment {} remounted (new token, new memory)", options_.segment_name);
+        drained_retry_at_ = {};
+      } else if (refused_as_drained_) {
+        if (drained_retry_at_ == std::chrono::steady_clock::time_point{}) {
+          GLOG_WARN("segment {} is drained; asking again every {} s: {}", options_.segment_name,
+                    kDrainedRetry.count(), s.ToString());
+        }
+        drained_retry_at_ = std::chrono::steady_clock::now() + kDrainedRetry;
       } else {
         GLOG_WARN("remount of {} failed: {}", options_.segment_name, s.ToString());
       }

@@ -162,6 +162,10 @@ class StorageNode {
   std::atomic<bool> mounted_{false};
 
   std::chrono::steady_clock::time_point last_reclaim_{};  // heartbeat thread only
+  // After the master refused the name as drained: no remount before this (heartbeat thread).
+  static constexpr std::chrono::seconds kDrainedRetry{10};
+  std::chrono::steady_clock::time_point drained_retry_at_{};
+  bool refused_as_drained_ = false;  // the last Mount's answer; Start() then heartbeat thread
   mutable std::mutex mu_;  // guards stopping_
   std::condition_variable cv_;
   bool stopping_ = false;

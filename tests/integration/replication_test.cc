@@ -286,6 +286,17 @@ TEST_F(ReplicationTest, DrainUnderLoadMovesEverythingThenUnmountsAndUndrainReadm
     EXPECT_EQ(st->replicas.size(), 2u) << o.key;
   }
 
+  // The drained node, still running, is refused its remount and asks again only every 10 s
+  // (each attempt renews its memory), saying so once.
+  std::this_thread::sleep_for(Millis(1500));
+  const std::string log = cluster_.node(1).Log();
+  size_t said = 0;
+  for (size_t at = log.find("is drained;"); at != std::string::npos;
+       at = log.find("is drained;", at + 1)) {
+    said++;
+  }
+  EXPECT_EQ(said, 1u) << "the drained node's refusals are not throttled:\n" << log;
+
   // The drained node is killed: nothing is lost (it held nothing needed).
   cluster_.KillNode(1);
   std::this_thread::sleep_for(Millis(500));
