@@ -95,9 +95,7 @@ std::vector<std::string> ReplicaPlanner::Take(const std::string& node_id, size_t
     }
     budget_bytes_ -= static_cast<double>(it->size);
     backlog_bytes_ -= it->size;
-    stats_.handed_out_objects++;
     handed_since_scan_++;
-    stats_.handed_out_bytes += it->size;
     keys.push_back(std::move(it->key));
     it = backlog_.erase(it);
   }

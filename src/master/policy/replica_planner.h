@@ -49,8 +49,6 @@ class ReplicaPlanner {
     uint64_t backlog_objects = 0;  // at the last scan, less what was handed out since
     uint64_t backlog_bytes = 0;
     uint64_t scans = 0;
-    uint64_t handed_out_objects = 0;
-    uint64_t handed_out_bytes = 0;
     std::map<std::string, DrainProgress> drains;  // by segment name, as of the last scan
   };
   Stats GetStats() const;
