@@ -1,6 +1,7 @@
 #include "master/policy/offload_planner.h"
 
 #include <algorithm>
+#include <queue>
 #include <tuple>
 
 namespace granary::master {
@@ -41,38 +42,65 @@ std::vector<std::string> OffloadPlanner::Plan(const std::string& node_id, size_t
       capacity > 0 &&
       static_cast<double>(used) >= policy_.offload_watermark * static_cast<double>(capacity);
   if (!overrides && policy_.persistence == Persistence::kLazy && !lazy_due) return {};
-  // (class, order, key, bytes): eager (class 0) by queue position (commit order) before lazy
-  // (class 1) by last read.
-  std::vector<std::tuple<int, int64_t, std::string, uint64_t>> candidates;
-  for (size_t s = 0; s < state_->shard_count(); ++s) {
-    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
-      if (!meta.committed || meta.demotion) return;
-      const Version& v = *meta.committed;
-      const Persistence wanted = EffectivePersistence(v.persistence, policy_.persistence);
-      if (wanted == Persistence::kNone) return;
-      if (wanted == Persistence::kLazy && !lazy_due) return;
-      if (v.offload_declined) return;  // a disk evicted it already
-      if (std::any_of(v.disk.begin(), v.disk.end(),
-                      [&](const DiskReplica& d) { return d.node_id == node_id; })) {
-        return;
-      }
-      if (std::none_of(v.replicas.begin(), v.replicas.end(), [&](const Extent& e) {
-            return std::find(own.begin(), own.end(), e.segment_id) != own.end();
-          })) {
-        return;
-      }
-      if (wanted == Persistence::kEager) {
-        candidates.emplace_back(0, meta.queue_stamp, key, v.size);
-      } else {
-        candidates.emplace_back(1, meta.last_access_ms, key, v.size);
-      }
-    });
+  // The put persistences worth visiting now (the index keeps them apart): lazy ones only while
+  // due, the master's default by its policy.
+  std::vector<PutPersistence> classes = {PutPersistence::kEager};
+  if (lazy_due) classes.push_back(PutPersistence::kLazy);
+  if (policy_.persistence == Persistence::kEager ||
+      (policy_.persistence == Persistence::kLazy && lazy_due)) {
+    classes.push_back(PutPersistence::kDefault);
   }
-  std::sort(candidates.begin(), candidates.end());
+  // The max_keys first of (class, order, key, bytes): eager (class 0) by queue position (commit
+  // order) before lazy (class 1) by last read. A max-heap of the best so far: its top is the
+  // worst kept, and a key is copied only when it gets in.
+  using Candidate = std::tuple<int, int64_t, std::string, uint64_t>;
+  std::priority_queue<Candidate> best;
+  auto visit = [&](uint64_t segment, const std::string& key, const ObjectMeta& meta) {
+    if (!meta.committed) return false;
+    const Version& v = *meta.committed;
+    if (v.offload_declined || v.persistence == PutPersistence::kNone) return false;
+    auto own_replica = [&](const Extent& e) {
+      return std::find(own.begin(), own.end(), e.segment_id) != own.end();
+    };
+    auto first_own = std::find_if(v.replicas.begin(), v.replicas.end(), own_replica);
+    if (std::none_of(v.replicas.begin(), v.replicas.end(),
+                     [&](const Extent& e) { return e.segment_id == segment; })) {
+      return false;  // its memory left this segment
+    }
+    if (std::any_of(v.disk.begin(), v.disk.end(),
+                    [&](const DiskReplica& d) { return d.node_id == node_id; })) {
+      return false;  // this node holds its disk copy
+    }
+    if (meta.demotion) return true;             // under way (or given up: then next round)
+    if (first_own->segment_id != segment) return true;  // met through its first own segment
+    const Persistence wanted = EffectivePersistence(v.persistence, policy_.persistence);
+    if (wanted == Persistence::kNone || (wanted == Persistence::kLazy && !lazy_due)) return true;
+    const int rank = wanted == Persistence::kEager ? 0 : 1;
+    const int64_t order = rank == 0 ? meta.queue_stamp : meta.last_access_ms;
+    if (best.size() < max_keys) {
+      best.emplace(rank, order, key, v.size);
+      return true;
+    }
+    const Candidate& worst = best.top();
+    if (std::tie(rank, order) < std::tie(std::get<0>(worst), std::get<1>(worst)) ||
+        (rank == std::get<0>(worst) && order == std::get<1>(worst) && key < std::get<2>(worst))) {
+      best.pop();
+      best.emplace(rank, order, key, v.size);
+    }
+    return true;
+  };
+  state_->ScanOffloadCandidates(own, classes, visit);
+  std::vector<Candidate> ranked;
+  ranked.reserve(best.size());
+  while (!best.empty()) {
+    ranked.push_back(best.top());
+    best.pop();
+  }
+  std::reverse(ranked.begin(), ranked.end());
   std::vector<std::string> plan;
   uint64_t bytes = 0;
-  for (auto& [rank, order, key, size] : candidates) {
-    if (plan.size() >= max_keys || bytes >= max_bytes) break;
+  for (auto& [rank, order, key, size] : ranked) {
+    if (bytes >= max_bytes) break;
     plan.push_back(std::move(key));
     bytes += size;
   }

@@ -213,6 +213,7 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
   for (auto& shard_ptr : shards_) {
     Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
+    std::erase_if(shard.offload, [&](const auto& entry) { return entry.first.first == segment_id; });
     for (auto it = shard.objects.begin(); it != shard.objects.end();) {
       ObjectMeta& meta = it->second;
       auto current = it++;
@@ -518,6 +519,7 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
   meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
   meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
   meta.last_access_ms = now;
+  NoteOffloadCandidate(shard, it);
 }
 
 std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t now) {
@@ -884,6 +886,7 @@ void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
   if (it->second.committed || it->second.pending || it->second.demotion || it->second.promotion) {
     return;
   }
+  for (auto& [segment_class, keys] : shard.offload) keys.erase(std::string_view(it->first));
   shard.objects.erase(it);
 }
 

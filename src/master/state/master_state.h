@@ -309,6 +309,21 @@ class MasterState {
   // re-replication planner scans again only then. Not part of the state.
   uint64_t replica_epoch() const { return replica_epoch_.load(std::memory_order_relaxed); }
 
+  // The offload planner's walk: calls fn(segment, key, meta) for each object whose committed
+  // version got memory on one of `segments` and is of one of the put persistences `classes`
+  // (never kNone), and that has not since been found not to qualify: shard by shard, under the
+  // shard's lock. fn answers false for an object that no longer qualifies on that segment (its
+  // memory left it, its node holds a disk copy, a disk declined it): it leaves the index until
+  // that changes back (a new version, a copy attached there). Costs what the index
+  // holds for those segments and classes, not the number of objects. Empty until a disk
+  // registered (DiskRegisterOp): a master with no disk keeps no index.
+  using OffloadVisit = std::function<bool(uint64_t, const std::string&, const ObjectMeta&)>;
+  void ScanOffloadCandidates(std::span<const uint64_t> segments,
+                             std::span<const PutPersistence> classes,
+                             const OffloadVisit& fn) const;
+  // Entries of that index in all shards (an object counts once per segment it is listed for).
+  size_t offload_index_size() const;
+
   // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
   void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
   size_t shard_count() const { return shards_.size(); }
@@ -351,6 +366,13 @@ class MasterState {
     std::unordered_set<std::string_view> pending_keys;
     std::unordered_set<std::string_view> demoting_keys;
     std::unordered_set<std::string_view> promoting_keys;
+    // The offload planner's index (ScanOffloadCandidates): per (segment, the version's put
+    // persistence), keys whose committed version got memory on that segment since it last
+    // stopped qualifying there. A superset: what no longer qualifies stays until the planner
+    // meets it; an erased key leaves every set first (views into `objects`). Derived, not state:
+    // kept only once a disk registered (BuildOffloadIndex), changed by the planner's walk too.
+    using OffloadClass = std::pair<uint64_t, PutPersistence>;
+    mutable std::map<OffloadClass, std::unordered_set<std::string_view>> offload;
   };
   // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
   // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata
@@ -516,6 +538,12 @@ class MasterState {
   // Returns the memory bytes freed.
   uint64_t EvictMemory(Shard& shard, ObjectIter it, int64_t now);
 
+  // Lists the committed version at `it` in its shard's offload index for every segment it has
+  // memory on, if it may be offloaded at all (index kept, not declined, persistence not none).
+  void NoteOffloadCandidate(Shard& shard, ObjectIter it);
+  // Starts keeping the offload index: lists every object. Caller holds apply_mu_ (or owns the
+  // state alone).
+  void BuildOffloadIndex();
   // Drops every extent on segment_id from every object (its memory is gone).
   uint64_t DropSegmentReplicas(uint64_t segment_id);
   PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,
@@ -568,6 +596,7 @@ class MasterState {
   std::atomic<uint64_t> copies_attached_{0};
   std::atomic<uint64_t> copied_bytes_{0};
   uint64_t disk_replica_count_ = 0;  // under apply_mu_; lets node expiry skip its scan when 0
+  bool offload_index_on_ = false;    // under apply_mu_: BuildOffloadIndex ran
 
   mutable std::mutex clients_mu_;
   std::unordered_map<std::string, int64_t> client_last_seen_ms_;

@@ -346,6 +346,8 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   last_seq_ = seq;
   last_now_ms_ = last_now;
   next_put_gen_ = gen;
+  offload_index_on_ = false;  // the new shards have none: list them if a disk is known
+  if (!known_disks_.empty()) BuildOffloadIndex();
   return Status::Ok();
 }
 

@@ -159,6 +159,7 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
     std::fill(results.begin(), results.end(), batch_error);
     return results;
   }
+  if (!offload_index_on_) BuildOffloadIndex();  // a disk: the offload planner will ask
   // Read once: the batch that completes the inventory is still a first registration.
   const bool known_disk = DiskKnown(op.disk_id);
   std::vector<std::string> keys;
@@ -460,6 +461,7 @@ std::vector<Status> MasterState::EndMemoryCopies(const std::string& node_id, uin
           copied_bytes_ += meta.committed->size;
         }
         clear(shard, it, /*free_extent=*/false);
+        NoteOffloadCandidate(shard, it);
         continue;
       }
       if (copied[i] != 0) {
