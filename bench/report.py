@@ -174,8 +174,25 @@ def scale_block(s):
     head = (f"Objects of {s['value_size']} B, 1 replica, keys of {s['key_bytes']} B; "
             f"master RSS before the first put: {s['rss_before_bytes'] / 1048576:.0f} MiB; "
             f"exist batches of {s['exist_batch']} random stored keys.\n\n")
-    return head + table(["objects", "master RSS MiB", "bytes/object", "put keys/s", "exist clients",
-                         "exist keys/s", "p50 µs/batch", "p99 µs/batch"], rows)
+    out = head + table(["objects", "master RSS MiB", "bytes/object", "put keys/s", "exist clients",
+                        "exist keys/s", "p50 µs/batch", "p99 µs/batch"], rows)
+    offload = [(num(step["objects"]), step["offload"]) for step in s["steps"] if "offload" in step]
+    if offload:
+        o0 = offload[0][1]
+        out += (f"\n\nOffloadStart at that size: {o0['eager_keys']} objects of persistence eager "
+                f"put, then a node asks for {o0['keys_per_call']} keys a call until an answer "
+                f"names none (its idle round).\n\n")
+        out += table(["objects", "calls", "keys offloaded", "ms per call naming keys (p50)",
+                      "ms for the idle call"],
+                     [(n, o["calls"], num(o["offloaded"]), num(o["naming_call_p50_ms"], 2),
+                       num(o["idle_call_ms"], 2)) for n, o in offload])
+        grown = [step for step in s["steps"] if "offload_index_bytes" in step]
+        if grown:
+            g = grown[0]
+            out += (f"\n\nThe first disk's registration at {num(g['objects'])} objects started the "
+                    f"offload index: master RSS +{g['offload_index_bytes'] / 1048576:.0f} MiB "
+                    f"({g['offload_index_bytes'] / g['objects']:.0f} B per object).")
+    return out
 
 
 # Prefix hit rates of ../shared/workloads/README.md, by capacity in tokens.

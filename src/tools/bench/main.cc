@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   kv->add_option("--json", ko.json_path, "also write the results as JSON to this file");
 
   ScaleBenchOptions sco;
-  auto* scale = app.add_subcommand("scale", "master RSS per object and batch exist at 1M-5M objects");
+  auto* scale = app.add_subcommand("scale", "master RSS per object, batch exist and OffloadStart at millions of objects");
   scale->add_option("--master", sco.master, "master address HOST:PORT")->capture_default_str();
   scale->add_option("--master-pid", sco.master_pid, "the master's pid (RSS from /proc)")->required();
   scale->add_option("--objects", sco.objects, "object counts to fill up to, ascending")

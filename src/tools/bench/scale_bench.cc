@@ -7,6 +7,13 @@
 // /proc/<pid>/status (so the master must run on this host) and reports (RSS - RSS before the
 // first put) / objects, then runs BatchExist of --exist-batch random existing keys for --seconds
 // per client-thread count. Keys look like an engine's: a model name plus a 32-hex-digit hash.
+// Then the offload planner's cost at that size: the segment's node registers a disk, puts
+// kEagerKeys objects of persistence eager, and calls OffloadStart (kOffloadBatch keys a call,
+// each answer's copies reported written by OffloadEnd) until an answer names nothing: the calls
+// that name keys and the empty one at the end (a node's idle round) are timed. The other objects
+// stay lazy below the offload watermark, so a planner costs what it returns only if it skips them.
+// The first step also reports the master's RSS growth when that disk registered: the master
+// starts its offload index then, listing every object.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -34,6 +41,9 @@ namespace pb = granary::proto;
 
 constexpr char kNode[] = "bench-scale-node";
 constexpr char kSegment[] = "bench-scale-seg";
+constexpr uint64_t kDisk = 0x5ca1e;  // the fake node's disk id
+constexpr uint32_t kEagerKeys = 2000;
+constexpr uint32_t kOffloadBatch = 500;
 
 std::unique_ptr<pb::Master::Stub> NewStub(const std::string& target) { return MasterStub(target); }
 std::unique_ptr<grpc::ClientContext> Ctx() { return RpcContext(60'000); }
@@ -163,6 +173,98 @@ double Fill(const ScaleBenchOptions& o, uint64_t from, uint64_t to) {
   return (to - from) / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+struct OffloadResult {
+  uint32_t offloaded = 0;
+  uint32_t calls = 0;
+  double naming_ms_p50 = -1;  // a call that named keys
+  double idle_ms = -1;        // the call that named none
+  int64_t index_bytes = -1;   // RSS growth when the first disk registered (the index is built)
+};
+
+// See the file's comment. step: a number for this measurement's keys.
+Result<OffloadResult> MeasureOffload(const ScaleBenchOptions& o, size_t step) {
+  auto stub = NewStub(o.master);
+  int64_t index_bytes = -1;
+  if (step == 0) {
+    pb::DiskRegisterRequest reg;
+    reg.set_client_id(kNode);
+    reg.set_disk_id(kDisk);
+    reg.set_complete(true);
+    pb::BatchStatusResponse resp;
+    const int64_t rss_before = RssBytes(o.master_pid);
+    grpc::Status s = stub->DiskRegister(Ctx().get(), reg, &resp);
+    if (!s.ok()) return Status(ErrorCode::RPC_FAIL, "DiskRegister: " + s.error_message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the allocator settle
+    index_bytes = RssBytes(o.master_pid) - rss_before;
+  }
+  const std::string client = "bench-scale-eager";
+  for (uint32_t first = 0; first < kEagerKeys; first += kOffloadBatch) {
+    pb::BatchPutStartRequest start_req;
+    pb::BatchPutEndRequest end_req;
+    start_req.set_client_id(client);
+    end_req.set_client_id(client);
+    start_req.mutable_config()->set_persistence(pb::PERSISTENCE_EAGER);
+    for (uint32_t i = first; i < std::min(kEagerKeys, first + kOffloadBatch); ++i) {
+      std::string key = "bench-scale-eager/" + std::to_string(step) + "/" + std::to_string(i);
+      start_req.add_keys(key);
+      start_req.add_sizes(o.value_size);
+      end_req.add_keys(std::move(key));
+      end_req.add_checksums(i);
+    }
+    pb::BatchPutStartResponse sr;
+    pb::BatchStatusResponse er;
+    grpc::Status s = stub->BatchPutStart(Ctx().get(), start_req, &sr);
+    if (!s.ok()) return Status(ErrorCode::RPC_FAIL, "BatchPutStart: " + s.error_message());
+    for (const auto& r : sr.results()) {
+      if (r.code() != 0) return Status(ErrorCode::RPC_FAIL, "eager put refused: " + r.message());
+      end_req.add_put_gens(r.put_gen());
+    }
+    s = stub->BatchPutEnd(Ctx().get(), end_req, &er);
+    if (!s.ok()) return Status(ErrorCode::RPC_FAIL, "BatchPutEnd: " + s.error_message());
+  }
+  OffloadResult r;
+  r.index_bytes = index_bytes;
+  std::vector<double> naming;
+  uint64_t location = step << 32;
+  // Bounded: twice the calls the keys need, and one more for the empty answer.
+  for (uint32_t call = 0; call < 2 * kEagerKeys / kOffloadBatch + 1; ++call) {
+    pb::OffloadStartRequest req;
+    req.set_client_id(kNode);
+    req.set_max_keys(kOffloadBatch);
+    req.set_max_bytes(uint64_t{1} << 40);
+    req.set_disk_id(kDisk);
+    pb::OffloadStartResponse resp;
+    const auto t0 = Clock::now();
+    grpc::Status s = stub->OffloadStart(Ctx().get(), req, &resp);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    r.calls++;
+    if (!s.ok() || resp.code() != 0) {
+      return Status(ErrorCode::RPC_FAIL, "OffloadStart: " + (s.ok() ? resp.message() : s.error_message()));
+    }
+    if (resp.items_size() == 0) {
+      r.idle_ms = ms;
+      break;
+    }
+    naming.push_back(ms);
+    pb::OffloadEndRequest end;
+    end.set_client_id(kNode);
+    end.set_disk_id(kDisk);
+    for (const auto& item : resp.items()) {
+      end.add_keys(item.key());
+      end.add_version_gens(item.version_gen());
+      end.add_locations(location++);
+      end.add_written(true);
+    }
+    pb::BatchStatusResponse er;
+    s = stub->OffloadEnd(Ctx().get(), end, &er);
+    if (!s.ok()) return Status(ErrorCode::RPC_FAIL, "OffloadEnd: " + s.error_message());
+    for (const auto& e : er.results()) r.offloaded += e.code() == 0;
+  }
+  std::sort(naming.begin(), naming.end());
+  if (!naming.empty()) r.naming_ms_p50 = Percentile(naming, 50);
+  return r;
+}
+
 }  // namespace
 
 int RunScaleBench(const ScaleBenchOptions& o) {
@@ -222,6 +324,28 @@ int RunScaleBench(const ScaleBenchOptions& o) {
       step["exist"].push_back({{"threads", threads}, {"keys_per_s", e.keys_per_s},
                                {"batches_per_s", e.batches_per_s}, {"p50_us", e.p50_us},
                                {"p99_us", e.p99_us}, {"misses", e.misses}});
+    }
+    auto offload = MeasureOffload(o, json["steps"].size());
+    if (!offload.ok()) {
+      std::printf("    offload: %s\n", offload.status().message().c_str());
+      rc = 1;
+    } else {
+      std::printf("    offload at %llu objects: %u eager keys offloaded in %u OffloadStart calls; "
+                  "a call naming %u keys p50 %.2f ms, the idle call %.2f ms\n",
+                  static_cast<unsigned long long>(have), offload->offloaded, offload->calls,
+                  kOffloadBatch, offload->naming_ms_p50, offload->idle_ms);
+      if (offload->index_bytes >= 0) {
+        std::printf("    the first disk's registration listed %llu objects for offload: master RSS "
+                    "+%.1f MiB (%.0f B/object)\n", static_cast<unsigned long long>(have),
+                    offload->index_bytes / 1048576.0,
+                    static_cast<double>(offload->index_bytes) / have);
+        step["offload_index_bytes"] = offload->index_bytes;
+      }
+      if (offload->offloaded != kEagerKeys) rc = 1;
+      step["offload"] = {{"eager_keys", kEagerKeys}, {"offloaded", offload->offloaded},
+                         {"calls", offload->calls}, {"keys_per_call", kOffloadBatch},
+                         {"naming_call_p50_ms", offload->naming_ms_p50},
+                         {"idle_call_ms", offload->idle_ms}};
     }
     json["steps"].push_back(step);
   }
