@@ -1,17 +1,5 @@
 #include "common/http_server.h"
 
-// Debian's libcpp-httplib.so is built with these three; httplib's structs (Request, ClientImpl)
-// change layout with them, so every includer must agree with the library or memory gets corrupted.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
-#include <httplib.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -22,6 +10,8 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+
+#include "common/httplib_abi.h"
 
 namespace granary {
 

@@ -219,6 +219,40 @@ GRANARY_MASTER="$MASTER" timeout 30 "$GRANARY" health >"$WORK/out" 2>"$WORK/err"
 RC=$?; ERR=$(cat "$WORK/err")
 expect_rc 0 "health with the master from \$GRANARY_MASTER"
 
+# ---- top (docs/operations.md): frames within 80 columns, the node's row, the hit rate ----
+g top -b -n 2 -d 0.5 --http "127.0.0.1:$HTTP_PORT"
+expect_rc 0 "top -b -n 2 -d 0.5"
+LONG=$(printf '%s\n' "$OUT" | awk 'length($0) > 80')
+[[ -z "$LONG" ]] && pass "top: every line within 80 columns" || fail "top: lines past 80 columns: $LONG"
+FRAMES=$(printf '%s\n' "$OUT" | grep -c '^granary top - master 127.0.0.1')
+[[ "$FRAMES" == 2 ]] && pass "top -n 2 prints two frames" || fail "top -n 2 printed $FRAMES frames: $OUT"
+ROW=$(printf '%s\n' "$OUT" | grep "^$NAME " | tail -1)
+[[ "$ROW" =~ [0-9.]+%\ +[0-9]+\ +ok$ ]] && pass "top shows the node's row: $ROW" \
+  || fail "no row of $NAME with usage and state ok: $OUT"
+GETS=$(printf '%s\n' "$OUT" | grep '^gets ' | tail -1)
+[[ "$GETS" =~ since\ start\ ([0-9.]+)% ]] && [[ "${BASH_REMATCH[1]}" =~ [1-9] ]] \
+  && pass "top: the gets above give a hit rate: $GETS" || fail "top: no hit rate in: $OUT"
+[[ "$OUT" != *"no counters"* ]] && pass "top read the master's /metrics" || fail "top: $OUT"
+# Rates: one get and one put between two frames (a CLI process per get is too slow and uneven to
+# be sure of one within 0.5 s on a loaded machine, so the frames are 4 s apart here).
+timeout 30 "$GRANARY" --master "$MASTER" --timeout-ms 3000 top -b -n 2 -d 4 \
+  --http "127.0.0.1:$HTTP_PORT" >"$WORK/top" 2>&1 &
+TOP_PID=$!
+wait_for 10 grep -q '^SEGMENT' "$WORK/top"
+g get cli/file
+g put cli/top-put "$WORK/stdin-value"
+wait "$TOP_PID"
+RC=$?; ERR=$(cat "$WORK/top")
+expect_rc 0 "top -b -n 2 -d 4"
+GETS=$(grep '^gets ' "$WORK/top" | tail -1)
+[[ "$GETS" =~ ^gets\ ([0-9.]+)/s\ +hit\ 100.0%\ \(memory\ 100.0% ]] && [[ "${BASH_REMATCH[1]}" =~ [1-9] ]] \
+  && pass "top: a non-zero get rate, all memory hits: $GETS" || fail "top: get rate: $ERR"
+PUTS=$(grep '^puts ' "$WORK/top" | tail -1)
+[[ "$PUTS" =~ ^puts\ 0.[1-9]/s\ +read\ [1-9][0-9.]*\ KiB/s\ +write\ [1-9] ]] \
+  && pass "top: put rate and throughput: $PUTS" || fail "top: puts line: $ERR"
+g top -d 0
+expect_rc 2 "top -d 0"
+
 # ---- bad usage: exit 2 ----
 g
 expect_rc 2 "no subcommand"
@@ -319,6 +353,10 @@ expect_rc 0 "drain"
 # The only segment: nowhere to copy cli/file to, so the drain waits and says so.
 g nodes
 expect_contains "$OUT" "draining $NAME" "nodes shows the drain"
+g top -b -n 1 --http "127.0.0.1:$HTTP_PORT"
+ROW=$(printf '%s\n' "$OUT" | grep "^$NAME " | tail -1)
+[[ "$ROW" =~ draining\ [0-9]+$ ]] && pass "top shows the drain: $ROW" || fail "top: no draining row: $OUT"
+expect_contains "$OUT" "(1 draining," "top counts the draining segment"
 g drain "$NAME"
 expect_rc 3 "drain twice"
 g undrain "$NAME"
@@ -349,6 +387,11 @@ g put cli/late "$WORK/blob"
 expect_rc 3 "put with the master stopped"
 g ls
 expect_rc 3 "ls with the master stopped"
+g top -b -n 2 -d 0.2
+expect_rc 3 "top -n 2 with the master stopped"
+ERRORS=$(printf '%s\n' "$OUT" | grep -c '^error: ')
+[[ "$ERRORS" == 2 ]] && pass "top keeps asking and shows the error in each frame" \
+  || fail "top with the master stopped: $ERRORS error lines in: $OUT"
 
 echo "$CHECKS checks, $FAILURES failed"
 ((FAILURES == 0))

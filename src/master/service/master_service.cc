@@ -81,6 +81,11 @@ void MasterService::RegisterCacheMetrics() {
   disk_hit_bytes_ = registry_->AddCounter("granary_master_get_hit_bytes_total",
                                           "object bytes of the hits, by the tier that served",
                                           {{"tier", "disk"}});
+  puts_ = registry_->AddCounter("granary_master_puts_total",
+                                "keys whose put was started (BatchPutStart) or committed "
+                                "(BatchPutCommit)");
+  put_bytes_ = registry_->AddCounter("granary_master_put_bytes_total",
+                                     "object bytes of those puts");
   // 0 (nothing cached) and the powers of two up to 4096 keys: an engine asks for its prefix.
   std::vector<double> key_bounds = {0};
   for (double b = 1; b <= 4096; b *= 2) key_bounds.push_back(b);
@@ -101,6 +106,18 @@ void MasterService::RegisterCacheMetrics() {
                                             {{"outcome", "failed"}});
   demotions_aborted_ = registry_->AddCounter("granary_master_demotions_total", help,
                                              {{"outcome", "aborted"}});
+}
+
+void MasterService::CountPuts(const std::vector<Status>& statuses,
+                              const std::vector<uint64_t>& sizes) {
+  uint64_t keys = 0, bytes = 0;
+  for (size_t i = 0; i < statuses.size() && i < sizes.size(); ++i) {
+    if (!statuses[i].ok()) continue;
+    ++keys;
+    bytes += sizes[i];
+  }
+  puts_->Inc(keys);
+  put_bytes_->Inc(bytes);
 }
 
 grpc::Status MasterService::Admission::refusal() const { return rpc::ToGrpc(entry_); }
@@ -443,6 +460,9 @@ grpc::Status MasterService::BatchPutStart(Ctx* ctx, const proto::BatchPutStartRe
   // Applied: the reply's wait for the standbys need not hold the tenant's other puts.
   if (quota_lock.owns_lock()) quota_lock.unlock();
 
+  std::vector<Status> started(results.size());
+  for (size_t i = 0; i < results.size(); ++i) started[i] = results[i].status;
+  CountPuts(started, op.sizes);
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   size_t errors = 0;
   for (const auto& r : results) {
@@ -553,6 +573,7 @@ grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommit
   std::vector<Status> refused;
   FitQuota(who, tenant, op.sizes, &admitted, &refused);
   const size_t n = op.keys.size();
+  const std::vector<uint64_t> sizes = op.sizes;  // op is moved into the state below
   const bool shaped = op.reservations.size() == n && op.sizes.size() == n &&
                       op.checksums.size() == n && op.segment_ids.size() == n &&
                       op.offsets.size() == n;
@@ -577,6 +598,7 @@ grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommit
     for (size_t i = 0, j = 0; i < n; ++i) statuses[i] = admitted[i] ? committed[j++] : refused[i];
   }
   if (quota_lock.owns_lock()) quota_lock.unlock();
+  if (shaped) CountPuts(statuses, sizes);
   scope.KeyErrors(FillStatuses(statuses, resp));
   return admission.Finish();
 }

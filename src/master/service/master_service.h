@@ -280,6 +280,10 @@ class MasterService final : public proto::Master::Service {
   std::array<Counter*, kGetOutcomes> gets_{};
   Counter* memory_hit_bytes_ = nullptr;
   Counter* disk_hit_bytes_ = nullptr;
+  // Keys whose put BatchPutStart started or BatchPutCommit committed, and their object bytes.
+  Counter* puts_ = nullptr;
+  Counter* put_bytes_ = nullptr;
+  void CountPuts(const std::vector<Status>& statuses, const std::vector<uint64_t>& sizes);
   Histogram* prefix_match_keys_ = nullptr;
   Counter* allocation_evictions_ = nullptr;
   Counter* demotions_started_ = nullptr;

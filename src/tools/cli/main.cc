@@ -13,6 +13,8 @@
 //   granary health                                    is the master answering?
 //   granary whoami                                    the role and tenant the secret names
 //   granary tenants                                   tenants' bytes, objects and quotas
+//   granary top [-d SECONDS] [-n N] [-b] [--http H:P]  live view of nodes, usage, hit rate,
+//                                                     throughput and backlog (top.h)
 //
 // Exit codes a script can rely on: 0 done, 1 the key is not there, 2 bad usage, 3 any other
 // failure (master unreachable, no space, ...). Errors are one line on stderr.
@@ -29,6 +31,7 @@
 
 #include "common/units.h"
 #include "granary/client.h"
+#include "tools/cli/top.h"
 
 namespace {
 
@@ -146,6 +149,20 @@ int main(int argc, char** argv) {
                                               "caller for (from its secret)");
   auto* tenants = app.add_subcommand("tenants", "each tenant's bytes, objects and quota (a "
                                                 "tenant's secret: its own)");
+  top::TopOptions top_options;
+  auto* top = app.add_subcommand(
+      "top", "live view of nodes, usage, hit rate, throughput and re-replication backlog, "
+             "refreshed like top ('q' or Ctrl-C quits)");
+  top->add_option("-d,--delay", top_options.interval_s, "seconds between refreshes")
+      ->capture_default_str();
+  top->add_option("-n,--iterations", top_options.iterations,
+                  "frames to show, then exit (0: until quit); exit 3 if a sample failed")
+      ->capture_default_str();
+  top->add_flag("-b,--batch", top_options.batch,
+                "print plain frames one after another (also when stdout is not a terminal)");
+  top->add_option("--http", top_options.http,
+                  "the master's HTTP address HOST:PORT, for its /metrics counters (default: the "
+                  "master's host, port 9003)");
 
   try {
     app.parse(argc, argv);
@@ -163,6 +180,10 @@ int main(int argc, char** argv) {
   options.tls_key_file = tls_key;
   options.etcd_auth_file = etcd_auth_file;
   options.rpc_timeout_ms = timeout_ms;
+  if (top->parsed()) {  // connects (again) by itself: a master down now may come back
+    top_options.client = options;
+    return top::RunTop(top_options);
+  }
   auto connected = Client::Connect(options);
   if (!connected.ok()) return Fail("connect to " + master, connected.status());
   Client& client = **connected;
