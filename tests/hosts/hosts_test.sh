@@ -21,10 +21,11 @@
 #
 # Exit 0 passed, 1 failed, 77 skipped: not root, a tool missing, or the machine forbids what
 # the hosts need (unshare, veth, bridges, tmpfs mounts; for `netem`, the sch_netem qdisc); the
-# reason is printed. Every wait is bounded and every command runs under `timeout`. Namespaces
-# have no names: they go when their processes do. The trap kills what this run started; each
-# host's holder kills its processes if this script dies unseen; and a new run kills processes
-# left by runs whose script is gone (marked with GRANARY_HOSTS_RUN in their environment).
+# reason is printed. Every wait is bounded and every client command runs under `timeout`.
+# Namespaces have no names: they go when their processes do. The trap kills what this run
+# started; each host's holder kills its processes if this script dies unseen; and a new run
+# kills processes left by runs whose script is gone (marked with GRANARY_HOSTS_RUN in their
+# environment) and removes their work directories.
 # `COND && pass ... || fail ...` is meant: pass only prints (SC2015); the single-quoted scripts
 # run in the hosts' shells (SC2016).
 # shellcheck disable=SC2015,SC2016
@@ -233,11 +234,13 @@ segments_mounted() { g clienta nodes; [[ $(grep -c "hosts-$RUN-node" <<<"$OUT") 
 wait_for 10 segments_mounted 3 || fatal "the master does not list 3 segments: $OUT $ERR"
 say "three nodes mounted"
 
-# worker HOST ARGS...: granary-test-worker in HOST; output in $WORK/HOST.worker, sets WOUT and RC.
+# worker HOST ARGS...: granary-test-worker in HOST; output in $WORK/HOST.worker, sets WOUT and RC
+# and returns RC.
 worker() {
   local h=$1; shift
   in_host "$h" timeout 90 "$BIN_DIR/granary-test-worker" "$@" >"$WORK/$h.worker" 2>&1
   RC=$?; WOUT=$(cat "$WORK/$h.worker")
+  return "$RC"
 }
 field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2" | head -1; }  # field NAME TEXT
 stats_of() { grep '^stats ' <<<"$1"; }
