@@ -18,6 +18,8 @@
 //                                                    half", stop itself (SIGSTOP), and on
 //                                                    SIGCONT memcpy the second half, then print
 //                                                    whether the mount changed meanwhile.
+//   objects put|get|stat --master A --prefix P ...   the several-hosts test's puts and gets, and
+//   rtt --endpoint IP:PORT --count N                 TCP round trips (tests/tools/hosts_worker.h).
 //
 // Exit codes: 0 done, 2 bad usage, 3 an RPC failed or answered an error, 4 wrong bytes read back,
 // 5 a required shared-memory mapping was not made (or the segment was not of the replica's mount). The hang subcommands exit 6 if nobody killed
@@ -39,6 +41,7 @@
 #include "granary/client.h"
 #include "granary/proto/master.grpc.pb.h"
 #include "chaos_worker.h"
+#include "hosts_worker.h"
 #include "test_pattern.h"
 #include "transfer/shm_mapping.h"
 
@@ -347,6 +350,28 @@ int main(int argc, char** argv) {
   shm_put->add_option("--key", key)->required();
   shm_put->add_option("--size", size)->required()->check(CLI::Range(uint64_t{2}, uint64_t{1} << 30));
 
+  granary::hosts::ObjectsOptions objects_options;
+  std::string objects_mode;
+  bool objects_no_shm = false;
+  auto* objects_cmd = app.add_subcommand("objects", "put or get verified objects (hosts test)");
+  objects_cmd->add_option("mode", objects_mode, "put, get or stat")
+      ->required()
+      ->check(CLI::IsMember({"put", "get", "stat"}));
+  objects_cmd->add_option("--master", objects_options.master)->required();
+  objects_cmd->add_option("--prefix", objects_options.prefix);
+  objects_cmd->add_option("--objects", objects_options.objects)->check(CLI::Range(1, 100000));
+  objects_cmd->add_option("--min-size", objects_options.min_size);
+  objects_cmd->add_option("--max-size", objects_options.max_size)
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  objects_cmd->add_option("--replicas", objects_options.replicas)->check(CLI::Range(1, 16));
+  objects_cmd->add_option("--batch", objects_options.batch)->check(CLI::Range(1, 1024));
+  objects_cmd->add_flag("--no-shm", objects_no_shm, "use TCP even on this host");
+  std::string rtt_endpoint;
+  int rtt_count = 20;
+  auto* rtt_cmd = app.add_subcommand("rtt", "time TCP handshakes to IP:PORT");
+  rtt_cmd->add_option("--endpoint", rtt_endpoint)->required();
+  rtt_cmd->add_option("--count", rtt_count)->check(CLI::Range(1, 10000));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -360,6 +385,15 @@ int main(int argc, char** argv) {
   if (get->parsed()) return GetAndHang(master, get_keys, max_hang_s);
   if (reserve->parsed()) return ReserveAndHang(master, size, reserve_count, max_hang_s);
   if (shm_put->parsed()) return ShmPutPaused(master, key, size);
+  if (objects_cmd->parsed()) {
+    using Mode = granary::hosts::ObjectsOptions::Mode;
+    objects_options.mode = objects_mode == "put"   ? Mode::kPut
+                           : objects_mode == "get" ? Mode::kGet
+                                                   : Mode::kStat;
+    objects_options.use_shm = !objects_no_shm;
+    return granary::hosts::RunObjects(objects_options);
+  }
+  if (rtt_cmd->parsed()) return granary::hosts::RunConnectRtt(rtt_endpoint, rtt_count);
   if (chaos->parsed()) {
     chaos_options.use_shm = !chaos_no_shm;
     if (chaos_options.min_size > chaos_options.max_size) {
