@@ -134,6 +134,12 @@ def build():
     b.ts("Hit bytes by tier", [
         target(f"sum by (tier) (rate(granary_master_get_hit_bytes_total{{{M}}}[{R}]))",
                "{{tier}}")], unit="Bps", description="Bytes served by hits: prefill not redone.")
+    b.ts("Puts and put bytes", [
+        target(f"sum(rate(granary_master_puts_total{{{M}}}[{R}]))", "puts/s"),
+        target(f"sum(rate(granary_master_put_bytes_total{{{M}}}[{R}]))", "put bytes/s")],
+        unit="short",
+        description="Keys whose put the leader started or committed, and their bytes (what "
+                    "granary top shows as puts/s and write throughput).")
     b.ts("Prefix match length", quantiles("granary_master_prefix_match_keys", M,
                                           qs=(0.5, 0.9, 0.99)),
          description="Keys of a batched existence check found before the first miss.")
