@@ -569,7 +569,11 @@ TEST_F(StoreTest, ClientRecoversPromptlyAfterMasterOutage) {
 // SIGKILL one node of three while two clients read everything in a loop.
 TEST_F(StoreTest, NodeKilledSingleReplicasGoReplicatedStayNeverWrongBytes) {
   ASSERT_TRUE(cluster_.Start(3, 128 * MiB));
-  auto writer = cluster_.MakeClient(false);
+  // Puts placed one by one (no space reserved ahead: a client's reservations sit on one or two
+  // segments), so that the single replicas spread over the three nodes and the victim holds some.
+  ClientOptions writer_options;
+  writer_options.reserve_bytes = 0;
+  auto writer = cluster_.MakeClient(false, writer_options);
   ASSERT_NE(writer, nullptr);
 
   std::vector<uint64_t> sizes;
