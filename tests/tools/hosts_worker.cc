@@ -46,15 +46,6 @@ void Fnv(uint64_t& h, const std::vector<std::byte>& bytes) {
   }
 }
 
-bool MapsSharedSegment() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("/dev/shm/granary-") != std::string::npos) return true;
-  }
-  return false;
-}
-
 void PrintStats(const Client& client, uint64_t bytes, double seconds) {
   const ClientStats s = client.Stats();
   std::printf(
@@ -91,6 +82,15 @@ int CheckPlacement(Client& client, const ObjectsOptions& o, const std::vector<st
 }
 
 }  // namespace
+
+bool MapsSharedSegment() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/dev/shm/granary-") != std::string::npos) return true;
+  }
+  return false;
+}
 
 int RunObjects(const ObjectsOptions& o) {
   if (o.objects == 0 || o.min_size == 0 || o.min_size > o.max_size || o.batch == 0) {

@@ -39,5 +39,7 @@ struct ObjectsOptions {
 
 int RunObjects(const ObjectsOptions& options);
 int RunConnectRtt(const std::string& endpoint, int count);
+// Whether this process maps a granary segment from /dev/shm (a same-host client's reads do).
+bool MapsSharedSegment();
 
 }  // namespace granary::hosts

@@ -210,15 +210,6 @@ int ShmPutPaused(const std::string& master, const std::string& key, uint64_t siz
   return kExitOk;
 }
 
-bool MapsSharedSegment() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("/dev/shm/granary-") != std::string::npos) return true;
-  }
-  return false;
-}
-
 int Worker(const std::string& master, const std::string& id, size_t objects, uint64_t size,
            bool use_shm, bool require_shm) {
   granary::ClientOptions options;
@@ -275,7 +266,7 @@ int Worker(const std::string& master, const std::string& id, size_t objects, uin
       return kExitWrongBytes;
     }
   }
-  if (require_shm && !MapsSharedSegment()) {
+  if (require_shm && !granary::hosts::MapsSharedSegment()) {
     std::fprintf(stderr, "worker %s: no /dev/shm/granary-* segment is mapped: the same-host "
                          "path was not used\n", id.c_str());
     return kExitNoShm;

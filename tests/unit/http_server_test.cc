@@ -1,17 +1,8 @@
 #include "common/http_server.h"
 
-// Must match the flags Debian's libcpp-httplib was built with (see http_server.cc).
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
 #include <gtest/gtest.h>
-#include <httplib.h>
+
+#include "common/httplib_abi.h"  // cpp-httplib as the library was built
 
 #include <atomic>
 #include <stdexcept>
