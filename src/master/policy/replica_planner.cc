@@ -31,40 +31,35 @@ void ReplicaPlanner::ScanIfDue(int64_t now_ms) {
     draining_ids[u.identity->id] = u.identity->name;
     draining_nodes[u.identity->client_id] = u.identity->name;
   }
-  for (size_t s = 0; s < state_->shard_count(); ++s) {
-    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
-      if (!meta.committed) return;
-      const uint32_t need = state_->CopiesNeeded(meta);
-      if (need == 0) return;
-      work_found_ = true;
-      const Version& v = *meta.committed;
-      // Drain progress: every draining segment (or node's disk) the object is held on.
-      for (const Extent& e : v.replicas) {
-        if (auto d = draining_ids.find(e.segment_id); d != draining_ids.end()) {
-          DrainProgress& p = drains[d->second];
+  state_->ScanCopyCandidates([&](const std::string& key, const ObjectMeta& meta) {
+    work_found_ = true;
+    const Version& v = *meta.committed;
+    // Drain progress: every draining segment (or node's disk) the object is held on.
+    for (const Extent& e : v.replicas) {
+      if (auto d = draining_ids.find(e.segment_id); d != draining_ids.end()) {
+        DrainProgress& p = drains[d->second];
+        p.objects++;
+        p.bytes += v.size;
+      }
+    }
+    if (v.replicas.empty()) {
+      for (const DiskReplica& d : v.disk) {
+        if (auto n = draining_nodes.find(d.node_id); n != draining_nodes.end()) {
+          DrainProgress& p = drains[n->second];
           p.objects++;
           p.bytes += v.size;
         }
       }
-      if (v.replicas.empty()) {
-        for (const DiskReplica& d : v.disk) {
-          if (auto n = draining_nodes.find(d.node_id); n != draining_nodes.end()) {
-            DrainProgress& p = drains[n->second];
-            p.objects++;
-            p.bytes += v.size;
-          }
-        }
-      }
-      if (meta.promotion) return;  // a copy (or promotion) is under way: counted, not handed out
-      if (v.replicas.empty() && v.disk.empty()) return;
-      Item item{key, v.size, {}};
-      for (const Extent& e : v.replicas) {
-        if (auto seg = state_->segments().Find(e.segment_id)) item.holders.push_back(seg->client_id);
-      }
-      backlog_bytes_ += v.size;
-      backlog_.push_back(std::move(item));
-    });
-  }
+    }
+    if (meta.promotion) return;  // a copy (or promotion) is under way: counted, not handed out
+    if (v.replicas.empty() && v.disk.empty()) return;
+    Item item{key, v.size, {}};
+    for (const Extent& e : v.replicas) {
+      if (auto seg = state_->segments().Find(e.segment_id)) item.holders.push_back(seg->client_id);
+    }
+    backlog_bytes_ += v.size;
+    backlog_.push_back(std::move(item));
+  });
   stats_.scans++;
   stats_.drains = std::move(drains);
 }

@@ -6,11 +6,13 @@
 // (--rereplicate-mbps, one budget for the whole cluster; at least one object per call once the
 // budget is positive, so no object is too big to ever go). It does not decide: the node's
 // ReplicaCopyStart re-checks every key under the apply order.
-// Cost: it finds work by scanning the state, only when the state's replica epoch moved since
-// its last scan (a mount, an unmount, a drain, a raised replica count...) or, while the last
-// scan found work that may have moved on since (copies under way, or handed out), every
-// kRescanMs; between scans it serves its backlog. An idle cluster (no loss, no drain), or one
-// whose missing replicas no node can take, costs one atomic read per call.
+// Cost: it finds work by walking the state's index of objects that may need copies
+// (MasterState::ScanCopyCandidates: what lost a replica, what a drain holds, what was placed
+// short; not every object), only when the state's replica epoch moved since its last walk (a
+// mount, an unmount, a drain, a raised replica count...) or, while the last walk found work that
+// may have moved on since (copies under way, or handed out), every kRescanMs; between walks it
+// serves its backlog. An idle cluster (no loss, no drain), or one whose missing replicas no node
+// can take, costs one atomic read per call.
 // Drains: each scan also counts, per draining segment, the objects that still need a copy for
 // its sake; FinishedDrains names the drains with nothing left (or whose segment is gone).
 // Thread safety: every method from any thread (one mutex; Take scans under it).

@@ -245,6 +245,7 @@ Status SegmentTable::StartDrain(const std::string& name, bool drop, int64_t now_
   }
   drains_[name] = DrainMark{drop, now_ms, false};
   segments_.at(it->second)->draining = true;
+  CountDrains();
   view_version_++;
   return Status::Ok();
 }
@@ -255,6 +256,7 @@ Status SegmentTable::StopDrain(const std::string& name) {
     return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment '" + name + "' is not draining");
   }
   if (auto it = by_name_.find(name); it != by_name_.end()) segments_.at(it->second)->draining = false;
+  CountDrains();
   view_version_++;
   return Status::Ok();
 }
@@ -262,6 +264,13 @@ Status SegmentTable::StopDrain(const std::string& name) {
 void SegmentTable::MarkDrained(const std::string& name) {
   std::unique_lock lock(mu_);
   if (auto it = drains_.find(name); it != drains_.end()) it->second.done = true;
+  CountDrains();
+}
+
+void SegmentTable::CountDrains() {
+  drains_under_way_.store(
+      std::count_if(drains_.begin(), drains_.end(), [](const auto& d) { return !d.second.done; }),
+      std::memory_order_relaxed);
 }
 
 std::map<std::string, DrainMark> SegmentTable::Drains() const {
@@ -391,6 +400,7 @@ bool SegmentTable::Decode(Decoder& in) {
   if (!in.ok()) return false;
   std::unique_lock lock(mu_);
   drains_ = std::move(drains);
+  CountDrains();
   segments_ = std::move(segments);
   by_name_ = std::move(by_name);
   next_id_ = next_id;

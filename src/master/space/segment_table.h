@@ -110,6 +110,8 @@ class SegmentTable {
   Status StopDrain(const std::string& name);  // SEGMENT_NOT_FOUND: no drain of that name
   void MarkDrained(const std::string& name);
   std::map<std::string, DrainMark> Drains() const;
+  // Whether some drain is not done: one atomic read (hot paths ask before looking closer).
+  bool AnyDrainUnderWay() const { return drains_under_way_.load(std::memory_order_relaxed) > 0; }
   bool IsDraining(uint64_t id) const;
   // Free bytes over capacity (0 for a segment not mounted): placement's load measure.
   double FreeShare(uint64_t id) const;
@@ -166,6 +168,8 @@ class SegmentTable {
   std::atomic<uint64_t> total_capacity_{0};
   std::atomic<uint64_t> used_bytes_{0};
   std::atomic<uint64_t> view_version_{0};
+  std::atomic<size_t> drains_under_way_{0};  // drains_ not done; set under mu_ (CountDrains)
+  void CountDrains();                           // mu_ held exclusively
 };
 
 }  // namespace granary::master

@@ -324,6 +324,17 @@ class MasterState {
   // Entries of that index in all shards (an object counts once per segment it is listed for).
   size_t offload_index_size() const;
 
+  // The re-replication planner's walk: calls fn(key, meta) for each object whose committed
+  // version needs copies (CopiesNeeded > 0), shard by shard, under the shard's lock. Visits the
+  // index of objects that may need copies, not every object: an object enters it when it can
+  // come to need one (a commit with fewer replicas than wanted, a raised count, a lost replica,
+  // a drain or an unmount while one is under way, a copy that did not attach) and leaves it at
+  // the first walk that finds it needs none. Costs what the index holds.
+  using CopyVisit = std::function<void(const std::string&, const ObjectMeta&)>;
+  void ScanCopyCandidates(const CopyVisit& fn) const;
+  // Entries of that index in all shards.
+  size_t copy_index_size() const;
+
   // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
   void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
   size_t shard_count() const { return shards_.size(); }
@@ -373,6 +384,9 @@ class MasterState {
     // kept only once a disk registered (BuildOffloadIndex), changed by the planner's walk too.
     using OffloadClass = std::pair<uint64_t, PutPersistence>;
     mutable std::map<OffloadClass, std::unordered_set<std::string_view>> offload;
+    // The re-replication planner's index (ScanCopyCandidates): keys whose committed version may
+    // need copies. A superset, views into `objects` like the others; derived, not state.
+    mutable std::unordered_set<std::string_view> copy_candidates;
   };
   // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
   // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata
@@ -544,6 +558,12 @@ class MasterState {
   // Starts keeping the offload index: lists every object. Caller holds apply_mu_ (or owns the
   // state alone).
   void BuildOffloadIndex();
+  // Lists the object at `it` in its shard's copy index if its committed version needs copies.
+  // Caller holds the shard's lock. Every change that can raise CopiesNeeded calls it.
+  void NoteCopyCandidate(Shard& shard, ObjectIter it);
+  // Lists every object that needs copies now (a drain began, a load). Caller holds apply_mu_
+  // (or owns the state alone).
+  void NoteAllCopyCandidates();
   // Drops every extent on segment_id from every object (its memory is gone).
   uint64_t DropSegmentReplicas(uint64_t segment_id);
   PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,

@@ -77,6 +77,7 @@ std::vector<Status> MasterState::ApplySetReplicas(const SetReplicasOp& op, int64
       Version& v = *meta.committed;
       if (op.replica_num > v.want_replicas) replica_epoch_++;
       v.want_replicas = static_cast<uint8_t>(op.replica_num);
+      NoteCopyCandidate(shard, it);
       if (v.replicas.size() <= op.replica_num) continue;  // copies follow (ReplicaCopyStart)
       // The surplus goes: draining segments' replicas first, then the fullest segments'; ties
       // by segment id, so replay drops the same ones.
@@ -219,7 +220,10 @@ DrainResult MasterState::ApplyDrain(const DrainOp& op, int64_t now) {
   replica_epoch_++;
   if (op.undrain) return {segments_.StopDrain(op.name), 0};
   if (Status s = segments_.StartDrain(op.name, op.drop, now); !s.ok()) return {s, 0};
-  if (!op.drop) return {Status::Ok(), 0};
+  if (!op.drop) {
+    NoteAllCopyCandidates();  // what the segment (or its node's disk) alone holds needs copies
+    return {Status::Ok(), 0};
+  }
   // Nothing is copied for its sake: it goes now, as a dead node's would.
   return ApplyDrainFinish(DrainFinishOp{op.name}, now);
 }

@@ -222,10 +222,12 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
         // The node knows best where its copy is now, and which process holds it (a restart).
         mine->node_id = op.node_id;
         mine->location = entry.location;
+        NoteCopyCandidate(shard, it);
         continue;
       }
       disk.push_back({op.node_id, entry.location, entry.size, op.disk_id});
       disk_replica_count_++;
+      NoteCopyCandidate(shard, it);  // a draining node's disk copy does not count
     }
   }
   if (op.complete) {
@@ -261,7 +263,11 @@ std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now
       }
       disk_replica_count_ -= dropped;
       it->second.committed->offload_declined = true;
-      if (disk.empty() && it->second.committed->replicas.empty()) DropCommitted(shard, it, now);
+      if (disk.empty() && it->second.committed->replicas.empty()) {
+        DropCommitted(shard, it, now);
+      } else {
+        NoteCopyCandidate(shard, it);  // its other disk copies: a draining node's?
+      }
     }
   }
   return results;
@@ -469,8 +475,11 @@ std::vector<Status> MasterState::EndMemoryCopies(const std::string& node_id, uin
                             "the copied version was replaced or removed meanwhile");
       }
       clear(shard, it, /*free_extent=*/true);  // the node reports: its write is over
+      if (copies) {
+        replica_epoch_++;  // still short of replicas: the planner looks again
+        NoteCopyCandidate(shard, it);
+      }
       EraseIfEmpty(shard, it);
-      if (copies) replica_epoch_++;  // still short of replicas: the planner looks again
     }
   }
   return results;
@@ -518,6 +527,7 @@ uint64_t MasterState::EvictMemory(Shard& shard, ObjectIter it, int64_t now) {
     FreeExtents(meta.committed->replicas);  // evictable: no lock, no demotion on them
     meta.committed->replicas.clear();
     meta.committed->want_replicas = 0;  // the cache let them go: not a loss to re-replicate
+    NoteCopyCandidate(shard, it);  // ...unless only draining nodes hold it on disk
   }
   return bytes;
 }
