@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "master/state/master_state.h"
@@ -151,6 +152,23 @@ TEST_F(ReservationTest, ReservationsStayBelowTheWatermarkAndWithinTheClientsCap)
   EXPECT_EQ(small.Reserve({"c", kMiB, 0, {}}).status.code(), ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(small.Reserve({"c", uint64_t{1} << 62, 1, {}}).status.code(),
             ErrorCode::INVALID_PARAMS);
+}
+
+// A batch of reservations spreads over the segments (a client's reserved puts do not all land
+// on one node), unless the client prefers segments, which are filled first.
+TEST_F(ReservationTest, AReserveBatchSpreadsOverSegmentsAndPreferredOnesComeFirst) {
+  std::map<uint64_t, std::string> names;
+  for (const std::string name : {"a", "b", "c", "d"}) names[MountSeg(name, 64 * kMiB)] = name;
+  ReserveResult spread = state_.Reserve({"c1", 64 << 10, 40, {}});
+  ASSERT_EQ(spread.granted.size(), 40u);
+  std::map<std::string, int> per_segment;
+  for (const auto& r : spread.granted) per_segment[names.at(r.extent.segment_id)]++;
+  for (const auto& [id, name] : names) {
+    EXPECT_GE(per_segment[name], 5) << name << " got " << per_segment[name] << " of 40";
+  }
+  ReserveResult local = state_.Reserve({"c2", 64 << 10, 10, {"b"}});
+  ASSERT_EQ(local.granted.size(), 10u);
+  for (const auto& r : local.granted) EXPECT_EQ(names.at(r.extent.segment_id), "b");
 }
 
 // A probe took 90% of a 1 MiB segment with 1-byte reservations, 65,536 a call, though the

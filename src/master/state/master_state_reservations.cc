@@ -13,6 +13,7 @@
 // (node/storage_node.h), so it mounts fresh. A remount that is not fresh is quarantined
 // (mount_quarantine_ms), which bounds late readers but not a writer paused longer.
 #include <algorithm>
+#include <unordered_map>
 
 #include "master/state/master_state.h"
 #include "master/state/state_internal.h"
@@ -45,18 +46,40 @@ ReserveResult MasterState::ApplyReserve(const ReserveOp& op, int64_t now) {
     uint64_t reserved = 0;
   };
   std::vector<Candidate> candidates;
+  size_t preferred = 0;  // the leading candidates that are preferred segments
   {
     const SegmentTable::Placement order = segments_.PlacementOrder(op.preferred_segments);
     std::vector<SegmentUsage> usage = segments_.Usage();
-    for (uint64_t id : order.ids) {
-      auto u = std::find_if(usage.begin(), usage.end(),
-                            [id](const SegmentUsage& s) { return s.identity->id == id; });
-      if (u == usage.end()) continue;
-      auto r = reserved_by_segment_.find(id);
-      candidates.push_back({id, u->stats.used_bytes, u->stats.capacity,
+    std::unordered_map<uint64_t, const SegmentUsage*> by_id;  // one pass: not segments^2
+    by_id.reserve(usage.size());
+    for (const auto& u : usage) by_id.emplace(u.identity->id, &u);
+    for (size_t i = 0; i < order.ids.size(); ++i) {
+      auto u = by_id.find(order.ids[i]);
+      if (u == by_id.end()) continue;
+      auto r = reserved_by_segment_.find(order.ids[i]);
+      candidates.push_back({order.ids[i], u->second->stats.used_bytes, u->second->stats.capacity,
                             r == reserved_by_segment_.end() ? 0 : r->second});
+      preferred += i < order.preferred;
     }
   }
+  // Preferred segments are tried first, in order. The rest rotate per reservation, so that a
+  // batch spreads over the cluster instead of filling one segment's share, and load-aware: of
+  // the rotation's pick and one other (by the reservation's name, so replay picks the same),
+  // the one with the larger free share goes first, as for a put (StartOne).
+  const size_t rest = candidates.size() - preferred;
+  // The candidate tried at position t for the k-th reservation (positions `preferred` and
+  // `swapped` exchanged); computed per position, so a reservation that fits at once costs O(1).
+  auto at = [&](size_t t, uint32_t k, size_t swapped) {
+    if (t == preferred) t = swapped;
+    else if (t == swapped) t = preferred;
+    return t < preferred ? t : preferred + (k + (t - preferred)) % rest;
+  };
+  auto free_share = [&](size_t i) {
+    const Candidate& c = candidates[i];
+    return c.capacity == 0 ? 0.0
+                           : static_cast<double>(c.capacity - std::min(c.used, c.capacity)) /
+                                 static_cast<double>(c.capacity);
+  };
   // Caps count what the allocator takes (1-byte reservations take 64 bytes each), and how many
   // a client holds (each costs the master memory).
   const uint64_t need = ReservedCost(op.size);
@@ -72,7 +95,16 @@ ReserveResult MasterState::ApplyReserve(const ReserveOp& op, int64_t now) {
   for (uint32_t k = 0; k < op.count; ++k) {
     if (at_cap()) break;
     std::optional<Extent> extent;
-    for (Candidate& c : candidates) {
+    size_t swapped = preferred;  // no swap
+    if (rest >= 2) {
+      const size_t other =
+          preferred + 1 + (next_put_gen_ * 0x9E3779B97F4A7C15ull >> 33) % (rest - 1);
+      if (free_share(at(other, k, preferred)) > free_share(at(preferred, k, preferred))) {
+        swapped = other;
+      }
+    }
+    for (size_t t = 0; t < candidates.size(); ++t) {
+      Candidate& c = candidates[at(t, k, swapped)];
       if (static_cast<double>(c.used + need) >
               policy_.eviction_high_watermark * static_cast<double>(c.capacity) ||
           c.reserved + need > c.capacity / kMaxReservedShare) {
