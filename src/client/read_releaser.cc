@@ -1,5 +1,6 @@
 #include "client/read_releaser.h"
 
+#include <algorithm>
 
 namespace granary::client {
 
@@ -71,11 +72,16 @@ void ReadReleaser::Loop() {
 }
 
 void ReadReleaser::Send(std::vector<std::string> keys) {
-  proto::BatchFinishReadRequest req;
-  req.set_client_id(client_id_);
-  for (auto& k : keys) req.add_keys(std::move(k));
-  proto::BatchStatusResponse resp;
-  (void)master_->FinishRead(req, &resp);  // a failure leaves the lock to its TTL
+  // Keys pile up past kMaxBatch while a call is under way; the master refuses a whole batch
+  // above its limit (65,536 keys), so each call carries at most kMaxBatch.
+  for (size_t first = 0; first < keys.size(); first += kMaxBatch) {
+    proto::BatchFinishReadRequest req;
+    req.set_client_id(client_id_);
+    const size_t last = std::min(keys.size(), first + kMaxBatch);
+    for (size_t i = first; i < last; ++i) req.add_keys(std::move(keys[i]));
+    proto::BatchStatusResponse resp;
+    (void)master_->FinishRead(req, &resp);  // a failure leaves the lock to its TTL
+  }
 }
 
 }  // namespace granary::client

@@ -2,8 +2,8 @@
 //
 // A Get needs its lock only until its bytes are copied and verified; telling the master can wait
 // a millisecond and share one RPC with other Gets, which takes a round trip off every Get.
-// Promise: every key handed to Add is released within ~1 ms (or at the next Flush), in one
-// BatchFinishRead per batch; Flush returns once everything added before it is released. A lost
+// Promise: every key handed to Add is released within ~1 ms (or at the next Flush), in
+// BatchFinishRead calls of at most 4096 keys, however many piled up meanwhile; Flush returns once everything added before it is released. A lost
 // release costs nothing but the lock living on to its TTL. An idle releaser (~100 ms without a
 // key) sleeps until the next Add instead of polling.
 // Thread safety: Add and Flush from any thread; the destructor flushes and joins.

@@ -3,6 +3,8 @@
 // not asked again every second; a slow lookup does not stall other callers.
 #include "client/master_link.h"
 
+#include "client/read_releaser.h"
+
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -101,6 +103,38 @@ TEST_F(MasterLinkTest, AMasterWithoutAFastPortIsNotAskedEverySecond) {
   EXPECT_GE(calls, 5);
   EXPECT_EQ(Metric("granary_master_rpc_total{method=\"ListSegments\"}"), 1)
       << "the answer 'no fast port' was not kept";
+}
+
+// Keys piled up in the releaser past the master's batch limit (65,536) are all released: it
+// sends them in batches the master takes, not in one call the master refuses whole.
+TEST_F(MasterLinkTest, ReadReleaserReleasesMoreKeysThanOneBatchMayHold) {
+  ASSERT_TRUE(state_.Mount({"node", {"seg", 64 << 20, "127.0.0.1:1", "shm-seg", "h", 1, true}})
+                  .status.ok());
+  constexpr size_t kKeys = master::kMaxBatchKeys + 4000;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < kKeys; ++i) keys.push_back("released/" + std::to_string(i));
+  for (size_t first = 0; first < kKeys; first += 50'000) {
+    const std::vector<std::string> part(keys.begin() + first,
+                                        keys.begin() + std::min(kKeys, first + 50'000));
+    auto started = state_.PutStart({"w", part, std::vector<uint64_t>(part.size(), 64), {}, false});
+    std::vector<uint64_t> gens;
+    for (const auto& s : started) {
+      ASSERT_TRUE(s.status.ok()) << s.status.ToString();
+      gens.push_back(s.put_gen);
+    }
+    state_.PutEnd({"w", part, std::vector<uint64_t>(part.size(), 1), gens});
+    for (const auto& r : state_.GetReplicaList({"reader", part})) ASSERT_TRUE(r.status.ok());
+  }
+  ASSERT_EQ(state_.Stat(keys.front())->read_locks, 1u);
+  {
+    MasterLink link(MasterLocator::Create(address_).value(), 10'000, MasterLink::Path::kGrpc);
+    ReadReleaser releaser(&link, "reader");
+    releaser.Add(keys);  // all at once: more than the master takes in one call
+    releaser.Flush();
+  }
+  size_t locked = 0;
+  for (const auto& key : keys) locked += state_.Stat(key)->read_locks > 0;
+  EXPECT_EQ(locked, 0u) << "read locks left to their TTL";
 }
 
 // A master that accepts TCP and never answers: the link's lookup of the fast port hangs until
