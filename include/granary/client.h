@@ -214,6 +214,17 @@ struct SegmentStatus {
   uint64_t drain_remaining_bytes = 0;
 };
 
+// A drain (Client::Drain) under way, or done: its segment unmounted and its name refused until
+// Undrain. A drain under way outlives its segment if the segment's node dies meanwhile.
+struct DrainStatus {
+  std::string segment;
+  bool drop = false;
+  bool done = false;
+  int64_t start_unix_ms = 0;
+  uint64_t remaining_objects = 0;  // still needing a copy elsewhere (under way only)
+  uint64_t remaining_bytes = 0;
+};
+
 class Client {
  public:
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
@@ -287,6 +298,8 @@ class Client {
   virtual Status Drain(const std::string& segment, bool drop = false) = 0;
   // Reverts a drain not finished yet, or lets a drained segment's name mount again.
   virtual Status Undrain(const std::string& segment) = 0;
+  // Every drain the master remembers: under way, or done and not undrained, by segment name.
+  virtual Result<std::vector<DrainStatus>> ListDrains() = 0;
 
   // ---- the store ----
   virtual Result<std::vector<SegmentStatus>> ListSegments() = 0;

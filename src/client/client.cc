@@ -377,6 +377,7 @@ class ClientImpl final : public Client {
   Status Undrain(const std::string& segment) override {
     return client::DrainSegment(*master_, segment, false, /*undrain=*/true);
   }
+  Result<std::vector<DrainStatus>> ListDrains() override { return client::ListDrains(*master_); }
   Status Health() override {
     proto::PingRequest req;
     req.set_client_id(client_id_);

@@ -39,4 +39,17 @@ Status DrainSegment(MasterLocator& master, const std::string& segment, bool drop
   return rpc::FromCode(resp.code(), resp.message());
 }
 
+Result<std::vector<DrainStatus>> ListDrains(MasterLocator& master) {
+  proto::ListSegmentsResponse resp;  // the drains come with the segments' list
+  Status s = master.Call(&proto::Master::Stub::ListSegments, proto::ListSegmentsRequest(), &resp,
+                         "list drains", /*idempotent=*/true);
+  if (!s.ok()) return s;
+  std::vector<DrainStatus> out;
+  for (const auto& d : resp.drains()) {
+    out.push_back({d.name(), d.drop(), d.done(), d.start_unix_ms(), d.remaining_objects(),
+                   d.remaining_bytes()});
+  }
+  return out;
+}
+
 }  // namespace granary::client

@@ -1,5 +1,5 @@
 // client/replica_admin.h - the client's calls for replica counts and drains (Client::
-// BatchReplicate, Drain, Undrain; docs/operations.md), kept out of client.cc.
+// BatchReplicate, Drain, Undrain, ListDrains; docs/operations.md), kept out of client.cc.
 // Thread safety: any thread (the locator is thread-safe).
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "client/master_locator.h"
+#include "granary/client.h"
 #include "granary/status.h"
 
 namespace granary::client {
@@ -17,5 +18,6 @@ std::vector<Status> ReplicateKeys(MasterLocator& master, const std::string& clie
 // Neither is retried where its outcome is unknown: starting a drain twice answers
 // OBJECT_ALREADY_EXISTS, which the caller may read as done.
 Status DrainSegment(MasterLocator& master, const std::string& segment, bool drop, bool undrain);
+Result<std::vector<DrainStatus>> ListDrains(MasterLocator& master);
 
 }  // namespace granary::client

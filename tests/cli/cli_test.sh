@@ -369,9 +369,12 @@ expect_rc 0 "undrain"
 g drain "$NAME" --drop
 expect_rc 0 "drain --drop"
 g nodes
-if [[ "$OUT" == *"$NAME"* ]]; then fail "a dropped segment is still listed"; else pass "drain --drop unmounts at once"; fi
+if printf '%s\n' "$OUT" | grep -q "^$NAME "; then fail "a dropped segment is still listed: $OUT"; else pass "drain --drop unmounts at once"; fi
+expect_contains "$OUT" "drained $NAME: unmounted" "nodes lists the drained segment's name"
 g undrain "$NAME"
 expect_rc 0 "undrain of a drained segment"
+g nodes
+if [[ "$OUT" == *"drained $NAME"* ]]; then fail "nodes lists an undrained name: $OUT"; else pass "undrain: nodes lists the name no more"; fi
 
 # ---- master down: exit 3 ----
 kill -TERM "$MASTER_PID"

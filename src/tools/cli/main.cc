@@ -302,6 +302,22 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(s.drain_remaining_objects),
                   FormatSize(s.drain_remaining_bytes).c_str());
     }
+    // Drains whose segment is not listed: done (unmounted), or under way after its node died.
+    auto drains = client.ListDrains();
+    if (!drains.ok()) return Fail("nodes", drains.status());
+    for (const auto& d : *drains) {
+      if (std::any_of(segments->begin(), segments->end(),
+                      [&](const SegmentStatus& s) { return s.name == d.segment; })) {
+        continue;
+      }
+      if (d.done) {
+        std::printf("drained %s: unmounted; its name mounts again after 'granary undrain %s'\n",
+                    d.segment.c_str(), d.segment.c_str());
+      } else {
+        std::printf("draining %s: not mounted (its node is gone); ends at the master's next look\n",
+                    d.segment.c_str());
+      }
+    }
     return kExitOk;
   }
   if (whoami->parsed() || tenants->parsed()) {
