@@ -9,6 +9,7 @@
 #include "common/checksum.h"
 #include "common/copy.h"
 #include "common/tsan.h"
+#include "node/wire_capability.h"
 
 namespace granary::client {
 
@@ -38,24 +39,6 @@ ReplicaIo::ReplicaIo(SegmentDirectory* directory, transfer::ShmMappingCache* map
     }
   });
 }
-
-namespace {
-
-// A tenant's replica carries a capability instead of the token (security/capability.h). One
-// whose MAC is not 16 bytes is sent as it is: the node refuses it.
-std::optional<transfer::Capability> CapabilityOf(const proto::Replica& replica) {
-  if (!replica.has_capability()) return std::nullopt;
-  const proto::Capability& c = replica.capability();
-  transfer::Capability cap;
-  cap.grant_offset = c.grant_offset();
-  cap.grant_length = c.grant_length();
-  cap.expiry_unix_ms = c.expiry_unix_ms();
-  cap.access = c.access();
-  std::memcpy(cap.mac, c.mac().data(), std::min(c.mac().size(), sizeof(cap.mac)));
-  return cap;
-}
-
-}  // namespace
 
 ReplicaIo::~ReplicaIo() {
   if (warmer_) mappings_->OnAttach(nullptr);  // the cache may outlive this object
@@ -120,7 +103,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
   for (const auto& part : parts) {
     if (part.empty()) continue;
     transfer::RemoteRange range{replica.endpoint(), replica.token(), offset, part.size(),
-                                CapabilityOf(replica)};
+                                node::WireCapability(replica)};
     if (Status s = tcp_->Write(range, part, checksum); !s.ok()) return s;
     offset += part.size();
   }
@@ -157,7 +140,7 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
   for (const auto& part : dst) {
     if (part.empty()) continue;
     transfer::RemoteRange range{replica.endpoint(), replica.token(), offset, part.size(),
-                                CapabilityOf(replica)};
+                                node::WireCapability(replica)};
     // Hashed piece by piece as it arrives, in cache: no second pass over the object.
     if (Status s = tcp_->Read(range, part, &checksum); !s.ok()) return s;
     offset += part.size();

@@ -4,23 +4,11 @@
 
 #include "common/checksum.h"
 #include "common/logging.h"
+#include "node/wire_capability.h"
 
 namespace granary::node {
 
 namespace {
-// The master's signature over the source range (security/capability.h), as the wire carries it.
-std::optional<transfer::Capability> WireCapability(const proto::Replica& replica) {
-  if (!replica.has_capability()) return std::nullopt;
-  const proto::Capability& c = replica.capability();
-  transfer::Capability cap;
-  cap.grant_offset = c.grant_offset();
-  cap.grant_length = c.grant_length();
-  cap.expiry_unix_ms = c.expiry_unix_ms();
-  cap.access = c.access();
-  std::memcpy(cap.mac, c.mac().data(), std::min(c.mac().size(), sizeof(cap.mac)));
-  return cap;
-}
-
 uint64_t Hash(const std::vector<std::byte>& buf) {
   ChecksumStream sum;
   sum.Update(buf.data(), buf.size());
