@@ -13,6 +13,7 @@
 
 #include "../tools/test_pattern.h"
 #include "store_fixture.h"
+#include "transfer/shm_mapping.h"
 
 namespace granary::it {
 namespace {
@@ -375,6 +376,115 @@ TEST_F(ReplicationTest, SourceKilledMidCopyCopyRetriedElsewhereAndNoSpaceLeaks) 
         return held == named;
       },
       Millis(10'000), Millis(200)))
+      << last;
+}
+
+// A copy source whose memory holds wrong bytes (flipped in its shared memory behind the store's
+// back): the copying node checks the bytes against the object's checksum, takes the next source
+// when there is one, and reports the copy not made when none is right. No replica is ever made
+// of wrong bytes, and no read returns them.
+TEST_F(ReplicationTest, WrongBytesAtACopySourceAreNeverCopied) {
+  ASSERT_TRUE(cluster_.Start(3, 16 * MiB));
+  auto client = cluster_.MakeClient(false);
+  ASSERT_NE(client, nullptr);
+  std::vector<Obj> two = PutObjects(*client, "wrongsrc/two/", 6, 2);
+  std::vector<Obj> one = PutObjects(*client, "wrongsrc/one/", 4, 1);
+  auto shm_of = [&](const std::string& segment) -> std::string {
+    for (size_t i = 0; i < cluster_.node_count(); ++i) {
+      if (cluster_.node(i).name() == segment) return cluster_.node(i).ShmPath();
+    }
+    return "";
+  };
+  // Reads `length` bytes of a replica straight from its node's shared memory.
+  auto read_replica = [&](const ReplicaInfo& r) {
+    Bytes bytes(r.length);
+    std::FILE* f = std::fopen(shm_of(r.segment_name).c_str(), "rb");
+    if (f == nullptr) return Bytes{};
+    std::fseek(f, static_cast<long>(transfer::kShmHeaderBytes + r.offset), SEEK_SET);
+    const size_t got = std::fread(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    bytes.resize(got);
+    return bytes;
+  };
+  // Flips the first 64 bytes of each object's first replica.
+  std::map<std::string, std::pair<std::string, uint64_t>> corrupted;  // key -> segment, offset
+  for (const auto* set : {&two, &one}) {
+    for (const auto& o : *set) {
+      auto st = client->Stat(o.key);
+      ASSERT_TRUE(st.ok() && !st->replicas.empty()) << o.key;
+      const ReplicaInfo& r = st->replicas[0];
+      std::FILE* f = std::fopen(shm_of(r.segment_name).c_str(), "r+b");
+      ASSERT_NE(f, nullptr) << r.segment_name;
+      Bytes head = read_replica(r);
+      head.resize(64);
+      for (auto& b : head) b ^= std::byte{0xFF};
+      std::fseek(f, static_cast<long>(transfer::kShmHeaderBytes + r.offset), SEEK_SET);
+      ASSERT_EQ(std::fwrite(head.data(), 1, head.size(), f), head.size());
+      std::fclose(f);
+      ASSERT_GE(testdata::FirstDifference(read_replica(r), o.value), 0) << "not corrupted";
+      corrupted[o.key] = {r.segment_name, r.offset};
+    }
+  }
+  std::vector<std::string> two_keys, one_keys;
+  for (const auto& o : two) two_keys.push_back(o.key);
+  for (const auto& o : one) one_keys.push_back(o.key);
+  for (const Status& s : client->BatchReplicate(two_keys, 3)) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const Status& s : client->BatchReplicate(one_keys, 2)) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string last;
+  EXPECT_TRUE(WaitForReplicas(*client, two, [](size_t n) { return n == 3; }, Millis(30'000),
+                              &last))
+      << "objects with one right source did not get their third replica; e.g. " << last;
+  // Every replica but the corrupted one holds the object's exact bytes: the copy came from the
+  // right source.
+  for (const auto& o : two) {
+    auto st = client->Stat(o.key);
+    ASSERT_TRUE(st.ok()) << o.key;
+    for (const auto& r : st->replicas) {
+      if (std::make_pair(r.segment_name, r.offset) == corrupted[o.key]) continue;
+      EXPECT_LT(testdata::FirstDifference(read_replica(r), o.value), 0)
+          << o.key << ": the replica on " << r.segment_name << " holds wrong bytes";
+    }
+  }
+  // Objects whose only source is wrong get no second replica however often it is tried (the
+  // master hands them out again every two seconds), and the copying nodes say why.
+  std::this_thread::sleep_for(Millis(5000));
+  for (const auto& o : one) {
+    auto st = client->Stat(o.key);
+    ASSERT_TRUE(st.ok()) << o.key;
+    EXPECT_EQ(st->replicas.size(), 1u) << o.key << " was copied from wrong bytes";
+    EXPECT_EQ(st->want_replicas, 2u);
+  }
+  std::string logs;
+  for (size_t i = 0; i < cluster_.node_count(); ++i) logs += cluster_.node(i).Log();
+  EXPECT_NE(logs.find("for re-replication: CHECKSUM_MISMATCH"), std::string::npos)
+      << "no node reported the wrong source";
+  // No read returns the wrong bytes: an object whose only replica is wrong fails.
+  for (const auto* set : {&two, &one}) {
+    for (const auto& o : *set) {
+      auto got = client->Get(o.key);
+      if (got.ok()) {
+        EXPECT_LT(testdata::FirstDifference(*got, o.value), 0) << "wrong bytes read: " << o.key;
+      }
+    }
+  }
+  for (const auto& o : one) EXPECT_FALSE(client->Get(o.key).ok()) << o.key;
+  // The failed copies' space went back: the segments hold what the objects name, between rounds.
+  uint64_t named = 0;
+  for (const auto* set : {&two, &one}) {
+    for (const auto& o : *set) {
+      if (auto st = client->Stat(o.key); st.ok()) named += st->replicas.size();
+    }
+  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto segments = client->ListSegments();
+        if (!segments.ok()) return false;
+        uint64_t held = 0;
+        for (const auto& seg : *segments) held += seg.replicas;
+        last = std::to_string(held) + " extents held, " + std::to_string(named) + " named";
+        return held == named;
+      },
+      Millis(10'000), Millis(50)))
       << last;
 }
 
