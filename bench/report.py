@@ -192,6 +192,19 @@ def scale_block(s):
             out += (f"\n\nThe first disk's registration at {num(g['objects'])} objects started the "
                     f"offload index: master RSS +{g['offload_index_bytes'] / 1048576:.0f} MiB "
                     f"({g['offload_index_bytes'] / g['objects']:.0f} B per object).")
+    copies = [(num(step["objects"]), step["rereplicate"]) for step in s["steps"]
+              if "rereplicate" in step]
+    if copies:
+        out += ("\n\nReplicaCopyStart at that size: a node mounts a segment (the replica epoch "
+                "moves, nothing is short), then 2000 objects spread over the store are raised to "
+                "2 replicas and the node asks for 256 a call, each reported copied, until all are. "
+                "A drain's start walks every object once: what each such call cost before the "
+                "planner's index.\n\n")
+        out += table(["objects", "ms, call after the mount", "ms, first call after the raise",
+                      "ms per call naming keys (p50)", "copies", "calls", "ms, a drain's start"],
+                     [(n, num(c["idle_call_ms"], 2), num(c["first_call_ms"], 2),
+                       num(c["naming_call_p50_ms"], 2), num(c["copied"]), c["calls"],
+                       num(c["drain_call_ms"], 1)) for n, c in copies])
     return out
 
 

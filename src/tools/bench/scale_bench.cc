@@ -14,6 +14,8 @@
 // stay lazy below the offload watermark, so a planner costs what it returns only if it skips them.
 // The first step also reports the master's RSS growth when that disk registered: the master
 // starts its offload index then, listing every object.
+// Then the re-replication planner's cost at that size (MeasureRereplicate): a ReplicaCopyStart
+// after a node mounted with nothing short, and those that copy 2000 objects raised to 2 replicas.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -265,6 +267,110 @@ Result<OffloadResult> MeasureOffload(const ScaleBenchOptions& o, size_t step) {
   return r;
 }
 
+struct RereplicateResult {
+  double idle_ms = -1;      // the first ReplicaCopyStart after a mount moved the epoch: none short
+  double first_ms = -1;     // the first after kShortKeys objects were raised to 2 replicas
+  double naming_ms_p50 = -1;
+  uint32_t copied = 0;
+  uint32_t calls = 0;
+  double drain_ms = -1;  // a drain's start: one walk over every object, as each call made before
+};
+
+// The re-replication planner's cost at this size: a copying node mounts a segment of its own
+// (the replica epoch moves: the planner looks for work, and there is none), then kShortKeys
+// objects spread over the keys put so far are raised to 2 replicas, and the node asks for copies
+// (ReplicaCopyStart, each answer reported copied by ReplicaCopyEnd) until an answer names nothing.
+// Lowered back to 1 replica and unmounted after, so that each step starts alike.
+Result<RereplicateResult> MeasureRereplicate(const ScaleBenchOptions& o, uint64_t objects,
+                                             size_t step) {
+  constexpr char kCopier[] = "bench-scale-copier";
+  constexpr uint32_t kShortKeys = 2000;
+  static uint64_t round = 0;  // the copier's rounds count up across steps
+  auto copier = FakeSegments::Mount(
+      o.master, {{kCopier, "bench-scale-copy-seg-" + std::to_string(step),
+                  2 * kShortKeys * ((o.value_size + 63) / 64 * 64) + (64ull << 20)}});
+  if (!copier.ok()) return copier.status();
+  auto stub = NewStub(o.master);
+  RereplicateResult r;
+  std::vector<double> naming;
+  auto ask = [&](double* first) -> Result<size_t> {
+    pb::ReplicaCopyStartRequest req;
+    req.set_client_id(kCopier);
+    req.set_round(++round);
+    req.set_max_keys(256);
+    pb::ReplicaCopyStartResponse resp;
+    const auto t0 = Clock::now();
+    grpc::Status s = stub->ReplicaCopyStart(Ctx().get(), req, &resp);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!s.ok() || resp.code() != 0) {
+      return Status(ErrorCode::RPC_FAIL,
+                    "ReplicaCopyStart: " + (s.ok() ? resp.message() : s.error_message()));
+    }
+    r.calls++;
+    if (first && *first < 0) *first = ms;
+    if (resp.items_size() == 0) return size_t{0};
+    naming.push_back(ms);
+    pb::ReplicaCopyEndRequest end;
+    end.set_client_id(kCopier);
+    end.set_round(round);
+    for (const auto& item : resp.items()) {
+      end.add_keys(item.key());
+      end.add_version_gens(item.version_gen());
+      end.add_copied(true);
+    }
+    pb::BatchStatusResponse er;
+    s = stub->ReplicaCopyEnd(Ctx().get(), end, &er);
+    if (!s.ok()) return Status(ErrorCode::RPC_FAIL, "ReplicaCopyEnd: " + s.error_message());
+    for (const auto& e : er.results()) r.copied += e.code() == 0;
+    return static_cast<size_t>(resp.items_size());
+  };
+  auto idle = ask(&r.idle_ms);
+  if (!idle.ok()) return idle.status();
+  if (*idle != 0) return Status(ErrorCode::INTERNAL_ERROR, "copies named with nothing short");
+  pb::ReplicateRequest raise;
+  raise.set_client_id("bench-scale-admin");
+  const uint64_t stride = std::max<uint64_t>(1, objects / kShortKeys);
+  for (uint64_t i = 0; i < kShortKeys && i * stride < objects; ++i) raise.add_keys(KeyOf(i * stride));
+  raise.set_replica_num(2);
+  pb::BatchStatusResponse raised;
+  grpc::Status s = stub->Replicate(Ctx().get(), raise, &raised);
+  if (!s.ok()) return Status(ErrorCode::RPC_FAIL, "Replicate: " + s.error_message());
+  // Until all are copied; an empty answer may be the rate's budget: a few more, bounded.
+  uint32_t empty = 0;
+  for (uint32_t call = 0; call < 4 * kShortKeys / 256 + 50 && r.copied < kShortKeys; ++call) {
+    auto named = ask(call == 0 ? &r.first_ms : nullptr);
+    if (!named.ok()) return named.status();
+    if (*named == 0) {
+      if (++empty > 20) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  // The copies go again, so that the next step starts with none short: lowered while the
+  // copier's segment drains (its replicas are dropped first), undrained, then unmounted.
+  const std::string copy_segment = "bench-scale-copy-seg-" + std::to_string(step);
+  auto drain = [&](bool undrain) -> Status {
+    pb::DrainRequest req;
+    req.set_segment_name(copy_segment);
+    req.set_undrain(undrain);
+    pb::DrainResponse resp;
+    grpc::Status ds = stub->Drain(Ctx().get(), req, &resp);
+    if (!ds.ok() || resp.code() != 0) {
+      return Status(ErrorCode::RPC_FAIL, "Drain: " + (ds.ok() ? resp.message() : ds.error_message()));
+    }
+    return Status::Ok();
+  };
+  const auto drain_start = Clock::now();
+  if (Status d = drain(false); !d.ok()) return d;
+  r.drain_ms = std::chrono::duration<double, std::milli>(Clock::now() - drain_start).count();
+  raise.set_replica_num(1);
+  s = stub->Replicate(Ctx().get(), raise, &raised);
+  if (!s.ok()) return Status(ErrorCode::RPC_FAIL, "Replicate: " + s.error_message());
+  if (Status d = drain(true); !d.ok()) return d;
+  std::sort(naming.begin(), naming.end());
+  if (!naming.empty()) r.naming_ms_p50 = Percentile(naming, 50);
+  return r;
+}
+
 }  // namespace
 
 int RunScaleBench(const ScaleBenchOptions& o) {
@@ -346,6 +452,24 @@ int RunScaleBench(const ScaleBenchOptions& o) {
                          {"calls", offload->calls}, {"keys_per_call", kOffloadBatch},
                          {"naming_call_p50_ms", offload->naming_ms_p50},
                          {"idle_call_ms", offload->idle_ms}};
+    }
+    auto copies = MeasureRereplicate(o, have, json["steps"].size());
+    if (!copies.ok()) {
+      std::printf("    re-replication: %s\n", copies.status().message().c_str());
+      rc = 1;
+    } else {
+      std::printf("    re-replication at %llu objects: a ReplicaCopyStart after a mount (none "
+                  "short) %.2f ms; after 2000 objects were raised to 2 replicas: the first %.2f "
+                  "ms, p50 %.2f ms; %u copies in %u calls; a drain's start (one walk over "
+                  "every object) %.2f ms\n",
+                  static_cast<unsigned long long>(have), copies->idle_ms, copies->first_ms,
+                  copies->naming_ms_p50, copies->copied, copies->calls, copies->drain_ms);
+      if (copies->copied < 2000) rc = 1;
+      step["rereplicate"] = {{"idle_call_ms", copies->idle_ms},
+                             {"first_call_ms", copies->first_ms},
+                             {"naming_call_p50_ms", copies->naming_ms_p50},
+                             {"copied", copies->copied}, {"calls", copies->calls},
+                             {"drain_call_ms", copies->drain_ms}};
     }
     json["steps"].push_back(step);
   }
