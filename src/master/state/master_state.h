@@ -329,7 +329,9 @@ class MasterState {
   // index of objects that may need copies, not every object: an object enters it when it can
   // come to need one (a commit with fewer replicas than wanted, a raised count, a lost replica,
   // a drain or an unmount while one is under way, a copy that did not attach) and leaves it at
-  // the first walk that finds it needs none. Costs what the index holds.
+  // the first walk that finds it needs none. Costs what the index holds, except the first walk
+  // after a drain began or a snapshot loaded: that one visits every object once, to list what
+  // needs copies then (here, outside the apply path, so the drain does not stall the master).
   using CopyVisit = std::function<void(const std::string&, const ObjectMeta&)>;
   void ScanCopyCandidates(const CopyVisit& fn) const;
   // Entries of that index in all shards.
@@ -561,9 +563,6 @@ class MasterState {
   // Lists the object at `it` in its shard's copy index if its committed version needs copies.
   // Caller holds the shard's lock. Every change that can raise CopiesNeeded calls it.
   void NoteCopyCandidate(Shard& shard, ObjectIter it);
-  // Lists every object that needs copies now (a drain began, a load). Caller holds apply_mu_
-  // (or owns the state alone).
-  void NoteAllCopyCandidates();
   // Drops every extent on segment_id from every object (its memory is gone).
   uint64_t DropSegmentReplicas(uint64_t segment_id);
   PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,
@@ -617,6 +616,9 @@ class MasterState {
   std::atomic<uint64_t> copied_bytes_{0};
   uint64_t disk_replica_count_ = 0;  // under apply_mu_; lets node expiry skip its scan when 0
   bool offload_index_on_ = false;    // under apply_mu_: BuildOffloadIndex ran
+  // A drain began or a snapshot loaded: the next ScanCopyCandidates lists every object that
+  // needs copies first (derived, not state).
+  mutable std::atomic<bool> copy_walk_pending_{false};
 
   mutable std::mutex clients_mu_;
   std::unordered_map<std::string, int64_t> client_last_seen_ms_;

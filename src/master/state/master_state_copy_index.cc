@@ -6,7 +6,9 @@
 // (10M objects: seconds, many times during one node's re-replication) although only the objects
 // a lost node or a drain touched need anything. The index lists the objects that may need copies
 // where they can come to: a walk that finds one needing none drops it, so a healthy object costs
-// nothing and a re-replicated one costs one more visit.
+// nothing and a re-replicated one costs one more visit. What a drain puts in need (all that its
+// segment, or its node's disk, alone holds) is found by one walk over every object, the first
+// after the drain began: on the planner's thread, shard by shard, not in the apply path.
 #include "master/state/master_state.h"
 
 namespace granary::master {
@@ -22,21 +24,18 @@ void MasterState::NoteCopyCandidate(Shard& shard, ObjectIter it) {
   if (needs) shard.copy_candidates.insert(std::string_view(it->first));
 }
 
-void MasterState::NoteAllCopyCandidates() {
-  for (auto& shard_ptr : shards_) {
-    Shard& shard = *shard_ptr;
-    std::lock_guard lock(shard.mu);
-    for (auto it = shard.objects.begin(); it != shard.objects.end(); ++it) {
-      NoteCopyCandidate(shard, it);
-    }
-  }
-}
-
 void MasterState::ScanCopyCandidates(const CopyVisit& fn) const {
+  // Taken before the walk: a drain that begins meanwhile makes the next walk a full one too.
+  const bool every_object = copy_walk_pending_.exchange(false);
   for (const auto& shard_ptr : shards_) {
     const Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
     auto& keys = shard.copy_candidates;
+    if (every_object) {
+      for (const auto& [key, meta] : shard.objects) {
+        if (CopiesNeeded(meta) > 0) keys.insert(std::string_view(key));
+      }
+    }
     for (auto key = keys.begin(); key != keys.end();) {
       // Erased keys leave the index first (EraseIfEmpty): the view is always found.
       auto object = shard.objects.find(*key);

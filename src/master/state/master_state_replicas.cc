@@ -221,7 +221,8 @@ DrainResult MasterState::ApplyDrain(const DrainOp& op, int64_t now) {
   if (op.undrain) return {segments_.StopDrain(op.name), 0};
   if (Status s = segments_.StartDrain(op.name, op.drop, now); !s.ok()) return {s, 0};
   if (!op.drop) {
-    NoteAllCopyCandidates();  // what the segment (or its node's disk) alone holds needs copies
+    // What the segment (or its node's disk) alone holds needs copies: the next walk finds it.
+    copy_walk_pending_ = true;
     return {Status::Ok(), 0};
   }
   // Nothing is copied for its sake: it goes now, as a dead node's would.

@@ -348,7 +348,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   next_put_gen_ = gen;
   offload_index_on_ = false;  // the new shards have none: list them if a disk is known
   if (!known_disks_.empty()) BuildOffloadIndex();
-  NoteAllCopyCandidates();  // the new shards' copy index too
+  copy_walk_pending_ = true;  // the new shards' copy index: the next walk lists what needs copies
   return Status::Ok();
 }
 
