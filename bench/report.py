@@ -197,14 +197,16 @@ def scale_block(s):
     if copies:
         out += ("\n\nReplicaCopyStart at that size: a node mounts a segment (the replica epoch "
                 "moves, nothing is short), then 2000 objects spread over the store are raised to "
-                "2 replicas and the node asks for 256 a call, each reported copied, until all are. "
-                "A drain's start walks every object once: what each such call cost before the "
-                "planner's index.\n\n")
+                "2 replicas and the node asks for 256 a call, each reported copied, until all are; "
+                "then a drain begins, and the next call walks every object once: what every "
+                "call after an epoch move cost before the planner's index.\n\n")
         out += table(["objects", "ms, call after the mount", "ms, first call after the raise",
-                      "ms per call naming keys (p50)", "copies", "calls", "ms, a drain's start"],
+                      "ms per call naming keys (p50)", "copies", "calls", "ms, Drain call",
+                      "ms, the call after the drain (walks every object)"],
                      [(n, num(c["idle_call_ms"], 2), num(c["first_call_ms"], 2),
                        num(c["naming_call_p50_ms"], 2), num(c["copied"]), c["calls"],
-                       num(c["drain_call_ms"], 1)) for n, c in copies])
+                       num(c.get("drain_call_ms"), 1), num(c.get("drain_walk_call_ms"), 1))
+                      for n, c in copies])
     return out
 
 

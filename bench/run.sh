@@ -11,7 +11,7 @@
 #
 # Suites: 1 limits (memcpy, loopback TCP, O_DIRECT disk), 2 kv (objects: Granary shm and TCP,
 # Redis, memcached; 2b the Python client), 3 master (metadata batches) + state, 4 trace (when `granary-bench trace`
-# exists), 5 scale (master RSS per object, batch exist and OffloadStart at 1M and 10M objects), 6 the SSD tier
+# exists), 5 scale (master RSS per object, batch exist, OffloadStart and ReplicaCopyStart at 1M and 10M objects), 6 the SSD tier
 # (bench/disk.sh: disk limits, the disk store, offload and disk hits end to end, the trace with a disk tier, recovery;
 # its own results directory bench/results/disk-<stamp>/), 7 HA (an etcd, then metadata batches against a
 # master alone, an HA leader with an asynchronous standby and one with a synchronous standby; failover
@@ -223,7 +223,7 @@ run_bounded 120 "$BIN/granary-bench" state --segments 128 --batch 128 --threads 
 fi
 
 if want 5; then
-echo "== suite 5: master scale: RSS per object, batch exist, offload planner at $SCALE_OBJECTS objects =="
+echo "== suite 5: master scale: RSS per object, batch exist, offload and re-replication planners at $SCALE_OBJECTS objects =="
 start_master
 run_bounded 1500 "$BIN/granary-bench" scale --master "127.0.0.1:$MASTER_PORT" \
   --master-pid "$MASTER_PID" --objects "$SCALE_OBJECTS" --value-size 1024 --threads 1,4 \
