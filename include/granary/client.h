@@ -156,6 +156,7 @@ struct ClusterStatus {
   std::string cluster_id;
   std::string leader_id;
   std::string leader_address;
+  uint16_t leader_http_port = 0;  // its HTTP port (/metrics); 0: unknown (an older master)
   uint64_t term = 0;
   uint64_t applied_seq = 0;
   bool serving_alone = false;

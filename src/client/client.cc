@@ -394,6 +394,7 @@ class ClientImpl final : public Client {
     out.cluster_id = resp.cluster_id();
     out.leader_id = resp.member_id();
     out.leader_address = resp.address();
+    out.leader_http_port = static_cast<uint16_t>(resp.http_port());
     out.term = resp.term();
     out.applied_seq = resp.applied_seq();
     out.serving_alone = resp.serving_alone();

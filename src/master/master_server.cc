@@ -170,6 +170,7 @@ Status MasterServer::Start() {
     grpc_.reset();
     return s;
   }
+  service_->set_http_port(http_.port());
   if (coordinator_) {
     const std::string advertise = config_.advertise.empty()
                                       ? config_.host + ":" + std::to_string(grpc_port_)

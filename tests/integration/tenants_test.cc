@@ -190,6 +190,7 @@ TEST_F(TenantsTest, ATenantOverItsQuotaIsRefusedAndOthersKeepPutting) {
     ASSERT_TRUE(cluster.ok());
     EXPECT_EQ(cluster->caller_role, "tenant");
     EXPECT_EQ(cluster->caller_tenant, "acme");
+    EXPECT_EQ(cluster->leader_http_port, master_.http_port()) << "where granary top reads /metrics";
     ASSERT_EQ(cluster->tenants.size(), 1u);  // a tenant sees itself only
     EXPECT_EQ(cluster->tenants[0].name, "acme");
     EXPECT_EQ(cluster->tenants[0].objects, 5u);

@@ -854,6 +854,7 @@ grpc::Status MasterService::ClusterStatus(Ctx* ctx, const proto::ClusterStatusRe
   }
   resp->set_caller_role(who->role_name());
   resp->set_caller_tenant(who->tenant);
+  resp->set_http_port(http_port_.load());
   if (auth_ != nullptr) {
     for (const Principal& t : auth_->tenants()) {
       if (who->tenant_only() && who != &t) continue;

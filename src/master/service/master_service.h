@@ -131,6 +131,8 @@ class MasterService final : public proto::Master::Service {
   const PromotionTracker& promotions() const { return promotions_; }
   // Advertised in ListSegments so clients find the fast port; 0: none.
   void set_fast_port(uint16_t port) { fast_port_.store(port); }
+  // Told in ClusterStatus, so that tools find /metrics (granary top); 0: unknown.
+  void set_http_port(uint16_t port) { http_port_.store(port); }
   // HA: every call passes this gate (serving_gate.h). Null (the default): every call is served.
   // Set before serving.
   void set_gate(ServingGate* gate) { gate_ = gate; }
@@ -268,6 +270,7 @@ class MasterService final : public proto::Master::Service {
   mutable std::mutex disks_mu_;
   std::unordered_map<std::string, proto::DiskStats> disks_;
   std::atomic<uint16_t> fast_port_{0};
+  std::atomic<uint16_t> http_port_{0};
   ServingGate* gate_ = nullptr;
   const security::Authenticator* auth_ = nullptr;
   // Built by set_authenticator, read-only after (the TenantRuntimes' locks aside).

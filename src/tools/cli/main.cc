@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
                 "print plain frames one after another (also when stdout is not a terminal)");
   top->add_option("--http", top_options.http,
                   "the master's HTTP address HOST:PORT, for its /metrics counters (default: the "
-                  "master's host, port 9003)");
+                  "port the master reports, on its host; with an etcd:// master, the leader's)");
 
   try {
     app.parse(argc, argv);

@@ -22,7 +22,8 @@ namespace granary::top {
 
 namespace {
 
-constexpr uint16_t kDefaultMasterHttpPort = 9003;  // granary-master --http-port's default
+// granary-master --http-port's default: for a master too old to report its port.
+constexpr uint16_t kDefaultMasterHttpPort = 9003;
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
 constexpr int kExitFailure = 3;
@@ -86,7 +87,9 @@ class Sampler {
     std::sort(s.segments.begin(), s.segments.end(),
               [](const SegmentRow& a, const SegmentRow& b) { return a.name < b.name; });
     std::string grpc_address = options_.client.master_address;
+    uint16_t http_port = 0;  // as the answering master reports it (0: an older master)
     if (auto cluster = client_->Cluster(); cluster.ok()) {
+      http_port = cluster->leader_http_port;
       if (cluster->ha) {
         s.role = "leader " + cluster->leader_id + ", term " + std::to_string(cluster->term);
         if (cluster->serving_alone) s.role += ", no sync standby";
@@ -95,12 +98,12 @@ class Sampler {
         s.role = "no HA";
       }
     }
-    ReadCounters(grpc_address, &s);
+    ReadCounters(grpc_address, http_port, &s);
     return s;
   }
 
  private:
-  void ReadCounters(const std::string& grpc_address, Sample* s) const {
+  void ReadCounters(const std::string& grpc_address, uint16_t http_port, Sample* s) const {
     etcd::HostPort http;
     if (!options_.http.empty()) {
       auto given = OneHostPort(options_.http);
@@ -115,7 +118,7 @@ class Sampler {
         s->metrics_error = "no master HTTP address known: give --http HOST:PORT";
         return;
       }
-      http = {master->host, kDefaultMasterHttpPort};
+      http = {master->host, http_port != 0 ? http_port : kDefaultMasterHttpPort};
     }
     const int timeout_ms = std::clamp(options_.client.rpc_timeout_ms, 100, 5'000);
     auto text = HttpGet(http.host, http.port, "/metrics", timeout_ms);
