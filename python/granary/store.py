@@ -293,6 +293,12 @@ class Store:
     def undrain(self, segment):
         self._client.drain(segment, False, True)
 
+    def drains(self):
+        """Every drain the master remembers, as dicts (segment, drop, done, start_unix_ms,
+        remaining_objects, remaining_bytes): under way, or done (unmounted, its name refused)
+        until undrain()."""
+        return self._client.drains()
+
     def query(self, pattern, limit=0):
         """(key, size, replica_count) of the objects whose key matches the RE2 `pattern`."""
         return self._client.query_by_regex(pattern, limit)

@@ -405,6 +405,21 @@ class PyClient {
     }
     return out;
   }
+  py::list Drains() {
+    auto drains = Unwrap(Released([&](Client& c) { return c.ListDrains(); }));
+    py::list out;
+    for (const auto& d : drains) {
+      py::dict e;
+      e["segment"] = d.segment;
+      e["drop"] = d.drop;
+      e["done"] = d.done;
+      e["start_unix_ms"] = d.start_unix_ms;
+      e["remaining_objects"] = d.remaining_objects;
+      e["remaining_bytes"] = d.remaining_bytes;
+      out.append(e);
+    }
+    return out;
+  }
   void Health() {
     Status s = Released([&](Client& c) { return c.Health(); });
     if (!s.ok()) Raise(s);
@@ -826,6 +841,7 @@ void RegisterClient(py::module_& m) {
       .def("drain", &PyClient::Drain, py::arg("segment"), py::arg("drop") = false,
            py::arg("undrain") = false)
       .def("segments", &PyClient::Segments)
+      .def("drains", &PyClient::Drains)
       .def("health", &PyClient::Health)
       .def("cluster", &PyClient::Cluster)
       .def("stats", &PyClient::Stats);

@@ -71,4 +71,7 @@ def test_drain_moves_single_replicas_off_and_unmounts(cluster):
         assert store.stat(k)["replicas"][0]["segment"] != victim
     with pytest.raises(granary.Error):
         store.drain("py-no-such-segment")
+    done = [d for d in store.drains() if d["segment"] == victim]
+    assert len(done) == 1 and done[0]["done"] and not done[0]["drop"], store.drains()
     store.undrain(victim)
+    assert victim not in [d["segment"] for d in store.drains()]
