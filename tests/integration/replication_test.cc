@@ -119,6 +119,21 @@ bool WaitForReplicas(Client& client, const std::vector<Obj>& objects,
       timeout, Millis(100));
 }
 
+// Polls (10 s at most) until the segments hold exactly `named` extents, the replicas the
+// objects name: no copy's allocation is left behind.
+bool WaitForExtentsHeld(Client& client, uint64_t named, Millis poll, std::string* last) {
+  return WaitUntil(
+      [&] {
+        auto segments = client.ListSegments();
+        if (!segments.ok()) return false;
+        uint64_t held = 0;
+        for (const auto& s : *segments) held += s.replicas;
+        *last = std::to_string(held) + " extents held, " + std::to_string(named) + " named";
+        return held == named;
+      },
+      Millis(10'000), poll);
+}
+
 void ExpectAllExact(Client& client, const std::vector<Obj>& objects, const std::string& when) {
   for (const auto& o : objects) {
     auto got = client.Get(o.key);
@@ -366,17 +381,7 @@ TEST_F(ReplicationTest, SourceKilledMidCopyCopyRetriedElsewhereAndNoSpaceLeaks) 
   // No copy's allocation is left: the segments hold exactly the objects' replicas.
   uint64_t named = 0;
   for (const auto& o : objects) named += client->Stat(o.key)->replicas.size();
-  EXPECT_TRUE(WaitUntil(
-      [&] {
-        auto segments = client->ListSegments();
-        if (!segments.ok()) return false;
-        uint64_t held = 0;
-        for (const auto& s : *segments) held += s.replicas;
-        last = std::to_string(held) + " extents held, " + std::to_string(named) + " named";
-        return held == named;
-      },
-      Millis(10'000), Millis(200)))
-      << last;
+  EXPECT_TRUE(WaitForExtentsHeld(*client, named, Millis(200), &last)) << last;
 }
 
 // A copy source whose memory holds wrong bytes (flipped in its shared memory behind the store's
@@ -475,17 +480,7 @@ TEST_F(ReplicationTest, WrongBytesAtACopySourceAreNeverCopied) {
       if (auto st = client->Stat(o.key); st.ok()) named += st->replicas.size();
     }
   }
-  EXPECT_TRUE(WaitUntil(
-      [&] {
-        auto segments = client->ListSegments();
-        if (!segments.ok()) return false;
-        uint64_t held = 0;
-        for (const auto& seg : *segments) held += seg.replicas;
-        last = std::to_string(held) + " extents held, " + std::to_string(named) + " named";
-        return held == named;
-      },
-      Millis(10'000), Millis(50)))
-      << last;
+  EXPECT_TRUE(WaitForExtentsHeld(*client, named, Millis(50), &last)) << last;
 }
 
 // A rolling restart of every node, one at a time with a drain: no object that had two

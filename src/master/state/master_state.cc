@@ -236,7 +236,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   // An empty node that joins gets about twice its share until it catches up, not every put.
   if (rest >= 2) {
     const size_t first = order.preferred;
-    const size_t other = first + 1 + (next_put_gen_ * 0x9E3779B97F4A7C15ull >> 33) % (rest - 1);
+    const size_t other = first + SecondChoice(next_put_gen_, rest);
     if (segments_.FreeShare(candidates[other]) > segments_.FreeShare(candidates[first])) {
       std::swap(candidates[first], candidates[other]);
     }

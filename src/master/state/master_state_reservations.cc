@@ -97,8 +97,7 @@ ReserveResult MasterState::ApplyReserve(const ReserveOp& op, int64_t now) {
     std::optional<Extent> extent;
     size_t swapped = preferred;  // no swap
     if (rest >= 2) {
-      const size_t other =
-          preferred + 1 + (next_put_gen_ * 0x9E3779B97F4A7C15ull >> 33) % (rest - 1);
+      const size_t other = preferred + SecondChoice(next_put_gen_, rest);
       if (free_share(at(other, k, preferred)) > free_share(at(preferred, k, preferred))) {
         swapped = other;
       }

@@ -57,6 +57,13 @@ inline Status BatchShapeError(size_t keys, bool lengths_match, const char* misma
   return BatchLimit(keys);
 }
 
+// Load-aware placement's second candidate (puts and reservations): of the `rest` rotating
+// segments after the preferred ones, the offset (1..rest-1) of the one compared with the
+// rotation's pick. Chosen by the put generation `gen`, so a replay picks the same. rest >= 2.
+inline size_t SecondChoice(uint64_t gen, size_t rest) {
+  return 1 + (gen * 0x9E3779B97F4A7C15ull >> 33) % (rest - 1);
+}
+
 // A put's persistence beyond the enum (a newer client's, or junk): INVALID_PARAMS; else OK.
 inline Status PersistenceError(PutPersistence p) {
   if (static_cast<uint8_t>(p) <= kMaxPutPersistence) return Status::Ok();
