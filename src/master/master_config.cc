@@ -44,7 +44,9 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
   schema.AddBool("allow_evict_soft_pinned", &p.allow_evict_soft_pinned,
                  "evict soft-pinned objects once nothing else is left");
   schema.AddString("eviction_policy", &c->eviction_policy,
-                   "s3fifo (probation queue, main queue, ghost) or lru (least recently read first)");
+                   "s3fifo (probation queue, main queue, ghost), prefix (s3fifo that lets a put "
+                   "batch's tail and long batches leave probation first) or lru (least recently "
+                   "read first)");
   schema.AddDouble("eviction_small_ratio", &p.eviction_small_ratio,
                    "s3fifo: share of the evictable bytes the probation queue keeps", 0.0, 1.0);
   schema.AddDouble("eviction_ghost_ratio", &p.eviction_ghost_ratio,
@@ -136,9 +138,9 @@ Status ValidateMasterConfig(const MasterConfig& c) {
                          {p.reservation_ttl_ms, "reservation_ttl"}}) {
     if (Status s = positive(v, name); !s.ok()) return s;
   }
-  if (c.eviction_policy != "lru" && c.eviction_policy != "s3fifo") {
+  if (c.eviction_policy != "lru" && c.eviction_policy != "s3fifo" && c.eviction_policy != "prefix") {
     return Status(ErrorCode::INVALID_PARAMS,
-                  "eviction_policy '" + c.eviction_policy + "' is neither lru nor s3fifo");
+                  "eviction_policy '" + c.eviction_policy + "' is not lru, s3fifo or prefix");
   }
   if (auto persistence = ParsePersistence(c.persistence); !persistence.ok()) {
     return persistence.status();

@@ -24,7 +24,7 @@ struct MasterConfig {
   uint64_t rpc_threads = 0;        // 0: gRPC's default
   uint64_t shard_count = 1024;
   std::string history_file;        // empty: no history file
-  std::string eviction_policy = "s3fifo";  // s3fifo or lru; see EvictionPolicy
+  std::string eviction_policy = "s3fifo";  // s3fifo, prefix or lru; see EvictionPolicy
   MasterPolicy policy;             // policy.shard_count and eviction_policy are taken from above
   // The SSD tier: which memory objects nodes with a disk copy to it (see OffloadPlanner).
   std::string persistence = "lazy";  // eager, lazy or none
@@ -70,7 +70,9 @@ struct MasterConfig {
   MasterPolicy EffectivePolicy() const {
     MasterPolicy p = policy;
     p.shard_count = static_cast<uint32_t>(shard_count);
-    p.eviction_policy = eviction_policy == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kS3Fifo;
+    p.eviction_policy = eviction_policy == "lru"      ? EvictionPolicy::kLru
+                        : eviction_policy == "prefix" ? EvictionPolicy::kPrefix
+                                                      : EvictionPolicy::kS3Fifo;
     return p;
   }
 };

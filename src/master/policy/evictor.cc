@@ -32,7 +32,7 @@ EvictResult Evictor::EvictBytes(uint64_t target_bytes, std::optional<uint64_t> s
   // objects along: go round again (bounded: each object holds at most kMaxQueueReads credits)
   // before anything soft-pinned is touched.
   for (int round = 0; round < kMaxQueueReads + 1 && total.bytes < target_bytes &&
-                      state_->policy().eviction_policy == EvictionPolicy::kS3Fifo;
+                      UsesQueues(state_->policy().eviction_policy);
        ++round) {
     EvictResult more = EvictPass(target_bytes - total.bytes, /*allow_soft_pinned=*/false, segment);
     if (more.bytes == 0 && more.objects == 0) break;
@@ -179,7 +179,7 @@ EvictResult Evictor::EvictOnShortSegment(uint64_t request, uint64_t budget) {
 EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned,
                                std::optional<uint64_t> segment) {
   if (target_bytes == 0) return {};
-  if (state_->policy().eviction_policy == EvictionPolicy::kS3Fifo) {
+  if (UsesQueues(state_->policy().eviction_policy)) {
     return S3FifoPass(target_bytes, allow_soft_pinned, segment);
   }
   const int64_t now = state_->clock()->NowMs();
@@ -263,7 +263,15 @@ EvictResult Evictor::S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned,
   auto by_stamp = [](const Entry& a, const Entry& b) {
     return a.stamp != b.stamp ? a.stamp < b.stamp : a.hash < b.hash;
   };
-  std::sort(small.begin(), small.end(), by_stamp);
+  if (state_->policy().eviction_policy == EvictionPolicy::kPrefix) {
+    // Probation empties class by class (PrefixQueueStamp), each in its queue order.
+    std::sort(small.begin(), small.end(), [&](const Entry& a, const Entry& b) {
+      const int ca = ProbationClass(a.stamp), cb = ProbationClass(b.stamp);
+      return ca != cb ? ca < cb : by_stamp(a, b);
+    });
+  } else {
+    std::sort(small.begin(), small.end(), by_stamp);
+  }
   std::sort(main.begin(), main.end(), by_stamp);
 
   // S3-FIFO over the snapshot. Each pop evicts, or promotes (once per object), or spends one of

@@ -16,6 +16,8 @@
 // evicted). Soft-pinned objects are considered only by the soft pass, which runs after the
 // unpinned passes (repeated while they free something) fall short.
 // Pass 2 turns the chosen hashes back into keys. The moves go into the same EvictOp.
+// prefix: s3fifo, but probation empties by the class its put batch gave each key (a batch's
+// tail first, then keys of long batches; object_meta.h PrefixQueueStamp), oldest first within one.
 // Either way scans replace a global list, so the read path only bumps fields under its shard lock.
 // Thread safety: any thread; calls are serialised by an internal mutex.
 #pragma once

@@ -310,7 +310,7 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
                                 " is not the pending one: another put of this key took over");
         continue;
       }
-      CommitVersion(shard, it, std::move(*meta.pending), op.checksums[i], i, now);
+      CommitVersion(shard, it, std::move(*meta.pending), op.checksums[i], i, op.keys.size(), now);
     }
   }
   return results;
@@ -337,7 +337,8 @@ Status MasterState::MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t n
 }
 
 void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pending,
-                                uint64_t checksum, size_t index, int64_t now) {
+                                uint64_t checksum, size_t index, size_t batch_size,
+                                int64_t now) {
   ObjectMeta& meta = it->second;
   const std::string& key = it->first;
   if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
@@ -354,9 +355,11 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
     UncountCommitted(key, *meta.committed);
     meta.committed.reset();
   } else {  // a new object enters its queue (an upsert keeps its place)
-    meta.in_main = policy_.eviction_policy == EvictionPolicy::kS3Fifo && GhostTake(key);
+    meta.in_main = UsesQueues(policy_.eviction_policy) && GhostTake(key);
     meta.reads = 0;
-    meta.queue_stamp = QueueStamp(now, index);
+    meta.queue_stamp = policy_.eviction_policy == EvictionPolicy::kPrefix
+                           ? PrefixQueueStamp(now, index, batch_size)
+                           : QueueStamp(now, index);
   }
   ClearPending(shard, it);
   meta.committed = std::move(pending.version);
@@ -588,7 +591,7 @@ RemoveCountResult MasterState::ApplyRemoveByRegex(const RemoveByRegexOp& op, int
 
 EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
   EvictResult result;
-  const bool s3fifo = policy_.eviction_policy == EvictionPolicy::kS3Fifo;
+  const bool s3fifo = UsesQueues(policy_.eviction_policy);
   // GroupByShard keeps the op's order within a shard, so repeated requeues apply in order.
   for (const auto& [shard_index, indices] : GroupByShard(op.requeue)) {
     Shard& shard = *shards_[shard_index];

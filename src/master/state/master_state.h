@@ -44,7 +44,12 @@ namespace granary::master {
 // lru: least recently read first. s3fifo: new objects enter a small probation FIFO; read ones move
 // to the main FIFO, unread ones leave (their keys kept in a ghost list, so a re-put goes straight
 // to main); the main FIFO gives each read object another pass (S3-FIFO, Yang et al., SOSP'23).
-enum class EvictionPolicy { kLru, kS3Fifo };
+// prefix: s3fifo whose queues know a put batch is a prefix chain: a batch's last key leaves
+// probation before anything else, and a batch's keys queue tail first (PrefixQueueStamp).
+enum class EvictionPolicy : uint8_t { kLru = 0, kS3Fifo = 1, kPrefix = 2 };
+inline constexpr uint8_t kMaxEvictionPolicy = 2;
+// s3fifo and prefix keep the probation and main queues and the ghost.
+inline bool UsesQueues(EvictionPolicy p) { return p != EvictionPolicy::kLru; }
 
 // Timeouts and policies; defaults are Mooncake Store's (shared/MOONCAKE-API.md).
 struct MasterPolicy {
@@ -529,10 +534,10 @@ class MasterState {
   // is still refused. The space of a cleared write waits for the release timeout.
   Status MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t now,
                   const std::string& client_id, uint64_t op_first_gen);
-  // Makes `pending` the committed version of the key at `it` (PutEnd, PutCommit); index orders
-  // new objects of one batch in their queue.
+  // Makes `pending` the committed version of the key at `it` (PutEnd, PutCommit); its index in
+  // the op's batch of batch_size keys orders new objects of one batch in their queue.
   void CommitVersion(Shard& shard, ObjectIter it, PendingWrite pending, uint64_t checksum,
-                     size_t index, int64_t now);
+                     size_t index, size_t batch_size, int64_t now);
   // Ends a promotion. free_extent: its allocation goes back (the caller knows the node no longer
   // writes it); false when it was attached, or its segment is gone with the memory.
   void ClearPromotion(Shard& shard, ObjectIter it, bool free_extent);

@@ -204,7 +204,7 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
           op.config.soft_pin_ttl_ms > 0 ? op.config.soft_pin_ttl_ms : policy_.soft_pin_ttl_ms;
       version.start_ms = now;
       ForgetReservation(held);
-      CommitVersion(shard, it, std::move(version), op.checksums[i], i, now);
+      CommitVersion(shard, it, std::move(version), op.checksums[i], i, op.keys.size(), now);
     }
   }
   return results;

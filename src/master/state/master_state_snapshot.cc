@@ -24,6 +24,9 @@ void Fields(IO& io, MasterPolicy& p) {
   io(p.allow_evict_soft_pinned);
   uint8_t policy = static_cast<uint8_t>(p.eviction_policy);
   io(policy);
+  if constexpr (IO::kDecoding) {
+    if (policy > kMaxEvictionPolicy) io.Fail();
+  }
   p.eviction_policy = static_cast<EvictionPolicy>(policy);
   io(p.eviction_small_ratio); io(p.eviction_ghost_ratio); io(p.shard_count);
   io(p.disk_garbage_max_entries); io(p.disk_garbage_max_key_bytes);
