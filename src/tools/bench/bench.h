@@ -42,6 +42,7 @@ struct StateBenchOptions {
   double seconds = 2;
   uint32_t batch = 128;
   uint64_t value_size = 4096;
+  std::string eviction_policy = "s3fifo";  // as the master's --eviction-policy
   std::string json_path;
 };
 int RunStateBench(const StateBenchOptions& options);
@@ -124,8 +125,13 @@ struct TraceBenchOptions {
   bool verify = true;
   std::string label;               // copied into the JSON (e.g. the capacity and policy)
   std::string json_path;
+  // --simulate: no store; these policies (lru, s3fifo, prefix, belady, infinite; or all) at
+  // each capacity, in process (trace_sim.cc).
+  std::vector<std::string> simulate;
+  std::vector<uint64_t> capacity_tokens = {1'000'000, 3'000'000};
 };
 int RunTraceBench(const TraceBenchOptions& options);
+int RunTraceSimulation(const TraceBenchOptions& options);
 
 // Object put/get of Granary (shm, tcp), Redis and memcached side by side; see kv_bench.cc.
 struct KvBenchOptions {

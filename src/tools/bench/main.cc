@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 600.0));
   state->add_option("--batch", so.batch, "keys per batch")->capture_default_str()
       ->check(CLI::Range(1u, 65536u));
+  state->add_option("--eviction-policy", so.eviction_policy, "the master's eviction policy")
+      ->capture_default_str()->check(CLI::IsMember({"lru", "s3fifo", "prefix"}));
   state->add_option("--json", so.json_path, "also write the results as JSON to this file");
 
   TransferBenchOptions to;
@@ -127,6 +129,16 @@ int main(int argc, char** argv) {
   trace->add_option("--verify", tro.verify, "check every fetched byte")->capture_default_str();
   trace->add_option("--label", tro.label, "free text copied into the JSON");
   trace->add_option("--json", tro.json_path, "also write the results as JSON to this file");
+  trace->add_option("--simulate", tro.simulate,
+                    "no store: replay through the master's own eviction code in process, for "
+                    "these policies (lru, s3fifo, prefix; belady and infinite as references; all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"lru", "s3fifo", "prefix", "belady", "infinite", "all"}));
+  trace->add_option("--capacity-tokens", tro.capacity_tokens,
+                    "with --simulate: cache capacities in tokens (512-token blocks)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{512}, uint64_t{1} << 40));
 
   DiskBenchOptions dko;
   auto* disk = app.add_subcommand("disk", "the disk tier in process: write and batched read GB/s");
@@ -221,7 +233,7 @@ int main(int argc, char** argv) {
   if (limits->parsed()) return RunLimits(lo);
   if (state->parsed()) return RunStateBench(so);
   if (transfer->parsed()) return RunTransferBench(to);
-  if (trace->parsed()) return RunTraceBench(tro);
+  if (trace->parsed()) return tro.simulate.empty() ? RunTraceBench(tro) : RunTraceSimulation(tro);
   if (kv->parsed()) return RunKvBench(ko);
   if (scale->parsed()) return RunScaleBench(sco);
   return 2;

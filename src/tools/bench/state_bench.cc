@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "master/master_config.h"
 #include "master/state/master_state.h"
 #include "tools/bench/bench.h"
 
@@ -45,8 +46,9 @@ double KeysPerSecond(int threads, double seconds, uint32_t batch, Body body) {
 }  // namespace
 
 int RunStateBench(const StateBenchOptions& o) {
-  master::MasterPolicy policy;
-  master::MasterState state(policy, WallClock::Instance());
+  master::MasterConfig config;
+  config.eviction_policy = o.eviction_policy;
+  master::MasterState state(config.EffectivePolicy(), WallClock::Instance());
   for (uint32_t i = 0; i < o.segments; ++i) {
     auto r = state.Mount({"node-" + std::to_string(i),
                           {"seg-" + std::to_string(i), uint64_t{1} << 30, "127.0.0.1:1", "", "", 0, true}});
@@ -94,7 +96,8 @@ int RunStateBench(const StateBenchOptions& o) {
     });
     for (auto [op, v] : {std::pair{"put", put}, {"get", get}, {"exist", exist}}) {
       std::printf("%-6s %7d %14.0f\n", op, threads, v);
-      json.push_back({{"op", op}, {"threads", threads}, {"keys_per_s", v}, {"batch", o.batch}});
+      json.push_back({{"op", op}, {"threads", threads}, {"keys_per_s", v}, {"batch", o.batch},
+                      {"eviction_policy", o.eviction_policy}});
     }
   }
   if (!o.json_path.empty()) std::ofstream(o.json_path) << json.dump(2) << "\n";

@@ -23,51 +23,12 @@
 
 #include "granary/client.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/trace_file.h"
 
 namespace granary::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kTokensPerBlock = 512;
-
-struct Request {
-  uint64_t timestamp_ms = 0;  // arrival, from the start of the trace
-  uint64_t input_length = 0;
-  std::vector<uint64_t> hash_ids;
-};
-
-Result<std::vector<Request>> LoadTrace(const std::string& path, uint64_t limit) {
-  std::ifstream in(path);
-  if (!in) return Status(ErrorCode::INVALID_PARAMS, "cannot open trace " + path);
-  std::vector<Request> requests;
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line) && (limit == 0 || requests.size() < limit)) {
-    ++line_no;
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("input_length") || !j.contains("hash_ids") ||
-        !j["hash_ids"].is_array() || !j["input_length"].is_number_unsigned()) {
-      return Status(ErrorCode::INVALID_PARAMS,
-                    path + ":" + std::to_string(line_no) + ": not a trace record");
-    }
-    Request r;
-    r.input_length = j["input_length"].get<uint64_t>();
-    if (j.contains("timestamp") && j["timestamp"].is_number_unsigned()) {
-      r.timestamp_ms = j["timestamp"].get<uint64_t>();
-    }
-    for (const auto& id : j["hash_ids"]) {
-      if (!id.is_number_unsigned()) {
-        return Status(ErrorCode::INVALID_PARAMS,
-                      path + ":" + std::to_string(line_no) + ": hash id is not a number");
-      }
-      r.hash_ids.push_back(id.get<uint64_t>());
-    }
-    if (r.hash_ids.empty()) continue;
-    requests.push_back(std::move(r));
-  }
-  return requests;
-}
 
 // The bytes of block `id`: 8-byte words mixing the id and the word's index, so any two blocks
 // (and any shifted copy of one) differ in nearly every word.
@@ -154,7 +115,7 @@ int RunTraceBench(const TraceBenchOptions& o) {
   nlohmann::json progress = nlohmann::json::array();  // cumulative hit rate every 1000 requests
   std::vector<std::vector<std::byte>> buffers;        // one per block of the longest request
   const auto start = Clock::now();
-  for (const Request& r : *trace) {
+  for (const TraceRequest& r : *trace) {
     if (o.speed > 0) {
       std::this_thread::sleep_until(
           start + std::chrono::microseconds(static_cast<int64_t>(r.timestamp_ms * 1000 / o.speed)));
@@ -241,7 +202,7 @@ int RunTraceBench(const TraceBenchOptions& o) {
     t.blocks += n;
     t.hit_blocks += hit;
     t.input_tokens += r.input_length;
-    t.hit_tokens += hit < n ? hit * kTokensPerBlock : r.input_length;
+    t.hit_tokens += HitTokens(r, hit);
     if (t.requests % 1000 == 0) progress.push_back({{"requests", t.requests}, {"hit_rate", t.hit_rate()}});
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

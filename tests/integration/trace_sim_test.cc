@@ -1,0 +1,92 @@
+// granary-bench trace --simulate, the real binary: on a trace small enough to work out by hand,
+// the offline references give the figures the hand gives, the master's policies stay at or below
+// Belady's, and bad input is a clear error.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "process_harness.h"
+
+namespace granary::it {
+namespace {
+
+// Runs a command line, returns its exit status and what it wrote to stdout and stderr.
+int RunCommand(const std::string& command, std::string* output) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output->append(buffer, n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Four requests over blocks 1-4, three blocks each (1,500 tokens: the last block is partial).
+// Infinite cache: r1 hits 1,2 (1,024 tokens), r2 and r3 hit everything (1,500 each): 4,024 of
+// 6,000. Belady with two blocks keeps 1 and 2 (used by every request) and admits neither 3 nor
+// 4, whose next uses are later: r1, r2 and r3 hit 1,024 tokens each, 3,072 of 6,000.
+constexpr const char* kTrace =
+    "{\"timestamp\": 0, \"input_length\": 1500, \"hash_ids\": [1, 2, 3]}\n"
+    "{\"timestamp\": 10, \"input_length\": 1500, \"hash_ids\": [1, 2, 4]}\n"
+    "\n"
+    "{\"timestamp\": 20, \"input_length\": 1500, \"hash_ids\": [1, 2, 3]}\n"
+    "{\"timestamp\": 30, \"input_length\": 1500, \"hash_ids\": [1, 2, 4]}\n";
+
+TEST(TraceSimulation, ReferencesMatchTheHandAndPoliciesStayBelowBelady) {
+  TempDir dir("granary-trace-sim");
+  const std::string trace = dir.WriteFile("trace.jsonl", kTrace);
+  const std::string json = dir.File("sim.json");
+  std::string output;
+  ASSERT_EQ(RunCommand(BinaryPath("granary-bench") + " trace --simulate all --capacity-tokens 1024,2048 "
+                    "--trace " + trace + " --json " + json,
+                &output),
+            0)
+      << output;
+  std::ifstream in(json);
+  auto rows = nlohmann::json::parse(in);
+  ASSERT_EQ(rows.size(), 10u) << rows.dump();  // 5 policies x 2 capacities
+  std::map<std::pair<std::string, uint64_t>, double> rate;
+  for (const auto& row : rows) {
+    rate[{row["policy"], row["capacity_tokens"]}] = row["hit_rate"];
+    EXPECT_EQ(row["requests"], 4u);
+    // Two blocks of room cannot take a request's three at once; four can.
+    if (row["capacity_tokens"] == 2048u) EXPECT_EQ(row["put_failures"], 0u) << row.dump();
+  }
+  EXPECT_DOUBLE_EQ((rate[{"infinite", 1024}]), 4024.0 / 6000);
+  EXPECT_DOUBLE_EQ((rate[{"belady", 1024}]), 3072.0 / 6000);
+  EXPECT_DOUBLE_EQ((rate[{"belady", 2048}]), 4024.0 / 6000) << "4 blocks hold them all";
+  for (const char* policy : {"lru", "s3fifo", "prefix"}) {
+    for (uint64_t capacity : {1024u, 2048u}) {
+      EXPECT_LE((rate[{policy, capacity}]), (rate[{"belady", capacity}]) + 1e-12) << policy;
+    }
+    // Four blocks of room: the master's policies never need to evict, so they hit what an
+    // infinite cache hits.
+    EXPECT_DOUBLE_EQ((rate[{policy, 2048}]), 4024.0 / 6000) << policy;
+  }
+  EXPECT_NE(output.find("belady"), std::string::npos) << output;
+}
+
+TEST(TraceSimulation, AMalformedTraceOrUnknownPolicyIsAClearError) {
+  TempDir dir("granary-trace-sim");
+  const std::string bad = dir.WriteFile("bad.jsonl", "{\"timestamp\": 0, \"hash_ids\": \"x\"}\n");
+  std::string output;
+  EXPECT_EQ(RunCommand(BinaryPath("granary-bench") + " trace --simulate lru --trace " + bad, &output), 2);
+  EXPECT_NE(output.find("bad.jsonl:1: not a trace record"), std::string::npos) << output;
+  output.clear();
+  EXPECT_NE(RunCommand(BinaryPath("granary-bench") + " trace --simulate arc --trace " + bad, &output), 0);
+  EXPECT_NE(output.find("arc"), std::string::npos) << output;
+  output.clear();
+  EXPECT_EQ(RunCommand(BinaryPath("granary-bench") + " trace --simulate lru --trace " + dir.File("none"),
+                &output),
+            2);
+  EXPECT_NE(output.find("cannot open trace"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace granary::it
