@@ -77,6 +77,15 @@ def main():
             runs.append(run)
     if runs:
         suites["trace"] = {"runs": sorted(runs, key=lambda r: (r["capacity_tokens"], r["policy"]))}
+    # Suite 4's simulator: trace-sim-<trace>.json, a row per policy and capacity.
+    for name in sorted(os.listdir(args.work)):
+        m = re.fullmatch(r"trace-sim-(\w+)\.json", name)
+        if m:
+            try:
+                with open(os.path.join(args.work, name)) as f:
+                    suites.setdefault("trace_sim", {})[m.group(1)] = json.load(f)
+            except (OSError, ValueError):
+                suites.setdefault("trace_sim", {})[m.group(1)] = {"missing": True}
     # Suite 7 (HA): ha-master-<alone|sync0|sync1>.json and ha-failover-<empty|full>.json.
     ha = {}
     for name in sorted(os.listdir(args.work)):

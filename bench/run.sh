@@ -188,9 +188,19 @@ if want 4; then
 echo "== suite 4: trace replay =="
 # One fresh store per capacity (in tokens): a node whose segment holds exactly that many tokens at
 # $TRACE_BYTES_PER_TOKEN bytes each (128: 64 KiB blocks of 512 tokens, as Mooncake was replayed).
-# Each capacity with the default policy (s3fifo) and with lru, for comparison in the same run.
+# Each capacity with the default policy (s3fifo), prefix and lru, for comparison in the same run.
+# First the offline simulator (docs/eviction.md): the master's policies next to Belady, on the
+# conversation trace and on a synthetic one of another shape (bench/synth_trace.py), in seconds.
 if "$BIN/granary-bench" trace --help > "$WORK/trace-help.txt" 2>&1; then
-  for policy in s3fifo lru; do
+  python3 bench/synth_trace.py --out "$WORK/synthetic_trace.jsonl" > /dev/null
+  for sim_trace in conversation synthetic; do
+    sim_file=../shared/workloads/conversation_trace.jsonl
+    [ "$sim_trace" = synthetic ] && sim_file="$WORK/synthetic_trace.jsonl"
+    echo "$BIN/granary-bench trace --simulate all --trace $sim_file" >> "$WORK/commands.txt"
+    run_bounded 300 "$BIN/granary-bench" trace --simulate all --trace "$sim_file" \
+      --label "$sim_trace" --json "$WORK/trace-sim-$sim_trace.json"
+  done
+  for policy in s3fifo prefix lru; do
   for tokens in 1000000 3000000; do
     start_master --eviction-policy "$policy"
     echo "$BIN/granary-node --master 127.0.0.1:$MASTER_PORT --segment-size $((tokens * TRACE_BYTES_PER_TOKEN)) --name $SHM_NAME" \
