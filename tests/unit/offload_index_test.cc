@@ -59,7 +59,8 @@ std::vector<std::string> PlanByWalk(const MasterState& state, const OffloadPolic
       if (wanted == Persistence::kEager) {
         candidates.emplace_back(0, meta.queue_stamp, key, v.size);
       } else {
-        candidates.emplace_back(1, meta.last_access_ms, key, v.size);
+        const auto [rank, order] = LazyOffloadOrder(meta, state.policy().eviction_policy);
+        candidates.emplace_back(rank, order, key, v.size);
       }
     });
   }
@@ -78,9 +79,11 @@ std::vector<std::string> PlanByWalk(const MasterState& state, const OffloadPolic
 class OffloadIndexTest : public ::testing::TestWithParam<Persistence> {
  protected:
   OffloadIndexTest() : state_(Policy(), &clock_), planner_(&state_, {GetParam(), 0.30}) {}
-  static MasterPolicy Policy() {
+  // The lazy case runs under the prefix eviction policy, which orders lazy offload by its queues.
+  MasterPolicy Policy() const {
     MasterPolicy p;
     p.shard_count = 16;  // several keys a shard, so erasures meet other keys' entries
+    if (GetParam() == Persistence::kLazy) p.eviction_policy = EvictionPolicy::kPrefix;
     return p;
   }
   void Mount(const std::string& node, const std::string& segment) {

@@ -5,6 +5,7 @@
 // policy.
 #include "master/master_config.h"
 #include "master/policy/evictor.h"
+#include "master/policy/offload_planner.h"
 
 #include <gtest/gtest.h>
 
@@ -42,7 +43,11 @@ class PrefixEvictionTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) keys.push_back(name + std::to_string(i));
     return keys;
   }
-  bool Exists(const std::string& key) { return state_.BatchExist({key})[0] == 1; }
+  // Whether its memory is still there (an object with a disk copy outlives its memory).
+  bool Exists(const std::string& key) {
+    auto stat = state_.Stat(key);
+    return stat.ok() && !stat->replicas.empty();
+  }
   // Evicts one object at a time: the order in which the policy lets them go.
   std::vector<std::string> EvictionOrder(const std::vector<std::string>& candidates, size_t count) {
     std::vector<std::string> order;
@@ -87,6 +92,26 @@ TEST_F(PrefixEvictionTest, KeysOfLongBatchesLeaveBeforeThoseOfShortOnes) {
   EXPECT_EQ(order[50], "mid0");
   EXPECT_EQ(order[51], "short1");
   EXPECT_EQ(order[52], "short0");
+}
+
+TEST_F(PrefixEvictionTest, WithADiskTierOnlyKeysWithADiskCopyJumpTheQueue) {
+  PutBatch(Chain("short", 3));
+  PutBatch(Chain("long", 40));
+  // The node's disk holds copies of long20..long38: those may leave memory early (demoted, still
+  // readable); long0..long19 would be dropped, so they wait their FIFO turn.
+  DiskRegisterOp disk{"node", {}, /*disk_id=*/42, true};
+  for (int i = 20; i <= 38; ++i) disk.entries.push_back({"long" + std::to_string(i), kMiB, 0, 1000u + i});
+  for (const Status& s : state_.DiskRegister(disk)) ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(state_.AnyDiskKnown());
+  std::vector<std::string> all = Chain("short", 3);
+  for (const auto& k : Chain("long", 40)) all.push_back(k);
+  std::vector<std::string> want = {"short2", "long39"};                       // tails
+  for (int i = 38; i >= 20; --i) want.push_back("long" + std::to_string(i));  // class 1, on disk
+  want.insert(want.end(), {"short1", "short0"});                            // FIFO
+  for (int i = 19; i >= 0; --i) want.push_back("long" + std::to_string(i));
+  EXPECT_EQ(EvictionOrder(all, 43), want);
+  EXPECT_EQ(state_.BatchExist({"long30"})[0], 1) << "demoted, not dropped";
+  EXPECT_EQ(state_.BatchExist({"long10"})[0], 0);
 }
 
 TEST_F(PrefixEvictionTest, ATailReadOnProbationMovesToMainLikeAnyObject) {
@@ -149,11 +174,72 @@ TEST_F(PrefixEvictionTest, ASnapshotKeepsThePolicyAndAnUnknownOneIsRefused) {
   EXPECT_FALSE(MasterState::SnapshotPolicy(unknown).ok());
 }
 
+TEST_F(PrefixEvictionTest, LazyOffloadFollowsTheQueuesAndLeavesTailsLast) {
+  EXPECT_TRUE(state_.DiskRegister({"node", {}, /*disk_id=*/42, true}).empty());  // node has a disk
+  PutBatch({"m"});
+  ASSERT_EQ(evictor_.EvictBytes(kMiB).objects, 1u);
+  PutBatch({"m"});  // remembered by the ghost: straight to the main queue
+  PutBatch(Chain("short", 3));
+  PutBatch(Chain("long", 34));
+  PutBatch(Chain("mid", 9));
+  OffloadPlanner planner(&state_, {Persistence::kLazy, 0.0});
+  std::vector<std::string> want;
+  for (int i = 32; i >= 0; --i) want.push_back("long" + std::to_string(i));  // class 1
+  for (int i = 7; i >= 0; --i) want.push_back("mid" + std::to_string(i));    // class 2
+  want.insert(want.end(), {"short1", "short0"});                           // class 3
+  want.push_back("m");                                                     // main
+  want.insert(want.end(), {"short2", "long33", "mid8"});                   // tails
+  EXPECT_EQ(planner.Plan("node", 1000, 1ull << 40), want);
+  EXPECT_EQ(planner.Plan("node", 3, 1ull << 40),
+            (std::vector<std::string>{"long32", "long31", "long30"}));
+}
+
+TEST_F(PrefixEvictionTest, AHistoryOfS3FifoLoadsUnderPrefixAndTheOtherWayButNotUnderLru) {
+  PutBatch(Chain("a", 3));
+  const std::string prefix_snapshot = state_.EncodeSnapshot();
+  auto load_under = [&](EvictionPolicy policy, const std::string& snapshot) {
+    MasterPolicy p = Prefix();
+    p.eviction_policy = policy;
+    ManualClock clock;
+    MasterState loaded(p, &clock, state_.segment_id_base());
+    Status s = loaded.LoadSnapshot(snapshot);
+    if (s.ok()) {
+      EXPECT_EQ(loaded.object_count(), 3u);
+      EXPECT_EQ(loaded.policy().eviction_policy, policy) << "the configured policy goes on";
+    }
+    return s;
+  };
+  EXPECT_TRUE(load_under(EvictionPolicy::kS3Fifo, prefix_snapshot).ok());
+  EXPECT_TRUE(load_under(EvictionPolicy::kPrefix, prefix_snapshot).ok());
+  EXPECT_EQ(load_under(EvictionPolicy::kLru, prefix_snapshot).code(), ErrorCode::INVALID_PARAMS);
+
+  MasterPolicy s3fifo = Prefix();
+  s3fifo.eviction_policy = EvictionPolicy::kS3Fifo;
+  ManualClock clock;
+  MasterState old(s3fifo, &clock, state_.segment_id_base());
+  ASSERT_TRUE(old.Mount({"node", {"seg", 400 * kMiB, "", "", "", 0, true}}).status.ok());
+  auto started = old.PutStart({"w", {"x", "y", "z"}, {kMiB, kMiB, kMiB}, {}, false});
+  ASSERT_TRUE(old.PutEnd({"w", {"x", "y", "z"}, {0, 0, 0}, Gens(started)})[0].ok());
+  const std::string s3fifo_snapshot = old.EncodeSnapshot();
+  EXPECT_TRUE(load_under(EvictionPolicy::kPrefix, s3fifo_snapshot).ok());
+  EXPECT_EQ(load_under(EvictionPolicy::kLru, s3fifo_snapshot).code(), ErrorCode::INVALID_PARAMS);
+  // A standby adopts its leader's policy as it is.
+  MasterPolicy lru = Prefix();
+  lru.eviction_policy = EvictionPolicy::kLru;
+  ManualClock standby_clock;
+  MasterState standby(lru, &standby_clock, state_.segment_id_base());
+  ASSERT_TRUE(standby.LoadSnapshot(s3fifo_snapshot, /*adopt_policy=*/true).ok());
+  EXPECT_EQ(standby.policy().eviction_policy, EvictionPolicy::kS3Fifo);
+}
+
 TEST(PrefixEvictionConfig, PrefixIsAcceptedByName) {
   MasterConfig config;
+  EXPECT_EQ(MasterPolicy{}.eviction_policy, config.EffectivePolicy().eviction_policy);
   config.eviction_policy = "prefix";
   EXPECT_TRUE(ValidateMasterConfig(config).ok());
   EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kPrefix);
+  config.eviction_policy = "s3fifo";
+  EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kS3Fifo);
   config.eviction_policy = "prefixes";
   EXPECT_EQ(ValidateMasterConfig(config).code(), ErrorCode::INVALID_PARAMS);
 }

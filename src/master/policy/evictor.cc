@@ -241,6 +241,7 @@ EvictResult Evictor::S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned,
     uint64_t hash;
     uint64_t bytes;
     uint8_t reads;
+    bool on_disk;  // a disk copy keeps it readable once its memory goes
   };
   // Pass 1: both queues' evictable objects, and their bytes per queue.
   std::vector<Entry> small, main;
@@ -257,16 +258,24 @@ EvictResult Evictor::S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned,
       total_bytes += bytes;
       if (!meta.in_main) small_bytes += bytes;
       (meta.in_main ? main : small)
-          .push_back({meta.queue_stamp, XXH3_64bits(key.data(), key.size()), bytes, meta.reads});
+          .push_back({meta.queue_stamp, XXH3_64bits(key.data(), key.size()), bytes, meta.reads,
+                      !meta.committed->disk.empty()});
     });
   }
   auto by_stamp = [](const Entry& a, const Entry& b) {
     return a.stamp != b.stamp ? a.stamp < b.stamp : a.hash < b.hash;
   };
   if (state_->policy().eviction_policy == EvictionPolicy::kPrefix) {
-    // Probation empties class by class (PrefixQueueStamp), each in its queue order.
+    // Probation empties class by class (PrefixQueueStamp), each in its queue order. With an SSD
+    // tier, a key of class 1 or 2 jumps the queue only once it has a disk copy: the oldest have
+    // had the time to get one, and a fresh one evicted first would be dropped, not demoted.
+    const bool disk_tier = state_->AnyDiskKnown();
+    auto rank = [&](const Entry& e) {
+      const int c = ProbationClass(e.stamp);
+      return c == 0 || !disk_tier || e.on_disk ? c : 3;
+    };
     std::sort(small.begin(), small.end(), [&](const Entry& a, const Entry& b) {
-      const int ca = ProbationClass(a.stamp), cb = ProbationClass(b.stamp);
+      const int ca = rank(a), cb = rank(b);
       return ca != cb ? ca < cb : by_stamp(a, b);
     });
   } else {

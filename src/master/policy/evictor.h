@@ -18,6 +18,8 @@
 // Pass 2 turns the chosen hashes back into keys. The moves go into the same EvictOp.
 // prefix: s3fifo, but probation empties by the class its put batch gave each key (a batch's
 // tail first, then keys of long batches; object_meta.h PrefixQueueStamp), oldest first within one.
+// Once a node's disk is registered, a long batch's key jumps the queue only when it has a disk
+// copy: evicted before older ones, a fresh key would be dropped where an old one is demoted.
 // Either way scans replace a global list, so the read path only bumps fields under its shard lock.
 // Thread safety: any thread; calls are serialised by an internal mutex.
 #pragma once

@@ -24,6 +24,15 @@ Persistence EffectivePersistence(PutPersistence put, Persistence policy) {
   return policy;
 }
 
+std::pair<int, int64_t> LazyOffloadOrder(const ObjectMeta& meta, EvictionPolicy policy) {
+  if (policy != EvictionPolicy::kPrefix) return {1, meta.last_access_ms};
+  // Memory eviction's own order: probation by class (1, 2, 3), then main, all by queue stamp;
+  // a batch's tail (class 0), which is rarely read again, only when nothing else waits.
+  if (meta.in_main) return {4, meta.queue_stamp};
+  const int probation_class = ProbationClass(meta.queue_stamp);
+  return {probation_class == 0 ? 5 : probation_class, meta.queue_stamp};
+}
+
 std::vector<std::string> OffloadPlanner::Plan(const std::string& node_id, size_t max_keys,
                                               uint64_t max_bytes) const {
   if (max_keys == 0 || max_bytes == 0) return {};
@@ -75,8 +84,9 @@ std::vector<std::string> OffloadPlanner::Plan(const std::string& node_id, size_t
     if (first_own->segment_id != segment) return true;  // met through its first own segment
     const Persistence wanted = EffectivePersistence(v.persistence, policy_.persistence);
     if (wanted == Persistence::kNone || (wanted == Persistence::kLazy && !lazy_due)) return true;
-    const int rank = wanted == Persistence::kEager ? 0 : 1;
-    const int64_t order = rank == 0 ? meta.queue_stamp : meta.last_access_ms;
+    const auto [rank, order] = wanted == Persistence::kEager
+                                   ? std::pair<int, int64_t>{0, meta.queue_stamp}
+                                   : LazyOffloadOrder(meta, state_->policy().eviction_policy);
     if (best.size() < max_keys) {
       best.emplace(rank, order, key, v.size);
       return true;

@@ -9,9 +9,10 @@
 // Each object goes by its put's persistence (ReplicateConfig.persistence), or by the master's
 // policy when its put left it at default:
 //   eager: offloaded soon after its put ends (write-through to disk), oldest commit first.
-//   lazy:  only while the node's segments are above `offload_watermark` of their capacity, the
-//          least recently read first: the objects eviction will reach next get their disk copy
-//          first, so that eviction demotes them instead of dropping them.
+//   lazy:  only while the node's segments are above `offload_watermark` of their capacity, in
+//          the order eviction will reach them (LazyOffloadOrder), so that eviction demotes them
+//          instead of dropping them: the least recently read first; under the prefix eviction
+//          policy, in its own queue order, a put batch's tail last.
 //   none:  never (memory eviction drops it).
 // Eager objects come before lazy ones in a plan. While no committed object has a persistence of
 // its own, a policy of none (or lazy below the watermark) answers without scanning.
@@ -23,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "master/state/master_state.h"
@@ -51,6 +53,11 @@ class OffloadPlanner {
 
 // "eager", "lazy" or "none".
 Result<Persistence> ParsePersistence(const std::string& name);
+
+// A lazy object's place in a plan, lower first: (1, last read) under lru and s3fifo. Under
+// prefix, memory eviction's order: probation classes 1-3 (object_meta.h PrefixQueueStamp), then
+// the main queue, then batches' tails (class 0: about 1% are read again), each by queue stamp.
+std::pair<int, int64_t> LazyOffloadOrder(const ObjectMeta& meta, EvictionPolicy policy);
 
 // What the planner does with a version of persistence `put` under the master's `policy`.
 Persistence EffectivePersistence(PutPersistence put, Persistence policy);

@@ -74,7 +74,8 @@ struct MasterPolicy {
   double eviction_ratio = 0.05;
   bool allow_evict_soft_pinned = true;
   // s3fifo by default: it doubles lru's prefix hit rate on a conversation trace at 1M tokens
-  // (docs/trace-replay.md).
+  // (docs/trace-replay.md). prefix adds 5% to it in memory alone but loses 2% with a disk tier
+  // at the trace's pace x20, so it is not the default (docs/eviction.md).
   EvictionPolicy eviction_policy = EvictionPolicy::kS3Fifo;
   double eviction_small_ratio = 0.10;  // s3fifo: probation queue's share of the evictable bytes
   double eviction_ghost_ratio = 4.0;   // s3fifo: keys remembered after eviction, x objects held
@@ -292,6 +293,7 @@ class MasterState {
                                           size_t max_key_bytes) const;
   // Whether the disk registered its whole inventory with this state (DiskRegisterOp.complete).
   bool DiskKnown(uint64_t disk_id) const;
+  bool AnyDiskKnown() const;  // some node's disk registered: the SSD tier is in use
   // Promotions of `node_id` under way (its next offload round must end them: PromoteStartOp).
   size_t PromotionsOf(const std::string& node_id) const;
 

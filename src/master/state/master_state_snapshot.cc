@@ -169,7 +169,15 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   in(policy);
   Encoder theirs, ours;
   MasterPolicy mine = policy_;
-  theirs(policy);
+  // s3fifo and prefix apply every operation alike (they differ in queue order, a hint for the
+  // evictor): a history written under one loads under the other (which then orders what comes
+  // next), so changing it, or its default, needs no fresh start. lru does not: its evictions
+  // treat reads differently. A standby (adopt_policy) takes the leader's as it is.
+  MasterPolicy compared = policy;
+  if (!adopt_policy && UsesQueues(policy.eviction_policy) && UsesQueues(mine.eviction_policy)) {
+    compared.eviction_policy = mine.eviction_policy;
+  }
+  theirs(compared);
   ours(mine);
   if (!in.ok()) return bad("malformed policy");
   if (theirs.bytes() != ours.bytes()) {

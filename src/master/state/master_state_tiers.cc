@@ -309,6 +309,11 @@ bool MasterState::DiskKnown(uint64_t disk_id) const {
   return known_disks_.contains(disk_id);
 }
 
+bool MasterState::AnyDiskKnown() const {
+  std::lock_guard lock(disk_mu_);
+  return !known_disks_.empty();
+}
+
 size_t MasterState::disk_garbage_count() const {
   std::lock_guard lock(disk_mu_);
   return garbage_.size();
