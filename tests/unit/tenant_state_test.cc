@@ -3,7 +3,10 @@
 // removals that reach one namespace or every one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
 
 #include "master/state/key_namespace.h"
 #include "master/state/master_state.h"
@@ -105,6 +108,32 @@ TEST_F(TenantStateTest, UsageFollowsEveryWayAnObjectComesAndGoes) {
   ASSERT_TRUE(state_.Unmount({"node", "seg"}).status.ok());
   EXPECT_EQ(state_.UsageOf("globex").bytes, 0);
   EXPECT_EQ(state_.UsageOf("globex").objects, 0);
+}
+
+// The quota check of a put reads the tenant's usage under the tenant's lock, while other puts
+// end without it: a put's end must never let the usage dip below what is pending or committed,
+// or a check in that moment admits an object past the quota (TenantsTest.ConcurrentPuts...).
+TEST_F(TenantStateTest, UsageNeverDipsWhilePutsEndAndUpsertsReplace) {
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> lowest_seen_gap{0};
+  std::atomic<int64_t> floor{0};  // bytes the writer has made count for good
+  std::thread reader([&] {
+    while (!done.load()) {
+      const int64_t f = floor.load();
+      const int64_t bytes = state_.UsageOf("acme").bytes;
+      if (bytes < f) lowest_seen_gap = std::min(lowest_seen_gap.load(), bytes - f);
+    }
+  });
+  for (int i = 0; i < 3000; ++i) {
+    const std::string key = Held("acme", std::to_string(i % 40));
+    // Puts of new keys, then upserts of the same 40 keys at the same size: usage only rises.
+    ASSERT_TRUE(Put(key, 4096, /*upsert=*/i >= 40).ok()) << i;
+    if (i < 40) floor.fetch_add(4096);
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(lowest_seen_gap.load(), 0) << "usage was seen below what the tenant holds";
+  EXPECT_EQ(state_.UsageOf("acme").bytes, 40 * 4096);
 }
 
 TEST_F(TenantStateTest, ScopedRemovalsAndQueriesReachTheirNamespacesOnly) {

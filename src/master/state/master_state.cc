@@ -341,6 +341,7 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
                                 int64_t now) {
   ObjectMeta& meta = it->second;
   const std::string& key = it->first;
+  std::optional<Version> replaced;  // what the old version counted, uncounted last
   if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
     disk_replica_count_ -= meta.committed->disk.size();
     AddGarbage(key, meta.committed->disk);  // stale copies: their nodes delete them
@@ -352,7 +353,9 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
     } else {
       FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
     }
-    UncountCommitted(key, *meta.committed);
+    replaced.emplace();
+    replaced->size = meta.committed->size;
+    replaced->persistence = meta.committed->persistence;
     meta.committed.reset();
   } else {  // a new object enters its queue (an upsert keeps its place)
     meta.in_main = UsesQueues(policy_.eviction_policy) && GhostTake(key);
@@ -361,11 +364,15 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
                            ? PrefixQueueStamp(now, index, batch_size)
                            : QueueStamp(now, index);
   }
-  ClearPending(shard, it);
   meta.committed = std::move(pending.version);
   meta.committed->checksum = checksum;
   meta.committed->gen = pending.gen;
+  // A tenant's usage rises before it falls: a quota check of another put (under the tenant's
+  // quota lock, not this shard's) never reads it between the pending's uncount and the commit's
+  // count, where it would miss these bytes and admit one object too many.
   CountCommitted(key, *meta.committed);
+  ClearPending(shard, it);
+  if (replaced) UncountCommitted(key, *replaced);
   meta.hard_pinned = pending.pin.hard;
   meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
   meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
