@@ -17,11 +17,12 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-MasterPolicy Prefix() {
+MasterPolicy Under(EvictionPolicy policy) {
   MasterPolicy p;
-  p.eviction_policy = EvictionPolicy::kPrefix;
+  p.eviction_policy = policy;
   return p;
 }
+MasterPolicy Prefix() { return Under(EvictionPolicy::kPrefix); }
 
 class PrefixEvictionTest : public ::testing::Test {
  protected:
@@ -160,10 +161,8 @@ TEST_F(PrefixEvictionTest, ASnapshotKeepsThePolicyAndAnUnknownOneIsRefused) {
   ASSERT_TRUE(policy.ok()) << policy.status().ToString();
   EXPECT_EQ(policy->eviction_policy, EvictionPolicy::kPrefix);
   // The policy byte follows allow_evict_soft_pinned; find it by encoding another policy.
-  MasterPolicy lru = Prefix();
-  lru.eviction_policy = EvictionPolicy::kLru;
   ManualClock other_clock;
-  MasterState other(lru, &other_clock, state_.segment_id_base());
+  MasterState other(Under(EvictionPolicy::kLru), &other_clock, state_.segment_id_base());
   const std::string lru_snapshot = other.EncodeSnapshot();
   size_t at = 0;
   while (at < std::min(snapshot.size(), lru_snapshot.size()) && snapshot[at] == lru_snapshot[at]) ++at;
@@ -198,10 +197,8 @@ TEST_F(PrefixEvictionTest, AHistoryOfS3FifoLoadsUnderPrefixAndTheOtherWayButNotU
   PutBatch(Chain("a", 3));
   const std::string prefix_snapshot = state_.EncodeSnapshot();
   auto load_under = [&](EvictionPolicy policy, const std::string& snapshot) {
-    MasterPolicy p = Prefix();
-    p.eviction_policy = policy;
     ManualClock clock;
-    MasterState loaded(p, &clock, state_.segment_id_base());
+    MasterState loaded(Under(policy), &clock, state_.segment_id_base());
     Status s = loaded.LoadSnapshot(snapshot);
     if (s.ok()) {
       EXPECT_EQ(loaded.object_count(), 3u);
@@ -213,10 +210,8 @@ TEST_F(PrefixEvictionTest, AHistoryOfS3FifoLoadsUnderPrefixAndTheOtherWayButNotU
   EXPECT_TRUE(load_under(EvictionPolicy::kPrefix, prefix_snapshot).ok());
   EXPECT_EQ(load_under(EvictionPolicy::kLru, prefix_snapshot).code(), ErrorCode::INVALID_PARAMS);
 
-  MasterPolicy s3fifo = Prefix();
-  s3fifo.eviction_policy = EvictionPolicy::kS3Fifo;
   ManualClock clock;
-  MasterState old(s3fifo, &clock, state_.segment_id_base());
+  MasterState old(Under(EvictionPolicy::kS3Fifo), &clock, state_.segment_id_base());
   ASSERT_TRUE(old.Mount({"node", {"seg", 400 * kMiB, "", "", "", 0, true}}).status.ok());
   auto started = old.PutStart({"w", {"x", "y", "z"}, {kMiB, kMiB, kMiB}, {}, false});
   ASSERT_TRUE(old.PutEnd({"w", {"x", "y", "z"}, {0, 0, 0}, Gens(started)})[0].ok());
@@ -224,10 +219,8 @@ TEST_F(PrefixEvictionTest, AHistoryOfS3FifoLoadsUnderPrefixAndTheOtherWayButNotU
   EXPECT_TRUE(load_under(EvictionPolicy::kPrefix, s3fifo_snapshot).ok());
   EXPECT_EQ(load_under(EvictionPolicy::kLru, s3fifo_snapshot).code(), ErrorCode::INVALID_PARAMS);
   // A standby adopts its leader's policy as it is.
-  MasterPolicy lru = Prefix();
-  lru.eviction_policy = EvictionPolicy::kLru;
   ManualClock standby_clock;
-  MasterState standby(lru, &standby_clock, state_.segment_id_base());
+  MasterState standby(Under(EvictionPolicy::kLru), &standby_clock, state_.segment_id_base());
   ASSERT_TRUE(standby.LoadSnapshot(s3fifo_snapshot, /*adopt_policy=*/true).ok());
   EXPECT_EQ(standby.policy().eviction_policy, EvictionPolicy::kS3Fifo);
 }

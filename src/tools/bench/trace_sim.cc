@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "master/master_config.h"
 #include "master/policy/evictor.h"
 #include "master/state/master_state.h"
 #include "tools/bench/bench.h"
@@ -236,10 +237,10 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
       } else if (policy == "infinite") {
         results.push_back(SimulateInfinite(*trace));
       } else {
-        const auto kind = policy == "lru"      ? master::EvictionPolicy::kLru
-                          : policy == "prefix" ? master::EvictionPolicy::kPrefix
-                                               : master::EvictionPolicy::kS3Fifo;
-        results.push_back(SimulateMaster(*trace, kind, policy, blocks, block_bytes));
+        master::MasterConfig config;  // the master's own reading of --eviction-policy
+        config.eviction_policy = policy;
+        results.push_back(SimulateMaster(*trace, config.EffectivePolicy().eviction_policy, policy,
+                                         blocks, block_bytes));
       }
     }
     // Belady's figure is computed even when not asked for: every row reads as a share of it.
