@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/rare_optional.h"
+
 namespace granary::master {
 
 class Encoder {
@@ -45,6 +47,12 @@ class Encoder {
   }
   template <typename T>
   void operator()(std::optional<T>& v) {
+    bool present = v.has_value();
+    (*this)(present);
+    if (present) (*this)(*v);
+  }
+  template <typename T>
+  void operator()(RareOptional<T>& v) {  // the same bytes as std::optional<T>
     bool present = v.has_value();
     (*this)(present);
     if (present) (*this)(*v);
@@ -122,6 +130,16 @@ class Decoder {
   }
   template <typename T>
   void operator()(std::optional<T>& v) {
+    bool present = false;
+    (*this)(present);
+    v.reset();
+    if (present && ok_) {
+      v.emplace();
+      (*this)(*v);
+    }
+  }
+  template <typename T>
+  void operator()(RareOptional<T>& v) {
     bool present = false;
     (*this)(present);
     v.reset();
