@@ -9,10 +9,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <cstring>
 
@@ -44,6 +46,23 @@ Status Broken(const std::string& what) {
 }
 
 using net::WaitFor;
+
+// A connected non-blocking unix stream socket to the abstract `name`, or -1. Never waits: the
+// kernel answers a local connect at once (refused, or a full backlog: EAGAIN).
+int ConnectLocal(const std::string& name) {
+  sockaddr_un addr{};
+  if (name.empty() || name.size() + 1 > sizeof(addr.sun_path)) return -1;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 }  // namespace
 
 Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const std::string& what) {
@@ -53,13 +72,25 @@ Result<int> ConnectFirst(const addrinfo* addresses, SteadyTime deadline, const s
 }
 
 FastChannel::FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret,
-                         std::shared_ptr<const security::TlsContext> tls)
+                         std::shared_ptr<const security::TlsContext> tls, std::string local_socket)
     : host_(std::move(host)), port_(port), timeout_ms_(std::max(timeout_ms, 1)),
-      secret_(std::move(secret)), tls_(std::move(tls)) {}
+      secret_(std::move(secret)), tls_(std::move(tls)),
+      local_socket_(tls_ == nullptr ? std::move(local_socket) : std::string()) {}
 
 FastChannel::~FastChannel() = default;
 
 Result<std::unique_ptr<net::ByteStream>> FastChannel::Connect(SteadyTime deadline) {
+  if (local()) {
+    if (int fd = ConnectLocal(local_socket_); fd >= 0) {
+      auto conn = std::make_unique<net::ByteStream>(fd, /*owns_fd=*/true);
+      if (secret_.empty()) return conn;
+      Status s = security::PresentSecret(*conn, secret_, deadline);
+      if (s.ok()) return conn;
+      // A refused hello is the master's answer, which the TCP port would give too.
+      if (s.code() != ErrorCode::RPC_FAIL) return s;
+    }
+    local_failed_ = true;  // another host or network namespace, or the master is gone
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -10,12 +10,16 @@
 // the request: when false, the caller may use another transport without risk of applying twice.
 // A master over its connection cap answers UNAVAILABLE_IN_CURRENT_STATUS with `*sent` false:
 // the channel itself is sound, only this call should take another transport.
+// With a local socket name (the master's, for clients on its host), each new connection tries
+// it first and falls back to host:port; once it has failed, the channel uses host:port only
+// (a client elsewhere never finds the name: it is abstract, per network namespace, random).
 // Ownership: owns its sockets; closes them on destruction.
 // Thread safety: Call from any number of threads; each call holds one connection alone.
 #pragma once
 
 #include <google/protobuf/message.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -43,8 +47,11 @@ class FastChannel {
  public:
   // secret: presented in a hello on each new connection (security/fast_hello.h); empty: none.
   // tls: each connection is TLS from this client context (null: plain TCP).
+  // local_socket: the master's ListSegmentsResponse.fast_local_socket (empty: none); never
+  // used with tls.
   FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret = "",
-              std::shared_ptr<const security::TlsContext> tls = nullptr);
+              std::shared_ptr<const security::TlsContext> tls = nullptr,
+              std::string local_socket = "");
   ~FastChannel();
   FastChannel(const FastChannel&) = delete;
   FastChannel& operator=(const FastChannel&) = delete;
@@ -54,6 +61,8 @@ class FastChannel {
 
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
+  // Whether new connections still go to the local socket (false: none, or it failed).
+  bool local() const { return !local_socket_.empty() && !local_failed_.load(); }
 
  private:
   enum class Stage { kNotSent, kSent, kDone };
@@ -70,6 +79,8 @@ class FastChannel {
   int timeout_ms_;
   const std::string secret_;
   const std::shared_ptr<const security::TlsContext> tls_;
+  const std::string local_socket_;
+  std::atomic<bool> local_failed_{false};
   std::mutex mu_;
   std::vector<std::unique_ptr<net::ByteStream>> idle_;
   uint32_t next_id_ = 1;

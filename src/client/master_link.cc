@@ -60,7 +60,8 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
   std::shared_ptr<FastChannel> found;
   if (answered && resp.fast_port()) {
     found = std::make_shared<FastChannel>(host, static_cast<uint16_t>(resp.fast_port()),
-                                          timeout_ms_, locator_->secret(), locator_->tls());
+                                          timeout_ms_, locator_->secret(), locator_->tls(),
+                                          resp.fast_local_socket());
   }
   std::lock_guard lock(mu_);
   looking_up_ = false;

@@ -13,6 +13,9 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                  "clients learn it over gRPC (0 picks a free one; docs/control-path.md)");
   schema.AddBool("fast_path", &c->fast_path,
                  "serve the fast port; false: clients make every call over gRPC");
+  schema.AddBool("fast_local", &c->fast_local,
+                 "also serve the fast port on a local (unix) socket for clients on this host, "
+                 "about half a loopback TCP round trip; ignored under TLS");
   schema.AddString("log_level", &c->log_level, "trace, debug, info, warn, error or off");
   schema.AddUint("rpc_threads", &c->rpc_threads, "gRPC server threads (0: gRPC's default)", 0, 256);
   MasterPolicy& p = c->policy;

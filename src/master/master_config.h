@@ -20,6 +20,7 @@ struct MasterConfig {
   uint16_t http_port = 9003;       // /metrics, /health, /status
   uint16_t fast_port = 0;          // the hot calls over framed TCP (0 picks a free one)
   bool fast_path = true;           // false: no fast port, every call over gRPC
+  bool fast_local = true;          // the fast port also on a local socket (not under TLS)
   std::string log_level = "info";
   uint64_t rpc_threads = 0;        // 0: gRPC's default
   uint64_t shard_count = 1024;

@@ -141,6 +141,14 @@ Status MasterServer::Start() {
       grpc_.reset();
       return s;
     }
+    if (config_.fast_local && tls_server == nullptr) {
+      // Optional: without it, clients on this host use the TCP port as others do.
+      if (Status s = fast_->StartLocal(); s.ok()) {
+        service_->set_fast_local_socket(fast_->local_name());
+      } else {
+        GLOG_WARN("{}; local clients use the TCP fast port", s.message());
+      }
+    }
     service_->set_fast_port(fast_->port());
   }
 

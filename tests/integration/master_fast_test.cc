@@ -329,6 +329,32 @@ TEST_F(FastStoreTest, ClientsWorkWithTheFastPathOff) {
   EXPECT_GE(Metric(cluster_.master().http_port(), "granary_master_rpc_total{method=\"BatchPutStart\"}"), 1);
 }
 
+// On the master's host a client reaches the fast port over its local socket (the name comes
+// with the fast port over gRPC); with --fast-local false it uses TCP; both read the same bytes.
+// Returns the master's count of local connections after a put and a get.
+double LocalConnectionsAfterAGet(StoreCluster& cluster, const std::string& fast_local) {
+  EXPECT_TRUE(cluster.Start(1, 64 * MiB, {{"--fast-local", fast_local}}));
+  auto client = cluster.MakeClient(true);
+  if (!client) return -1;
+  const auto value = Value('l', 64 * KiB);
+  EXPECT_TRUE(client->Put("local/a", value).ok());
+  auto got = client->Get("local/a");
+  EXPECT_TRUE(got.ok()) << got.status().ToString();
+  if (got.ok()) EXPECT_EQ(*got, value);
+  const uint16_t http = cluster.master().http_port();
+  EXPECT_GE(Metric(http, FastCalls("BatchGetReplicaList")), 1) << "the get went over the fast port";
+  EXPECT_GE(Metric(http, "granary_master_fast_connections_total"), 1);
+  return Metric(http, "granary_master_fast_local_connections_total");
+}
+
+TEST_F(FastStoreTest, ClientsOnTheMastersHostUseTheLocalSocket) {
+  EXPECT_GE(LocalConnectionsAfterAGet(cluster_, "true"), 1);
+}
+
+TEST_F(FastStoreTest, WithTheLocalSocketOffClientsUseTcp) {
+  EXPECT_EQ(LocalConnectionsAfterAGet(cluster_, "false"), 0);
+}
+
 TEST_F(FastStoreTest, ClientFollowsAMasterRestartAndNeverReadsWrongBytes) {
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
   auto client = cluster_.MakeClient(true);

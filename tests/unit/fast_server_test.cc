@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -21,6 +22,9 @@
 #include "master/policy/evictor.h"
 #include "master/service/master_service.h"
 #include "master/state/master_state.h"
+#include "security/authenticator.h"
+#include "security/tls.h"
+#include "../test_pki.h"
 
 namespace granary::master {
 namespace {
@@ -354,6 +358,113 @@ TEST_F(FastServerTest, ReplyBuffersReusedAcrossCallsOfDifferentSizes) {
     }
   }
   server.Stop();
+}
+
+}  // namespace
+}  // namespace granary::master
+
+namespace granary::master {
+namespace {
+
+// The local socket (FastServer::StartLocal): a client on this host told its name reaches the
+// same calls without TCP; a name that leads nowhere (another host's, a stopped master's) falls
+// back to the TCP port with nothing sent twice; the hello's secret is asked there as on TCP.
+class FastLocalSocketTest : public FastServerTest {
+ protected:
+  void StoreOne(const std::string& key) {
+    ASSERT_TRUE(state_.Mount({"node", {"seg", 1ull << 30, "127.0.0.1:1", "", "", 0, true}}).status.ok());
+    auto started = state_.PutStart({"w", {key}, {4096}, {}, false});
+    ASSERT_TRUE(started[0].status.ok());
+    ASSERT_TRUE(state_.PutEnd({"w", {key}, {7}, {started[0].put_gen}})[0].ok());
+  }
+  static bool Exists(client::FastChannel& ch, const std::string& key, Status* status) {
+    proto::BatchExistRequest req;
+    req.add_keys(key);
+    proto::BatchExistResponse resp;
+    bool sent = false;
+    *status = ch.Call(fast::Method::kExist, req, &resp, true, &sent);
+    return status->ok() && resp.results_size() == 1 && resp.results(0) == 1;
+  }
+  uint64_t LocalAccepts() {
+    return metrics_.AddCounter("granary_master_fast_local_connections_total", "")->Value();
+  }
+};
+
+TEST_F(FastLocalSocketTest, AClientToldTheNameCallsOverIt) {
+  StoreOne("k");
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  EXPECT_FALSE(server.StartLocal().ok() && server.StartLocal().ok()) << "twice is refused";
+  ASSERT_FALSE(server.local_name().empty());
+  EXPECT_EQ(server.local_name().rfind("granary-fast-", 0), 0u);
+  // The TCP port points nowhere: only the local socket can answer.
+  client::FastChannel ch("127.0.0.1", 1, 5000, "", nullptr, server.local_name());
+  Status s;
+  EXPECT_TRUE(Exists(ch, "k", &s)) << s.ToString();
+  EXPECT_TRUE(ch.local());
+  EXPECT_EQ(LocalAccepts(), 1u);
+  server.Stop();
+}
+
+TEST_F(FastLocalSocketTest, ANameThatLeadsNowhereFallsBackToTcp) {
+  StoreOne("k");
+  FastServer server(&service_, &metrics_);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  ASSERT_TRUE(server.StartLocal().ok());
+  // Another master's name (or a stopped one's): nobody listens there.
+  client::FastChannel ch("127.0.0.1", server.port(), 5000, "", nullptr,
+                         "granary-fast-00000000000000000000000000000000");
+  Status s;
+  EXPECT_TRUE(Exists(ch, "k", &s)) << s.ToString();
+  EXPECT_FALSE(ch.local()) << "the failed name is not tried again";
+  EXPECT_TRUE(Exists(ch, "k", &s)) << s.ToString();
+  EXPECT_EQ(LocalAccepts(), 0u);
+  server.Stop();
+}
+
+TEST_F(FastLocalSocketTest, TheSecretIsAskedOnTheLocalSocketToo) {
+  StoreOne("k");
+  security::Authenticator auth(std::string("right-secret-0123456789"), nullptr, "granary_test");
+  FastServer server(&service_, &metrics_);
+  server.set_authenticator(&auth);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  ASSERT_TRUE(server.StartLocal().ok());
+  Status s;
+  {
+    client::FastChannel wrong("127.0.0.1", server.port(), 5000, "wrong-secret-0123456789",
+                              nullptr, server.local_name());
+    EXPECT_FALSE(Exists(wrong, "k", &s));
+    EXPECT_EQ(s.code(), ErrorCode::UNAUTHENTICATED) << s.ToString();
+    EXPECT_TRUE(wrong.local()) << "a refusal is the master's answer, not a missing socket";
+  }
+  {
+    // A raw connection that skips the hello is answered nothing and closed.
+    client::FastChannel none("127.0.0.1", server.port(), 5000, "", nullptr, server.local_name());
+    EXPECT_FALSE(Exists(none, "k", &s));
+  }
+  EXPECT_GE(auth.refused(), 2u);
+  client::FastChannel right("127.0.0.1", server.port(), 5000, "right-secret-0123456789", nullptr,
+                            server.local_name());
+  EXPECT_TRUE(Exists(right, "k", &s)) << s.ToString();
+  EXPECT_TRUE(right.local());
+  server.Stop();
+}
+
+TEST_F(FastLocalSocketTest, NoLocalSocketUnderTls) {
+  char tmpl[] = "/tmp/granary-fast-tls-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  test::TestPki pki(dir);
+  ASSERT_TRUE(pki.ok) << pki.error;
+  auto tls = security::TlsContext::Load({pki.server.cert, pki.server.key, pki.ca},
+                                        security::TlsContext::Side::kServer);
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  FastServer server(&service_, &metrics_);
+  server.set_tls(*tls);
+  ASSERT_TRUE(server.Start("127.0.0.1", 0).ok());
+  EXPECT_FALSE(server.StartLocal().ok()) << "a TLS master keeps every connection TLS";
+  EXPECT_TRUE(server.local_name().empty());
+  server.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

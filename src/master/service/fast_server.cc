@@ -6,10 +6,14 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -35,6 +39,12 @@ std::string PeerOf(int fd) {
   sockaddr_storage peer{};
   socklen_t len = sizeof(peer);
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return "?";
+  if (peer.ss_family == AF_UNIX) {  // the local socket: who is at the other end, by the kernel
+    ucred cred{};
+    socklen_t cred_len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) return "local";
+    return "local pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+  }
   char host[INET6_ADDRSTRLEN] = "?";
   uint16_t port = 0;
   if (peer.ss_family == AF_INET6) {
@@ -157,6 +167,9 @@ FastServer::FastServer(MasterService* service, MetricsRegistry* metrics, Options
                                  "fast-port connections closed at accept (over the cap)");
   bad_frames_ = metrics->AddCounter("granary_master_fast_bad_frames_total",
                                     "fast-port connections closed for a malformed frame");
+  accepted_local_ = metrics->AddCounter(
+      "granary_master_fast_local_connections_total",
+      "of those, connections accepted on the local socket (clients on this host)");
   tls_failures_ = metrics->AddCounter("granary_master_fast_tls_failures_total",
                                       "fast-port connections closed for a failed TLS handshake");
   open_ = metrics->AddGauge("granary_master_fast_connections", "open fast-port connections");
@@ -197,14 +210,48 @@ Status FastServer::Start(const std::string& host, uint16_t port) {
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   listen_fd_ = fd;
-  acceptor_ = std::thread([this] { AcceptLoop(); });
+  acceptor_ = std::thread([this, fd] { AcceptLoop(fd, /*local=*/false); });
+  return Status::Ok();
+}
+
+Status FastServer::StartLocal() {
+  if (tls_ != nullptr) {
+    return Status(ErrorCode::INVALID_PARAMS, "fast port: no local socket under TLS");
+  }
+  if (listen_fd_ < 0 || local_fd_ >= 0) {
+    return Status(ErrorCode::INVALID_PARAMS, "fast port: StartLocal before Start, or twice");
+  }
+  uint64_t random[2];
+  if (::getrandom(random, sizeof(random), 0) != static_cast<ssize_t>(sizeof(random))) {
+    return Status(ErrorCode::INTERNAL_ERROR, "fast port: no randomness for the local socket");
+  }
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(random[0]),
+                static_cast<unsigned long long>(random[1]));
+  const std::string name = std::string("granary-fast-") + hex;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
+  const auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 ||
+      ::listen(fd, 64) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return Status(ErrorCode::INTERNAL_ERROR, "fast port: cannot listen on a local socket: " + why);
+  }
+  local_fd_ = fd;
+  local_name_ = name;
+  local_acceptor_ = std::thread([this, fd] { AcceptLoop(fd, /*local=*/true); });
   return Status::Ok();
 }
 
 void FastServer::Stop() {
   if (stopping_.exchange(true)) return;
   if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
+  if (local_fd_ >= 0) ::shutdown(local_fd_, SHUT_RDWR);
   if (acceptor_.joinable()) acceptor_.join();
+  if (local_acceptor_.joinable()) local_acceptor_.join();
   std::list<std::unique_ptr<Connection>> all;
   {
     std::lock_guard lock(mu_);
@@ -217,6 +264,8 @@ void FastServer::Stop() {
   }
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
+  if (local_fd_ >= 0) ::close(local_fd_);
+  local_fd_ = -1;
 }
 
 void FastServer::ReapFinished() {
@@ -248,16 +297,16 @@ void FastServer::ShedUnauthenticated() {
   oldest->awaiting_hello = false;  // not counted again before its thread ends
 }
 
-void FastServer::AcceptLoop() {
+void FastServer::AcceptLoop(int listen_fd, bool local) {
   while (!stopping_.load()) {  // ends when Stop() shuts the listener down
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (!stopping_.load()) GLOG_WARN("fast port: accept failed: {}", std::strerror(errno));
       return;
     }
     int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!local) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     // A peer that stops reading must not hold a thread in send() forever.
     timeval tv{options_.read_deadline_ms / 1000, (options_.read_deadline_ms % 1000) * 1000};
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -286,6 +335,7 @@ void FastServer::AcceptLoop() {
       continue;
     }
     accepted_->Inc();
+    if (local) accepted_local_->Inc();
     auto c = std::make_unique<Connection>();
     c->fd = fd;
     c->awaiting_hello = auth_ != nullptr && auth_->required();

@@ -57,6 +57,10 @@ class FastServer {
 
   // Listens on host:port (0 picks a free port).
   Status Start(const std::string& host, uint16_t port);
+  // Also listens on a local socket (after Start; refused under TLS, whose connections must stay
+  // TLS end to end). local_name(): its abstract name without the leading NUL, for clients.
+  Status StartLocal();
+  const std::string& local_name() const { return local_name_; }
   void Stop();
   uint16_t port() const { return port_; }
   // Serves fast::Method::kReplicate: called on the connection's thread with the connection and
@@ -83,7 +87,7 @@ class FastServer {
     // shed). Accounting only: whether the connection may call is its Serve thread's own.
     std::atomic<bool> awaiting_hello{false};
   };
-  void AcceptLoop();
+  void AcceptLoop(int listen_fd, bool local);
   void Serve(Connection* c);
   // Memory one connection reuses from call to call, so a call's messages and reply frame cost
   // no malloc per key: the first block of each call's protobuf arena, and the reply buffer.
@@ -112,11 +116,15 @@ class FastServer {
   std::chrono::steady_clock::time_point last_cap_log_{};  // the acceptor's own
   int listen_fd_ = -1;
   uint16_t port_ = 0;
+  int local_fd_ = -1;
+  std::string local_name_;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
+  std::thread local_acceptor_;
   std::mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_;
   Counter* accepted_ = nullptr;
+  Counter* accepted_local_ = nullptr;
   Counter* refused_ = nullptr;
   Counter* bad_frames_ = nullptr;
   Counter* tls_failures_ = nullptr;

@@ -331,7 +331,9 @@ grpc::Status MasterService::ListSegments(Ctx* ctx, const proto::ListSegmentsRequ
     }
   }
   resp->set_view_version(state_->segments().view_version());
-  resp->set_fast_port(fast_port_.load());
+  const uint16_t fast_port = fast_port_.load();
+  resp->set_fast_port(fast_port);
+  if (fast_port != 0) resp->set_fast_local_socket(fast_local_socket_);
   for (const auto& [name, mark] : state_->segments().Drains()) {
     proto::DrainInfo* d = resp->add_drains();
     d->set_name(name);

@@ -131,6 +131,8 @@ class MasterService final : public proto::Master::Service {
   const PromotionTracker& promotions() const { return promotions_; }
   // Advertised in ListSegments so clients find the fast port; 0: none.
   void set_fast_port(uint16_t port) { fast_port_.store(port); }
+  // The fast port's local socket name (FastServer::local_name); set before serving, or empty.
+  void set_fast_local_socket(std::string name) { fast_local_socket_ = std::move(name); }
   // Told in ClusterStatus, so that tools find /metrics (granary top); 0: unknown.
   void set_http_port(uint16_t port) { http_port_.store(port); }
   // HA: every call passes this gate (serving_gate.h). Null (the default): every call is served.
@@ -270,6 +272,7 @@ class MasterService final : public proto::Master::Service {
   mutable std::mutex disks_mu_;
   std::unordered_map<std::string, proto::DiskStats> disks_;
   std::atomic<uint16_t> fast_port_{0};
+  std::string fast_local_socket_;  // set before serving; advertised while fast_port_ is
   std::atomic<uint16_t> http_port_{0};
   ServingGate* gate_ = nullptr;
   const security::Authenticator* auth_ = nullptr;
