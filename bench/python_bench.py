@@ -8,10 +8,15 @@ granary.compat.mooncake (zero-copy calls on registered memory), against a runnin
 Each case runs for --seconds: puts of fresh keys, then gets of those same keys round robin (so a
 large object is not served from the CPU cache) into a preallocated NumPy array; the keys are
 removed at the end of the case. Prints one row per (api, op, size).
+
+With --memcached HOST:PORT, the same cases against memcached from this same process, as a
+minimal client would make them (text protocol on one socket, TCP_NODELAY; a get reads the value
+into a preallocated NumPy array with recv_into): the yardstick of issue 23's 64 KiB get.
 """
 
 import argparse
 import json
+import socket
 import time
 
 import numpy as np
@@ -50,6 +55,23 @@ def row(api, op, size, batch, count, wall, lat):
     return {"api": api, "op": op, "size": size, "batch": batch, "ops": count,
             "ops_per_s": count / wall, "gb_per_s": count * batch * size / wall / 1e9,
             "p50_us": percentile(lat, 50), "p99_us": percentile(lat, 99)}
+
+
+def bench_memcpy(size, seconds):
+    """numpy.copyto of `size` bytes from one array into buffers taken round robin from 256 MiB
+    (as the get cases do, so that a large copy is not served from the CPU cache): the limit the
+    put and get rows read as a fraction of."""
+    count = max(2, min(4096, (256 << 20) // size))
+    src = np.random.default_rng(size + 3).integers(0, 255, size, dtype=np.uint8)
+    dst = [np.empty(size, dtype=np.uint8) for _ in range(count)]
+    for d in dst:
+        d.fill(1)  # touched once: page faults are not the copy's
+
+    def copy(i):
+        np.copyto(dst[i % count], src)
+
+    count_done, wall, lat = run_case(seconds, copy)
+    return [row("numpy", "copyto", size, 1, count_done, wall, lat)]
 
 
 def bench_native(store, size, seconds, batch):
@@ -109,16 +131,93 @@ def bench_compat(store, size, seconds):
     return rows
 
 
+class Memcached:
+    """The text protocol on one TCP connection: set and get into a caller's buffer."""
+
+    def __init__(self, address):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray(64)
+
+    def _line(self):
+        """Reads up to and including CRLF, a byte at a time past what is buffered (headers only)."""
+        line = bytearray()
+        while not line.endswith(b"\r\n"):
+            chunk = self.sock.recv(1)
+            if not chunk:
+                raise ConnectionError("memcached closed the connection")
+            line += chunk
+        return bytes(line[:-2])
+
+    def set(self, key, value):
+        self.sock.sendall(b"set %s 0 0 %d\r\n" % (key.encode(), len(value)) + value.tobytes()
+                          + b"\r\n")
+        reply = self._line()
+        assert reply == b"STORED", reply
+
+    def get_into(self, key, out):
+        """Reads the value into `out` (a NumPy uint8 array); returns its size."""
+        self.sock.sendall(b"get %s\r\n" % key.encode())
+        header = self._line()  # VALUE <key> <flags> <bytes>
+        assert header.startswith(b"VALUE "), header
+        size = int(header.rsplit(b" ", 1)[1])
+        view = memoryview(out)[:size]
+        got = 0
+        while got < size:
+            n = self.sock.recv_into(view[got:], size - got)
+            if n == 0:
+                raise ConnectionError("memcached closed the connection")
+            got += n
+        tail = bytearray(7)  # \r\nEND\r\n
+        have = 0
+        while have < 7:
+            n = self.sock.recv_into(memoryview(tail)[have:], 7 - have)
+            if n == 0:
+                raise ConnectionError("memcached closed the connection")
+            have += n
+        assert tail == b"\r\nEND\r\n", tail
+        return size
+
+    def flush(self):
+        self.sock.sendall(b"flush_all\r\n")
+        assert self._line() == b"OK"
+
+
+def bench_memcached(mc, size, seconds):
+    value = np.random.default_rng(size + 2).integers(0, 255, size, dtype=np.uint8)
+    out = np.empty(size, dtype=np.uint8)
+    prefix = f"pybench/{size}"
+
+    def put(i):
+        mc.set(f"{prefix}/{i}", value)
+
+    puts, wall, lat = run_case(seconds, put, max(1, BUDGET // size))
+    rows = [row("memcached", "set", size, 1, puts, wall, lat)]
+
+    def get(i):
+        assert mc.get_into(f"{prefix}/{i % puts}", out) == size
+
+    count, wall, lat = run_case(seconds, get)
+    rows.append(row("memcached", "get_into", size, 1, count, wall, lat))
+    assert np.array_equal(out, value)
+    mc.flush()
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--master", default="127.0.0.1:50051")
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,4MiB")
     parser.add_argument("--batch", type=int, default=8, help="objects per batched call")
+    parser.add_argument("--memcached", help="memcached HOST:PORT: the same cases against it")
     parser.add_argument("--json")
     args = parser.parse_args()
     sizes = [granary.parse_size(s) for s in args.sizes.split(",")]
     rows = []
+    for size in sizes:
+        rows += bench_memcpy(size, args.seconds)
     with granary.Store(args.master) as store:
         for size in sizes:
             rows += bench_native(store, size, args.seconds, 1)
@@ -128,10 +227,16 @@ def main():
     for size in sizes:
         rows += bench_compat(compat, size, args.seconds)
     compat.close()
-    print(f"{'api':8} {'op':9} {'size':>8} {'batch':>5} {'ops/s':>9} {'GB/s':>7} "
+    if args.memcached:
+        mc = Memcached(args.memcached)
+        mc.flush()  # what an earlier suite left there would be evicted mid-case
+        for size in sizes:
+            rows += bench_memcached(mc, size, args.seconds)
+    print(f"{'api':9} {'op':9} {'size':>8} {'batch':>5} {'ops/s':>9} {'GB/s':>7} "
           f"{'p50 us':>8} {'p99 us':>8}")
+    print("(memcached: this process over one TCP connection, when --memcached is given)")
     for r in rows:
-        print(f"{r['api']:8} {r['op']:9} {r['size']:>8} {r['batch']:>5} {r['ops_per_s']:>9.0f} "
+        print(f"{r['api']:9} {r['op']:9} {r['size']:>8} {r['batch']:>5} {r['ops_per_s']:>9.0f} "
               f"{r['gb_per_s']:>7.2f} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f}")
     if args.json:
         with open(args.json, "w") as f:

@@ -67,22 +67,10 @@ int ListenLoopback(int backlog, sockaddr_in* addr) {
   return listener;
 }
 
-RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds) {
+namespace {
+// Ping-pong of message_bytes between `client` and an echo thread on `server`, for `seconds`.
+RoundTrip PingPong(int client, int server, size_t message_bytes, double seconds) {
   RoundTrip out;
-  sockaddr_in addr{};
-  int listener = ListenLoopback(1, &addr);
-  if (listener < 0) return out;
-  int client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(client);
-    close(listener);
-    return out;
-  }
-  int server = accept(listener, nullptr, nullptr);
-  close(listener);
-  const int one = 1;
-  setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   std::thread echo([server, message_bytes] {
     std::vector<char> buf(message_bytes);
     while (RecvAll(server, buf.data(), buf.size()) && SendAll(server, buf.data(), buf.size())) {
@@ -107,6 +95,31 @@ RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds) {
   out.p99_us = us[std::min(us.size() - 1, us.size() * 99 / 100)];
   out.samples = us.size();
   return out;
+}
+}  // namespace
+
+RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds) {
+  sockaddr_in addr{};
+  int listener = ListenLoopback(1, &addr);
+  if (listener < 0) return {};
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(client);
+    close(listener);
+    return {};
+  }
+  int server = accept(listener, nullptr, nullptr);
+  close(listener);
+  const int one = 1;
+  setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return PingPong(client, server, message_bytes, seconds);
+}
+
+RoundTrip UnixRoundTrip(size_t message_bytes, double seconds) {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return {};
+  return PingPong(pair[0], pair[1], message_bytes, seconds);
 }
 
 FirstAccess FirstAccessLimits(uint64_t bytes) {

@@ -66,6 +66,8 @@ struct RoundTrip {
   uint64_t samples = 0;
 };
 RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds);
+// The same over a unix stream socket pair: the master's local socket's limit (fast port).
+RoundTrip UnixRoundTrip(size_t message_bytes, double seconds);
 
 // A shared-memory file of `bytes`, fully written through one mapping, then written in 4 MiB
 // memcpy blocks through new mappings: at once (first and second pass), and after a warm-up of the

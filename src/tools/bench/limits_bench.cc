@@ -263,6 +263,11 @@ int RunLimits(const LimitsOptions& o) {
               rtt.p50_us, rtt.p99_us);
   json["tcp_rtt_64B_p50_us"] = rtt.p50_us;
   json["tcp_rtt_64B_p99_us"] = rtt.p99_us;
+  const RoundTrip unix_rtt = UnixRoundTrip(64, o.seconds);
+  std::printf("%-36s %10.1f us p50, %.1f us p99\n", "unix socket round trip, 64 bytes",
+              unix_rtt.p50_us, unix_rtt.p99_us);
+  json["unix_rtt_64B_p50_us"] = unix_rtt.p50_us;
+  json["unix_rtt_64B_p99_us"] = unix_rtt.p99_us;
   const FirstAccess fa = FirstAccessLimits(o.first_access_bytes);
   if (!fa.error.empty()) std::printf("first access: %s\n", fa.error.c_str());
   std::printf("%-36s %10.2f\n", "shm first write, new mapping", fa.first_write_gbps);
