@@ -26,6 +26,13 @@ std::optional<ReservationPool::Held> ReservationPool::Take(uint64_t size) {
     held_bytes_ -= size;
     taken_++;
     if (cls.ready.size() <= cls.target / 2) {
+      // A size taken steadily reaches its low mark again soon: it gets a deeper stock, so that
+      // refills come in batches (a target of 2 cost one Reserve call per put).
+      if (now - cls.last_low < kGrowWithin) {
+        cls.target = static_cast<uint32_t>(std::min<uint64_t>(
+            {uint64_t{cls.target} * 2, kMaxPerSize, std::max<uint64_t>(2, max_bytes_ / size)}));
+      }
+      cls.last_low = now;
       kicked_ = true;
       wake_.notify_one();
     }

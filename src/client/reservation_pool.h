@@ -8,8 +8,8 @@
 // this client unused (a commit refused for a reason of the key's own); a reservation whose
 // write failed or whose commit had an unknown outcome is never returned, and is left to expire:
 // the master quarantines it then, so bytes still on their way cannot land in anyone else's space.
-// Refill: sizes that were missed are reserved in the background, in batches, up to max_bytes in
-// all; reservations past half their lease, and sizes unused for kIdle, are released (this
+// Refill: sizes that were missed, or whose stock a take left at half, are reserved in the
+// background, in batches, up to max_bytes in all; reservations past half their lease, and sizes unused for kIdle, are released (this
 // client promises not to write them). Close() releases what is held and stops the thread.
 // Ownership: the pool owns its thread; the MasterLink must outlive it.
 // Thread safety: Take, Return, Close and Stats from any thread.
@@ -46,6 +46,9 @@ class ReservationPool {
   };
   static constexpr std::chrono::seconds kIdle{10};
   static constexpr uint32_t kMaxPerSize = 64;
+  // A size whose stock fell to half its target twice within this doubles the target (up to
+  // kMaxPerSize and the byte cap): steady puts of one size refill kMaxPerSize / 2 per call.
+  static constexpr std::chrono::seconds kGrowWithin{1};
   // A size whose Reserve got nothing is asked again after kMinBackoff, doubling to kMaxBackoff.
   static constexpr std::chrono::milliseconds kMinBackoff{50};
   static constexpr std::chrono::milliseconds kMaxBackoff{1000};
@@ -66,6 +69,7 @@ class ReservationPool {
     std::deque<Held> ready;
     uint32_t target = 0;
     Clock::time_point last_use{};
+    Clock::time_point last_low{};  // when a take last left it at half its target or less
     // After a Reserve that got nothing (store full, cap reached), none before this.
     Clock::time_point retry_after{};
     Clock::duration backoff{};

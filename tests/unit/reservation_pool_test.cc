@@ -79,6 +79,23 @@ TEST_F(ReservationPoolTest, AMissRefillsInTheBackgroundAndEachIsHandedOutOnce) {
   EXPECT_GE(state_.reservation_count(), 6u);
 }
 
+// Steady puts of one size: the stock deepens, so a Reserve call serves many puts (one per put
+// before, when the target stayed at 2).
+TEST_F(ReservationPoolTest, SteadyTakesOfOneSizeRefillInBatches) {
+  ReservationPool pool(link_.get(), "c", 64 << 20);
+  Counter* reserves =
+      metrics_.AddCounter("granary_master_rpc_total", "RPCs served", {{"method", "Reserve"}});
+  std::set<uint64_t> names;
+  for (int i = 0; i < 200; ++i) {
+    auto held = TakeSoon(pool, kSize);
+    ASSERT_TRUE(held);
+    EXPECT_TRUE(names.insert(held->name).second) << "reservation " << held->name << " twice";
+    std::this_thread::sleep_for(milliseconds(1));  // a put's copy and commit
+  }
+  EXPECT_LE(reserves->Value(), 40u) << "Reserve calls for 200 takes";
+  EXPECT_LE(pool.stats().held, uint64_t{ReservationPool::kMaxPerSize});
+}
+
 TEST_F(ReservationPoolTest, ThePoolStaysWithinItsBytes) {
   ReservationPool pool(link_.get(), "c", 4 * kSize);
   for (int i = 0; i < 50; ++i) {
