@@ -40,8 +40,11 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
       next_lookup_ = {};
     }
     if (target.fast_port != 0) {  // the leader record named it: no lookup
-      if (!channel_) channel_ = std::make_shared<FastChannel>(host, target.fast_port, timeout_ms_,
-                                                          locator_->secret(), locator_->tls());
+      if (!channel_) {
+        channel_ = std::make_shared<FastChannel>(host, target.fast_port, timeout_ms_,
+                                                 locator_->secret(), locator_->tls(),
+                                                 target.fast_local);
+      }
       return channel_;
     }
     if (looking_up_ && path_ == Path::kFast) {  // benchmarks: wait for the answer, bounded

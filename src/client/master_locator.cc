@@ -113,6 +113,7 @@ Result<std::shared_ptr<const MasterLocator::Target>> MasterLocator::LookUp(Stead
         target->stub = proto::Master::NewStub(ChannelTo(record->grpc));
         target->term = record->term;
         target->fast_port = record->fast_port;
+        target->fast_local = record->fast_local;
         {
           std::lock_guard lock(mu_);
           target->generation = next_generation_++;

@@ -46,6 +46,7 @@ class MasterLocator {
     std::shared_ptr<proto::Master::Stub> stub;
     uint64_t term = 0;         // the leader's (0: a fixed address)
     uint16_t fast_port = 0;    // from the leader record (0: ask the master)
+    std::string fast_local;    // from the leader record: its fast port's local socket, or empty
     uint64_t generation = 0;   // a new one for every new target
   };
 

@@ -22,6 +22,7 @@ std::string EncodeLeaderRecord(const LeaderRecord& r) {
   doc["http_port"] = r.http_port;
   doc["term"] = r.term;
   doc["serving"] = r.serving;
+  if (!r.fast_local.empty()) doc["fast_local"] = r.fast_local;
   return doc.dump();
 }
 
@@ -44,6 +45,9 @@ Result<LeaderRecord> ParseLeaderRecord(const std::string& json) {
   r.fast_port = port("fast_port");
   r.http_port = port("http_port");
   r.serving = doc.contains("serving") && doc["serving"].is_boolean() && doc["serving"].get<bool>();
+  if (doc.contains("fast_local") && doc["fast_local"].is_string()) {
+    r.fast_local = doc["fast_local"].get<std::string>();
+  }
   return r;
 }
 

@@ -38,6 +38,9 @@ struct LeaderRecord {
   uint16_t http_port = 0;
   uint64_t term = 0;       // the etcd revision of its win
   bool serving = false;
+  // Its fast port's local socket (an abstract unix socket name) for clients on its host; empty:
+  // none. A record without it (an older master) parses with none.
+  std::string fast_local;
 };
 std::string EncodeLeaderRecord(const LeaderRecord& record);
 Result<LeaderRecord> ParseLeaderRecord(const std::string& json);

@@ -183,7 +183,8 @@ Status MasterServer::Start() {
     const std::string advertise = config_.advertise.empty()
                                       ? config_.host + ":" + std::to_string(grpc_port_)
                                       : config_.advertise;
-    coordinator_->SetEndpoints(advertise, fast_ ? fast_->port() : 0, http_.port());
+    coordinator_->SetEndpoints(advertise, fast_ ? fast_->port() : 0, http_.port(),
+                               fast_ ? fast_->local_name() : "");
     if (Status s = coordinator_->Start(); !s.ok()) {
       http_.Stop();
       if (fast_) fast_->Stop();

@@ -118,6 +118,12 @@ TEST_F(HaTest, KillingTheLeaderLosesNoAcknowledgedPut) {
     ASSERT_EQ(*r, expected.size());
     ASSERT_EQ(got, expected) << key << " read back different bytes";
   }
+  // The client followed the new leader's record to its fast port's local socket (same host).
+  HttpResult page = HttpGet(cluster_.master(new_leader).http_port(), "/metrics");
+  const std::string series = "\ngranary_master_fast_local_connections_total ";
+  const size_t at = page.body.find(series);
+  ASSERT_NE(at, std::string::npos) << page.body.substr(0, 500);
+  EXPECT_GE(std::stod(page.body.substr(at + series.size())), 1);
 }
 
 

@@ -24,7 +24,7 @@ TEST(ClusterKeys, KeyLayout) {
 
 TEST(ClusterKeys, LeaderRecordRoundTrips) {
   const LeaderRecord records[] = {
-      {"master-1", "10.0.0.1:50051", 50052, 8080, 12345, true},
+      {"master-1", "10.0.0.1:50051", 50052, 8080, 12345, true, "granary-fast-0123abcd"},
       {"m", "[::1]:1", 0, 0, 0, false},
       {"m\"with\\quotes\n", "host:65535", 65535, 65535, std::numeric_limits<uint64_t>::max(),
        true},
@@ -39,6 +39,7 @@ TEST(ClusterKeys, LeaderRecordRoundTrips) {
     EXPECT_EQ(parsed->http_port, r.http_port);
     EXPECT_EQ(parsed->term, r.term);
     EXPECT_EQ(parsed->serving, r.serving);
+    EXPECT_EQ(parsed->fast_local, r.fast_local);
   }
 }
 
@@ -51,6 +52,10 @@ TEST(ClusterKeys, UnknownFieldsAreIgnoredAndOptionalOnesDefault) {
   EXPECT_TRUE(r->serving);
   EXPECT_EQ(r->fast_port, 0);
   EXPECT_EQ(r->http_port, 0);
+  EXPECT_TRUE(r->fast_local.empty()) << "an older master's record names no local socket";
+  r = ParseLeaderRecord(R"({"id":"a","grpc":"h:1","term":5,"fast_local":7})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->fast_local.empty()) << "only a string names one";
   r = ParseLeaderRecord(R"({"id":"a","grpc":"h:1","term":5})");
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->serving) << "a record that does not say it serves is still taking over";

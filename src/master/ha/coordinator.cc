@@ -40,9 +40,11 @@ Coordinator::Coordinator(MasterState* state, HaOptions options, MetricsRegistry*
   RegisterMetrics(metrics);
 }
 
-void Coordinator::SetEndpoints(std::string advertise, uint16_t fast_port, uint16_t http_port) {
+void Coordinator::SetEndpoints(std::string advertise, uint16_t fast_port, uint16_t http_port,
+                               std::string fast_local) {
   options_.advertise = std::move(advertise);
   options_.fast_port = fast_port;
+  options_.fast_local = std::move(fast_local);
   options_.http_port = http_port;
 }
 
@@ -318,7 +320,7 @@ bool Coordinator::Campaign() {
     lease = lease_id_;
   }
   etcd::LeaderRecord record{member_id_, options_.advertise, options_.fast_port,
-                            options_.http_port, 0, false};
+                            options_.http_port, 0, false, options_.fast_local};
   auto won = etcd_->Txn(guard, {TxnOp::Put(leader_key, etcd::EncodeLeaderRecord(record), lease),
                                 TxnOp::Put(sync_key, member_id_)});
   if (!won.ok() || !won->succeeded) return false;
@@ -355,7 +357,7 @@ void Coordinator::Promote(uint64_t term, bool fresh) {
     serving_alone_ = false;
     sync_missing_since_ = SteadyClock::now();
     leader_seen_ = etcd::LeaderRecord{member_id_, options_.advertise, options_.fast_port,
-                                      options_.http_port, term, false};
+                                      options_.http_port, term, false, options_.fast_local};
   }
   elections_won_->Inc();
   if (options_.sync_standbys == 0) standbys_.SetSync("", false);
@@ -431,7 +433,7 @@ bool Coordinator::PublishServing() {
     lease = lease_id_;
   }
   etcd::LeaderRecord record{member_id_, options_.advertise, options_.fast_port,
-                            options_.http_port, term_.load(), true};
+                            options_.http_port, term_.load(), true, options_.fast_local};
   auto put = etcd_->Txn({Compare::CreateRevision(leader_key, Compare::Result::kEqual,
                                                  static_cast<int64_t>(term_.load()))},
                         {TxnOp::Put(leader_key, etcd::EncodeLeaderRecord(record), lease)});

@@ -58,6 +58,7 @@ struct HaOptions {
   std::string cluster_id = etcd::kDefaultClusterId;
   std::string advertise;       // this master's gRPC address as others reach it
   uint16_t fast_port = 0;      // this master's fast port (the history stream rides it)
+  std::string fast_local;      // its local socket's name (FastServer::local_name), or empty
   uint16_t http_port = 0;
   uint32_t sync_standbys = 1;  // 1: replies wait for the synchronous standby; 0: asynchronous
   // With sync_standbys = 1 and no synchronous standby to be had for standby_timeout: serve
@@ -85,7 +86,8 @@ class Coordinator final : public ServingGate {
   Coordinator& operator=(const Coordinator&) = delete;
 
   // Where this master is reached; before Start (the ports are known once they listen).
-  void SetEndpoints(std::string advertise, uint16_t fast_port, uint16_t http_port);
+  void SetEndpoints(std::string advertise, uint16_t fast_port, uint16_t http_port,
+                    std::string fast_local = "");
   // Connects to etcd, registers this master and starts its threads. INVALID_PARAMS for bad
   // endpoints; an etcd that does not answer is retried in the background (the master then
   // serves nothing until it does).
