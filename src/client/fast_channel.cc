@@ -157,6 +157,12 @@ FastChannel::Stage FastChannel::Attempt(net::ByteStream& conn, const std::string
   size_t total = fast::kHeaderSize;  // the whole reply, once its header is known
   fast::Header h;
   bool header_done = false;
+  // The reply cannot be here yet (the master has a call to apply): wait before the first
+  // receive instead of after one that finds nothing, one system call less per call.
+  if (!conn.HasBuffered() && !conn.WaitReadable(deadline)) {
+    *status = Status(ErrorCode::RPC_TIMEOUT, "fast port: no reply in time");
+    return Stage::kSent;
+  }
   while (have < total) {  // bounded: each pass reads, waits within the deadline, or returns
     // Read no further than this reply: one request, one reply, so more bytes are an error.
     const size_t want = header_done ? std::min(total, in.size()) : in.size();
