@@ -50,11 +50,9 @@ using net::WaitFor;
 // A connected non-blocking unix stream socket to the abstract `name`, or -1. Never waits: the
 // kernel answers a local connect at once (refused, or a full backlog: EAGAIN).
 int ConnectLocal(const std::string& name) {
-  sockaddr_un addr{};
-  if (name.empty() || name.size() + 1 > sizeof(addr.sun_path)) return -1;
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  sockaddr_un addr;
+  const auto len = static_cast<socklen_t>(net::AbstractUnixAddress(name, &addr));
+  if (len == 0) return -1;
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {

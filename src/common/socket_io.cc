@@ -5,10 +5,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 namespace granary::net {
@@ -117,6 +119,14 @@ Status RecvExact(int fd, char* out, size_t n, SteadyTime deadline) {
     return Status(ErrorCode::RPC_FAIL, std::string("receive failed: ") + std::strerror(errno));
   }
   return Status::Ok();
+}
+
+unsigned AbstractUnixAddress(std::string_view name, sockaddr_un* addr) {
+  *addr = sockaddr_un{};
+  if (name.empty() || name.size() + 1 > sizeof(addr->sun_path)) return 0;
+  addr->sun_family = AF_UNIX;
+  std::memcpy(addr->sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
+  return static_cast<unsigned>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
 
 }  // namespace granary::net

@@ -16,6 +16,7 @@
 #include "granary/status.h"
 
 struct addrinfo;
+struct sockaddr_un;
 
 namespace granary::net {
 
@@ -36,5 +37,9 @@ Result<int> ConnectTcp(const std::string& host, uint16_t port, SteadyTime deadli
 Status SendAll(int fd, std::string_view bytes, SteadyTime deadline, size_t* sent = nullptr);
 // Exactly n bytes into out.
 Status RecvExact(int fd, char* out, size_t n, SteadyTime deadline);
+
+// Fills *addr with the abstract unix socket address `name` (no leading NUL in `name`) and
+// returns its length for bind/connect; 0 if the name is empty or too long.
+unsigned AbstractUnixAddress(std::string_view name, sockaddr_un* addr);
 
 }  // namespace granary::net

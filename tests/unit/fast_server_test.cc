@@ -418,6 +418,11 @@ TEST_F(FastLocalSocketTest, ANameThatLeadsNowhereFallsBackToTcp) {
   EXPECT_TRUE(Exists(ch, "k", &s)) << s.ToString();
   EXPECT_FALSE(ch.local()) << "the failed name is not tried again";
   EXPECT_TRUE(Exists(ch, "k", &s)) << s.ToString();
+  // A name too long for an address (a hostile or corrupt answer) is no name either.
+  client::FastChannel overlong("127.0.0.1", server.port(), 5000, "", nullptr,
+                               std::string(200, 'x'));
+  EXPECT_TRUE(Exists(overlong, "k", &s)) << s.ToString();
+  EXPECT_FALSE(overlong.local());
   EXPECT_EQ(LocalAccepts(), 0u);
   server.Stop();
 }

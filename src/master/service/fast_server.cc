@@ -21,6 +21,7 @@
 #include <google/protobuf/arena.h>
 
 #include "common/logging.h"
+#include "common/socket_io.h"
 #include "proto/fast_frame.h"
 #include "proto/rpc_util.h"
 
@@ -229,10 +230,8 @@ Status FastServer::StartLocal() {
   std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(random[0]),
                 static_cast<unsigned long long>(random[1]));
   const std::string name = std::string("granary-fast-") + hex;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
-  const auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  sockaddr_un addr;
+  const auto addr_len = static_cast<socklen_t>(net::AbstractUnixAddress(name, &addr));
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 ||
       ::listen(fd, 64) != 0) {
