@@ -16,11 +16,23 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "common/rare_optional.h"
 
 namespace granary::master {
+
+// std::optional and RareOptional fields: a presence byte, then the value. Both kinds encode to
+// the same bytes, so a field may move between them without a format change.
+template <typename O>
+struct IsOptionalField : std::false_type {};
+template <typename T>
+struct IsOptionalField<std::optional<T>> : std::true_type {};
+template <typename T>
+struct IsOptionalField<RareOptional<T>> : std::true_type {};
+template <typename O>
+concept OptionalField = IsOptionalField<O>::value;
 
 class Encoder {
  public:
@@ -45,14 +57,8 @@ class Encoder {
     PutVarint(v.size());
     for (auto& item : v) (*this)(item);
   }
-  template <typename T>
-  void operator()(std::optional<T>& v) {
-    bool present = v.has_value();
-    (*this)(present);
-    if (present) (*this)(*v);
-  }
-  template <typename T>
-  void operator()(RareOptional<T>& v) {  // the same bytes as std::optional<T>
+  template <OptionalField O>
+  void operator()(O& v) {
     bool present = v.has_value();
     (*this)(present);
     if (present) (*this)(*v);
@@ -128,18 +134,8 @@ class Decoder {
       if (!ok_) return;
     }
   }
-  template <typename T>
-  void operator()(std::optional<T>& v) {
-    bool present = false;
-    (*this)(present);
-    v.reset();
-    if (present && ok_) {
-      v.emplace();
-      (*this)(*v);
-    }
-  }
-  template <typename T>
-  void operator()(RareOptional<T>& v) {
+  template <OptionalField O>
+  void operator()(O& v) {
     bool present = false;
     (*this)(present);
     v.reset();
