@@ -3,7 +3,8 @@
 //
 // Promise: behaves as std::optional<T> for the calls it offers (a value or none; copies copy the
 // value; moves leave the source empty), so a std::optional member can become one without its
-// users changing. A held value lives in its own heap allocation; emplace and assignment reuse it.
+// users changing. A held value lives in its own heap allocation; assigning a value
+// reuses it (emplace makes a new one).
 // Ownership: owns the value. Thread safety: as a plain value (the caller synchronises).
 #pragma once
 
