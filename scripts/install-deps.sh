@@ -18,6 +18,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev prometheus
   # python binding
   python3 python3-dev python3-pybind11 python3-numpy python3-pytest
+  # real tensors in the Mooncake layer's tests (CPU torch; CUDA is found at run time, never built)
+  python3-torch python3-venv
   # tests/deploy/check_deploy.py parses the Kubernetes YAML
   python3-yaml
   # HA coordination

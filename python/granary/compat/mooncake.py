@@ -17,10 +17,10 @@ import operator
 import os
 import random
 import socket
-import struct
 import uuid
 
 from .. import _granary
+from . import tensors as _tensors
 from ..errors import Error, error_for
 
 _log = logging.getLogger("granary.compat.mooncake")
@@ -371,13 +371,7 @@ def _unsupported(name, result):
     return result
 
 
-# ---- tensors: Mooncake's legacy layout, [dtype int32][ndim int32][shape int64 x 4][bytes] ----
-
-_TENSOR_HEADER = struct.Struct("<ii4q")
-_TORCH_DTYPES = ["float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-                 "int64", "uint64", "bool", "float16", "bfloat16", "float8_e4m3fn",
-                 "float8_e5m2"]  # index = Mooncake's TensorDtype number
-
+# ---- tensors: the object format lives in tensors.py ----
 
 def _torch():
     try:
@@ -387,37 +381,17 @@ def _torch():
         return None
 
 
-def _tensor_parts(torch, tensor):
+def _tensor_parts(torch, tensor, global_shape=None, axes=()):
     """(header, uint8 view of the bytes) for a tensor; raises INVALID_PARAMS."""
-    if not isinstance(tensor, torch.Tensor):
-        raise error_for(_INVALID_PARAMS, f"not a torch.Tensor: {type(tensor).__name__}")
-    names = [getattr(torch, n, None) for n in _TORCH_DTYPES]
-    if tensor.dtype not in names or tensor.dim() > 4 or tensor.numel() == 0:
-        raise error_for(_INVALID_PARAMS, f"unsupported tensor: {tensor.dtype}, "
-                                         f"{tensor.dim()} dims, {tensor.numel()} elements")
-    shape = list(tensor.shape) + [-1] * (4 - tensor.dim())
-    header = _TENSOR_HEADER.pack(names.index(tensor.dtype), tensor.dim(), *shape)
-    data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-    return header, data
+    try:
+        return _tensors.encode(torch, tensor, global_shape, axes)
+    except (TypeError, ValueError, RuntimeError) as e:  # RuntimeError: torch cannot copy it
+        raise error_for(_INVALID_PARAMS, f"unsupported tensor: {e}")
 
 
 def _tensor_from(torch, buffer, length):
     """The tensor serialized in the first `length` bytes of a writable buffer, or None."""
-    import numpy as np
-    if length <= _TENSOR_HEADER.size:
-        return None
-    raw = np.frombuffer(buffer, dtype=np.uint8, count=length)
-    dtype, ndim, *shape = _TENSOR_HEADER.unpack(raw[:_TENSOR_HEADER.size].tobytes())
-    if not 0 <= dtype < len(_TORCH_DTYPES) or not 0 <= ndim <= 4:
-        return None
-    target = getattr(torch, _TORCH_DTYPES[dtype], None)
-    if target is None:
-        return None
-    data = torch.from_numpy(raw[_TENSOR_HEADER.size:])
-    try:
-        return data.view(target).reshape(shape[:ndim])
-    except RuntimeError:
-        return None
+    return _tensors.decode(torch, buffer, length)
 
 
 class MooncakeDistributedStore:
@@ -935,7 +909,9 @@ class MooncakeDistributedStore:
             good, parts = [], []
             for i, t in enumerate(tensors):
                 try:
-                    parts.append(list(_tensor_parts(torch, t)))
+                    # a TP shard comes as (tensor, global shape, axes)
+                    parts.append(list(_tensor_parts(torch, *t) if isinstance(t, tuple)
+                                      else _tensor_parts(torch, t)))
                     good.append(i)
                 except Error as e:
                     out[i] = e.code
@@ -1040,7 +1016,8 @@ class MooncakeDistributedStore:
                     continue
                 for rank, chunk in enumerate(chunks):
                     shard_keys.append(self._tp_key(k, rank))
-                    shards.append(chunk.contiguous())
+                    shards.append((chunk, tuple(t.shape),
+                                   [_tensors.Axis("tp", rank, tp_size, split_dim % t.dim())]))
                     owner.append(i)
             codes = self._put_tensors(name, shard_keys, shards, config, False) if shards else []
             for i, c in zip(owner, codes):
