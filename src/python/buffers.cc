@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include <new>
 #include <string>
 
@@ -23,13 +26,56 @@ OwnedBuffer::OwnedBuffer(uint64_t size)
     : data_(static_cast<std::byte*>(::operator new[](size == 0 ? 1 : size, std::align_val_t(64)))),
       size_(size) {}
 
+namespace {
+
+// Whether every byte of [address, address + size) lies in mappings this process may read.
+bool HostReadable(uintptr_t address, uint64_t size) {
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return true;  // cannot tell: as before this check existed
+  uintptr_t covered = address;  // everything below is known readable
+  const uintptr_t end = address + size;
+  char line[512];
+  while (covered < end && std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+    if (lo <= covered && covered < hi && perms[0] == 'r') covered = hi;
+  }
+  std::fclose(maps);
+  return covered >= end;
+}
+
+}  // namespace
+
 Status MemoryRegistry::Register(uintptr_t address, uint64_t size) {
   if (address == 0 || size == 0 || address + size < address) {
     return Status(ErrorCode::INVALID_PARAMS, "cannot register " + std::to_string(size) +
                                                  " bytes at address " + std::to_string(address));
   }
+  const auto& cuda = gpu::CudaRuntime::Instance();
+  bool device = false;
+  if (cuda.available()) {
+    auto first = cuda.Classify(reinterpret_cast<const void*>(address));
+    auto last = cuda.Classify(reinterpret_cast<const void*>(address + size - 1));
+    device = first.ok() && first->memory == gpu::CudaRuntime::Memory::kDevice;
+    if (device && !(last.ok() && last->memory == gpu::CudaRuntime::Memory::kDevice &&
+                    last->device == first->device)) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    std::to_string(size) + " bytes at address " + std::to_string(address) +
+                        " start in GPU memory but do not end in the same GPU's memory");
+    }
+  }
+  if (!device && !HostReadable(address, size)) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  std::to_string(size) + " bytes at address " + std::to_string(address) +
+                      " are not memory of this process" +
+                      (cuda.available() ? std::string(" (nor GPU memory)")
+                                        : "; if they are GPU memory: " + cuda.why_not()));
+  }
   std::lock_guard lock(mu_);
-  ranges_[address] = std::max(ranges_[address], size);
+  Entry& e = ranges_[address];
+  e.size = std::max(e.size, size);
+  e.device = device;
   return Status::Ok();
 }
 
@@ -42,7 +88,7 @@ Status MemoryRegistry::Unregister(uintptr_t address) {
   return Status::Ok();
 }
 
-Result<std::span<std::byte>> MemoryRegistry::Resolve(uintptr_t address, uint64_t size) const {
+Result<gpu::Range> MemoryRegistry::ResolveRange(uintptr_t address, uint64_t size) const {
   auto refuse = [&] {
     return Status(ErrorCode::INVALID_PARAMS,
                   std::to_string(size) + " bytes at address " + std::to_string(address) +
@@ -53,11 +99,23 @@ Result<std::span<std::byte>> MemoryRegistry::Resolve(uintptr_t address, uint64_t
   // Registered ranges may nest or overlap: any one that holds the whole range will do.
   for (auto it = ranges_.upper_bound(address); it != ranges_.begin();) {
     --it;
-    if (address - it->first <= it->second && size <= it->second - (address - it->first)) {
-      return std::span<std::byte>(reinterpret_cast<std::byte*>(address), size);
+    const uint64_t len = it->second.size;
+    if (address - it->first <= len && size <= len - (address - it->first)) {
+      return gpu::Range{reinterpret_cast<std::byte*>(address), size, it->second.device};
     }
   }
   return refuse();
+}
+
+Result<std::span<std::byte>> MemoryRegistry::Resolve(uintptr_t address, uint64_t size) const {
+  auto range = ResolveRange(address, size);
+  if (!range.ok()) return range.status();
+  if (range->device) {
+    return Status(ErrorCode::INVALID_PARAMS,
+                  std::to_string(size) + " bytes at address " + std::to_string(address) +
+                      " are GPU memory, which this call does not take");
+  }
+  return std::span<std::byte>(range->address, range->size);
 }
 
 Result<std::unique_ptr<MemPool>> MemPool::Create(uint64_t size) {

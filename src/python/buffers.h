@@ -7,7 +7,11 @@
 // OwnedBuffer: memory the store allocated for a get_buffer result; exposes the buffer protocol.
 // MemoryRegistry: the address ranges a caller declared (register_buffer, the memory pool); a
 //   raw-address call is refused unless its whole range lies inside one of them, so a bad address
-//   is an error, not a crash. Thread safety: any thread (internal mutex).
+//   is an error, not a crash. A range is host memory only if this process can read all of it
+//   (/proc/self/maps), or GPU memory if the CUDA runtime (gpu/cuda_runtime.h) says so; anything
+//   else is refused at registration, saying why CUDA is not there when it is not. Only the
+//   calls that take GPU memory (ResolveRange) see GPU ranges; Resolve refuses them.
+//   Thread safety: any thread (internal mutex).
 // MemPool: a private anonymous mapping carved into 64-byte-aligned blocks (first fit with
 //   coalescing). Pages are committed on first touch, so a large pool costs nothing until used.
 //   Thread safety: any thread (internal mutex).
@@ -25,6 +29,7 @@
 #include <mutex>
 #include <span>
 
+#include "gpu/staged_transfer.h"
 #include "granary/status.h"
 
 namespace granary::python {
@@ -64,12 +69,18 @@ class MemoryRegistry {
  public:
   Status Register(uintptr_t address, uint64_t size);
   Status Unregister(uintptr_t address);
-  // The range as bytes if [address, address + size) lies inside one registered range.
+  // The range as bytes if [address, address + size) lies inside one registered host range.
   Result<std::span<std::byte>> Resolve(uintptr_t address, uint64_t size) const;
+  // The same for a host or a GPU range, saying which.
+  Result<gpu::Range> ResolveRange(uintptr_t address, uint64_t size) const;
 
  private:
+  struct Entry {
+    uint64_t size = 0;
+    bool device = false;
+  };
   mutable std::mutex mu_;
-  std::map<uintptr_t, uint64_t> ranges_;  // start -> size
+  std::map<uintptr_t, Entry> ranges_;  // start -> size, kind
 };
 
 class MemPool {

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <deque>
@@ -121,6 +122,11 @@ class PyClient {
   void PutAddr(const std::string& key, uintptr_t address, uint64_t size,
                const ReplicateConfig& config, bool upsert) {
     Client& client = c();
+    if (Unwrap(registry_.ResolveRange(address, size)).device) {
+      py::list results = BatchPutAddrParts({key}, {{address}}, {{size}}, config, upsert);
+      if (int64_t code = results[0].cast<int64_t>(); code != 0) Raise(Coded(code, key));
+      return;
+    }
     auto span = Unwrap(registry_.Resolve(address, size));
     Status s;
     {
@@ -171,17 +177,25 @@ class PyClient {
                              const std::vector<std::vector<uint64_t>>& sizes,
                              const ReplicateConfig& config, bool upsert) {
     Client& client = c();
-    std::vector<std::vector<ByteSpan>> parts(keys.size());
-    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto span) {
-      parts[i].push_back(Const(span));
+    std::vector<std::vector<gpu::Range>> parts(keys.size());
+    bool gpu_memory = false;
+    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto range) {
+      parts[i].push_back(range);
+      gpu_memory |= range.device;
     });
+    gpu::StagedTransfer* staged = gpu_memory ? Staged() : nullptr;
     std::vector<Status> out;
     {
       py::gil_scoped_release release;
       out = OnValid<Status>(keys, input, [&](const Keys& valid_keys, const std::vector<size_t>& idx) {
-        std::vector<std::vector<ByteSpan>> valid_parts;
+        std::vector<std::vector<gpu::Range>> valid_parts;
         for (size_t i : idx) valid_parts.push_back(std::move(parts[i]));
-        return PutPartsCore(client, valid_keys, valid_parts, config, upsert);
+        auto put = [&](const std::vector<size_t>& which,
+                       const std::vector<std::vector<ByteSpan>>& spans) {
+          return PutPartsCore(client, Subset(valid_keys, which), spans, config, upsert);
+        };
+        if (staged != nullptr) return staged->Put(valid_parts, put);
+        return put(All(valid_keys.size()), HostSpans<ByteSpan>(valid_parts));
       });
     }
     return ToList(out);
@@ -223,6 +237,11 @@ class PyClient {
   }
   uint64_t GetIntoAddr(const std::string& key, uintptr_t address, uint64_t size) {
     Client& client = c();
+    if (Unwrap(registry_.ResolveRange(address, size)).device) {
+      int64_t got = BatchGetIntoAddrParts({key}, {{address}}, {{size}})[0].cast<int64_t>();
+      if (got < 0) Raise(Coded(got, key));
+      return static_cast<uint64_t>(got);
+    }
     auto span = Unwrap(registry_.Resolve(address, size));
     Result<uint64_t> r = Status(ErrorCode::INTERNAL_ERROR, "");
     {
@@ -240,18 +259,26 @@ class PyClient {
                                  const std::vector<std::vector<uintptr_t>>& addresses,
                                  const std::vector<std::vector<uint64_t>>& sizes) {
     Client& client = c();
-    std::vector<std::vector<MutableByteSpan>> parts(keys.size());
-    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto span) {
-      parts[i].push_back(span);
+    std::vector<std::vector<gpu::Range>> parts(keys.size());
+    bool gpu_memory = false;
+    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto range) {
+      parts[i].push_back(range);
+      gpu_memory |= range.device;
     });
+    gpu::StagedTransfer* staged = gpu_memory ? Staged() : nullptr;
     std::vector<Result<uint64_t>> out;
     {
       py::gil_scoped_release release;
       out = OnValid<Result<uint64_t>>(keys, input, [&](const Keys& valid_keys,
                                                        const std::vector<size_t>& idx) {
-        std::vector<std::vector<MutableByteSpan>> valid_parts;
+        std::vector<std::vector<gpu::Range>> valid_parts;
         for (size_t i : idx) valid_parts.push_back(std::move(parts[i]));
-        return client.BatchGetIntoParts(valid_keys, valid_parts);
+        auto get = [&](const std::vector<size_t>& which,
+                       const std::vector<std::vector<MutableByteSpan>>& spans) {
+          return client.BatchGetIntoParts(Subset(valid_keys, which), spans);
+        };
+        if (staged != nullptr) return staged->Get(valid_parts, get);
+        return get(All(valid_keys.size()), HostSpans<MutableByteSpan>(valid_parts));
       });
     }
     return ToList(out);
@@ -520,11 +547,11 @@ class PyClient {
         continue;
       }
       for (size_t j = 0; j < addresses[i].size() && input[i].ok(); ++j) {
-        auto span = registry_.Resolve(addresses[i][j], sizes[i][j]);
-        if (span.ok()) {
-          add(i, *span);
+        auto range = registry_.ResolveRange(addresses[i][j], sizes[i][j]);
+        if (range.ok()) {
+          add(i, *range);
         } else {
-          input[i] = span.status();
+          input[i] = range.status();
         }
       }
     }
@@ -660,8 +687,41 @@ class PyClient {
     return objects;
   }
 
+  // The transfers of GPU ranges, made on first use (they hold pinned memory).
+  gpu::StagedTransfer* Staged() {
+    std::call_once(staged_once_, [&] {
+      size_t bytes = gpu::StagedTransfer::kDefaultBufferBytes;
+      if (const char* env = std::getenv("GRANARY_GPU_STAGING_BYTES"); env != nullptr) {
+        bytes = std::strtoull(env, nullptr, 10);  // each of the two buffers; at least 4 KiB
+      }
+      staged_ = std::make_unique<gpu::StagedTransfer>(gpu::CudaRuntime::Instance(), bytes);
+    });
+    return staged_.get();
+  }
+  static Keys Subset(const Keys& keys, const std::vector<size_t>& which) {
+    Keys out;
+    out.reserve(which.size());
+    for (size_t i : which) out.push_back(keys[i]);
+    return out;
+  }
+  static std::vector<size_t> All(size_t n) {
+    std::vector<size_t> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = i;
+    return out;
+  }
+  template <typename Span>
+  static std::vector<std::vector<Span>> HostSpans(const std::vector<std::vector<gpu::Range>>& in) {
+    std::vector<std::vector<Span>> out(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      for (const gpu::Range& r : in[i]) out[i].emplace_back(r.address, r.size);
+    }
+    return out;
+  }
+
   std::unique_ptr<Client> client_;
   MemoryRegistry registry_;
+  std::once_flag staged_once_;
+  std::unique_ptr<gpu::StagedTransfer> staged_;
   std::atomic<bool> closed_{false};
 };
 
@@ -725,6 +785,16 @@ void RegisterClient(py::module_& m) {
     }
     if (!s.ok()) Raise(s);
   }, py::arg("address"));
+  m.def("cuda_status", [] {
+    const auto& cuda = gpu::CudaRuntime::Instance();  // looked for once, on this first call
+    py::dict d;
+    d["available"] = cuda.available();
+    d["reason"] = cuda.why_not();
+    d["library"] = cuda.library();
+    d["devices"] = cuda.device_count();
+    d["runtime_version"] = cuda.runtime_version();
+    return d;
+  }, "whether GPU memory can be registered: the CUDA runtime found, its GPUs, or why not");
 
   const ReplicateConfig def;
   py::class_<PyClient>(m, "Client")

@@ -637,7 +637,15 @@ class MooncakeDistributedStore:
 
     # ---- memory for the zero-copy calls ----
     def register_buffer(self, buffer_ptr, size):
-        return _code(lambda: self._c().register_buffer(buffer_ptr, size))
+        """Host memory of this process, or GPU memory where CUDA is found (`cuda_status()`)."""
+        try:
+            self._c().register_buffer(buffer_ptr, size)
+            return _OK
+        except Error as e:
+            _log.error("register_buffer: %s", e)  # e.g. GPU memory on a host without CUDA
+            return e.code
+        except (TypeError, ValueError, OverflowError):
+            return _INVALID_PARAMS
 
     def unregister_buffer(self, buffer_ptr):
         return _code(lambda: self._c().unregister_buffer(buffer_ptr))
