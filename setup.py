@@ -26,15 +26,19 @@ class CMakeBuild(build_ext):
         configure = ["cmake", "-S", HERE, "-B", build_dir, "-G", "Ninja"]
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
             configure.append("-DCMAKE_BUILD_TYPE=RelWithDebInfo")  # an existing tree keeps its own
-        # A venv of Debian's python3 is the interpreter CMake picks anyway; say so only for
-        # another one, so the shared build tree is not reconfigured for nothing.
+        # A venv of Debian's python3 is the interpreter the tree is built for. Another CPython
+        # gets its own module from the same tree (GRANARY_EXTRA_PYTHONS): only the binding
+        # compiles again, against that interpreter's headers.
         python = os.path.realpath(sys.executable)
+        target, out_dir = "_granary", os.path.join(build_dir, "python", "granary")
         if python != os.path.realpath("/usr/bin/python3"):
-            configure.append(f"-DPython_EXECUTABLE={python}")
+            tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+            configure.append(f"-DGRANARY_EXTRA_PYTHONS={sys.executable}")
+            target, out_dir = f"_granary_{tag}", os.path.join(build_dir, f"python-{tag}", "granary")
         subprocess.check_call(configure)
         subprocess.check_call(["ninja", "-C", build_dir, "-j",
-                               os.environ.get("GRANARY_JOBS", "2"), "_granary"])
-        built = glob.glob(os.path.join(build_dir, "python", "granary", "_granary*.so"))
+                               os.environ.get("GRANARY_JOBS", "2"), target])
+        built = glob.glob(os.path.join(out_dir, "_granary*.so"))
         if len(built) != 1:
             raise RuntimeError(f"expected one built _granary module, found {built}")
         target = self.get_ext_fullpath(ext.name)
