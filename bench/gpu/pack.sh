@@ -10,16 +10,20 @@
 #          the GPU machine must supply itself: libc, libm, libpthread, libdl, librt, ld-linux
 #          (glibc), libstdc++, libgcc_s, and CUDA's driver and runtime (the store finds
 #          libcudart at run time: torch's, once torch has initialised CUDA)
-# python/  the granary package built for the GPU machine's Python (default build/py312/granary:
-#          _granary.cpython-312-*.so, stripped, and its .py files)
+# python/  the granary package built for the GPU machine's Python 3.12 (default
+#          build/python-cp312/granary, from cmake -DGRANARY_EXTRA_PYTHONS=...python3.12, else
+#          build/py312/granary: _granary.cpython-312-*.so, stripped, and its .py files)
 #
-# Environment: BUILD_DIR (default build), PY_PKG (default $BUILD_DIR/py312/granary), PACK
-# (default $BUILD_DIR/gpu-pack). Needs ldd, strip and objdump (binutils).
+# Environment: BUILD_DIR (default build), PY_PKG (the package folder to pack), PACK (default
+# $BUILD_DIR/gpu-pack). Needs ldd, strip and objdump (binutils).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 BUILD_DIR=${BUILD_DIR:-build}
-PY_PKG=${PY_PKG:-$BUILD_DIR/py312/granary}
+if [[ -z ${PY_PKG:-} ]]; then
+  PY_PKG=$BUILD_DIR/python-cp312/granary
+  [[ -d $PY_PKG ]] || PY_PKG=$BUILD_DIR/py312/granary
+fi
 PACK=${PACK:-$BUILD_DIR/gpu-pack}
 LIMIT_MIB=64
 

@@ -22,7 +22,7 @@
 # Environment: OUT, BUDGET_S, RUN_TOKENS, EXTRA_TOKENS, LIMIT_TOKENS, SEG_MIB, PREFAULT (true),
 # PYTHON (python3),
 # GRANARY_BIN_DIR / GRANARY_LIB_DIR / GRANARY_PY_DIR (the folder holding granary/), by default
-# build/gpu-pack/{bin,lib,python}, else build/bin, build/gpu-libs, build/py312.
+# build/gpu-pack/{bin,lib,python}, else build/bin, build/gpu-libs, build/python-cp312.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -42,7 +42,8 @@ abs() { if [[ $1 == /* ]]; then echo "$1"; else echo "$(pwd)/$1"; fi; }
 BIN=$(abs "${GRANARY_BIN_DIR:-$(dirname "$(pick $PACK/bin/granary-node build/bin/granary-node)")}")
 LIBS=$(abs "${GRANARY_LIB_DIR:-$(pick $PACK/lib build/gpu-libs)}")
 # The folder holding the granary package.
-PYDIR=$(abs "${GRANARY_PY_DIR:-$(dirname "$(pick $PACK/python/granary build/py312/granary)")}")
+PYDIR=$(abs "${GRANARY_PY_DIR:-$(dirname "$(pick $PACK/python/granary \
+  "$(pick build/python-cp312/granary build/py312/granary)")")}")
 export GRANARY_BIN_DIR=$BIN
 export LD_LIBRARY_PATH=$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$PYDIR${PYTHONPATH:+:$PYTHONPATH}
