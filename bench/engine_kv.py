@@ -607,8 +607,7 @@ def machine_facts(cuda):
     facts = {"python": platform.python_version(), "torch": torch.__version__,
              "numpy": np.__version__, "cpu_count": os.cpu_count(),
              "torch_threads": torch.get_num_threads(), "cuda_available": cuda,
-             "cuda_version": torch.version.cuda, "gpu_name": None, "granary_cuda": None,
-             "gpu_staging_bytes_env": os.environ.get("GRANARY_GPU_STAGING_BYTES")}
+             "cuda_version": torch.version.cuda, "gpu_name": None, "granary_cuda": None}
     if cuda:
         facts["gpu_name"] = torch.cuda.get_device_name(0)
     # What the store's CUDA lookup found (a build without GPU support has no cuda_status).

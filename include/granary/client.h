@@ -187,6 +187,10 @@ struct ClientStats {
   // Objects put in one master call, into space reserved ahead (ClientOptions::reserve_bytes).
   uint64_t reserved_puts = 0;
   uint64_t reservations_held = 0;  // ready for puts now, in the background-filled pool (a gauge)
+  // Of shm_bytes_read and shm_bytes_written, those a device copied straight out of or into a
+  // segment (BatchGetIntoDevice, BatchPutFromDevice).
+  uint64_t shm_bytes_read_by_device = 0;
+  uint64_t shm_bytes_written_by_device = 0;
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:
@@ -195,6 +199,35 @@ struct ClientStats {
 // Python bytes object, a pinned buffer) instead of copying out of a temporary.
 using BufferProvider =
     std::function<Result<std::vector<MutableByteSpan>>(size_t index, uint64_t size)>;
+
+// Memory the client must never load or store with the CPU, such as a GPU's (the Python binding
+// implements it over the CUDA runtime: gpu/cuda_device_memory.h). BatchGetIntoDevice and
+// BatchPutFromDevice move each object by the cheapest path. To or from a segment on this host:
+// one copy by the device straight into or out of the mapped segment, which the client registers
+// with the device once per mapping (Register). A get hashes the segment's bytes on the CPU while
+// the device copies them, and reports the object read only after the copy finished, the mount's
+// token still held and the checksum matched. A put's checksum is computed from the segment after
+// the device wrote it (the CPU cannot read the source): sound because the master hands that
+// space to no one else while the put may write it. Anywhere else (TCP, a disk tier): through
+// host memory of the client's. Implementations are called from the client's I/O threads at once:
+// they must be thread-safe.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // Whether [p, p + n) is this kind of memory; the client treats any other range as host memory.
+  virtual bool Holds(const std::byte* p, uint64_t n) const = 0;
+  // Starts copying n host bytes at src to device memory at dst; may return before it is done.
+  virtual Status CopyIn(std::byte* dst, const std::byte* src, uint64_t n) = 0;
+  // Starts copying n device bytes at src to host memory at dst; may return before it is done.
+  virtual Status CopyOut(std::byte* dst, const std::byte* src, uint64_t n) = 0;
+  // Waits for every copy this thread started: once it returns, their sources may change and
+  // their destinations hold the bytes.
+  virtual Status Wait() = 0;
+  // Registers host memory with the device for fast copies out of it, for as long as the
+  // returned handle lives (the client keeps it while the memory stays mapped and drops it before
+  // unmapping); nullptr when it cannot: copies still work, through the device's own staging.
+  virtual std::shared_ptr<void> Register(std::byte* base, uint64_t size) = 0;
+};
 
 struct SegmentStatus {
   std::string name;
@@ -269,6 +302,18 @@ class Client {
   virtual std::vector<Result<uint64_t>> BatchGetIntoParts(
       const std::vector<std::string>& keys,
       const std::vector<std::vector<MutableByteSpan>>& buffers) = 0;
+  // BatchPutParts (BatchUpsertParts with `upsert`) where some parts are `device` memory, which
+  // the CPU never touches (see DeviceMemory).
+  virtual std::vector<Status> BatchPutFromDevice(const std::vector<std::string>& keys,
+                                                 const std::vector<std::vector<ByteSpan>>& parts,
+                                                 DeviceMemory& device,
+                                                 const ReplicateConfig& config = {},
+                                                 bool upsert = false) = 0;
+  // BatchGetIntoParts where some buffers are `device` memory, which the CPU never touches (see
+  // DeviceMemory). An object only on a disk tier comes through host memory too.
+  virtual std::vector<Result<uint64_t>> BatchGetIntoDevice(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<MutableByteSpan>>& buffers, DeviceMemory& device) = 0;
   // Each object into the buffers `provide` hands out once its size is known. A provider that
   // throws fails its key (INTERNAL_ERROR); nothing escapes and no read lock is left behind.
   virtual std::vector<Result<uint64_t>> BatchGetWith(const std::vector<std::string>& keys,

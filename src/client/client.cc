@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <algorithm>
+#include <deque>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -146,6 +147,13 @@ class ClientImpl final : public Client {
     if (parts.size() != keys.size()) return Fill(keys.size(), Mismatch("parts"));
     return PutCore(keys, parts, config, true);
   }
+  std::vector<Status> BatchPutFromDevice(const std::vector<std::string>& keys,
+                                         const std::vector<std::vector<ByteSpan>>& parts,
+                                         DeviceMemory& device, const ReplicateConfig& config,
+                                         bool upsert) override {
+    if (parts.size() != keys.size()) return Fill(keys.size(), Mismatch("parts"));
+    return PutCore(keys, parts, config, upsert, &device);
+  }
 
   // ---- reads ----
 
@@ -197,6 +205,16 @@ class ClientImpl final : public Client {
   std::vector<Result<uint64_t>> BatchGetIntoParts(
       const std::vector<std::string>& keys,
       const std::vector<std::vector<MutableByteSpan>>& buffers) override {
+    return GetIntoParts(keys, buffers, nullptr);
+  }
+  std::vector<Result<uint64_t>> BatchGetIntoDevice(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<MutableByteSpan>>& buffers, DeviceMemory& device) override {
+    return GetIntoParts(keys, buffers, &device);
+  }
+  std::vector<Result<uint64_t>> GetIntoParts(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<MutableByteSpan>>& buffers, DeviceMemory* device) {
     if (buffers.size() != keys.size()) return FillResult<uint64_t>(keys.size(), Mismatch("buffers"));
     return GetCore(keys, [&](size_t i, uint64_t size) -> Result<std::vector<MutableByteSpan>> {
       if (TotalSize(buffers[i]) < size) return TooSmall(TotalSize(buffers[i]), size);
@@ -209,7 +227,7 @@ class ClientImpl final : public Client {
         left -= take;
       }
       return parts;
-    });
+    }, device);
   }
 
   // ---- queries ----
@@ -464,22 +482,33 @@ class ClientImpl final : public Client {
     return out;
   }
 
+  // With `device`, parts it Holds are device memory (BatchPutFromDevice).
   std::vector<Status> PutCore(const std::vector<std::string>& keys,
                               const std::vector<std::vector<ByteSpan>>& parts,
-                              const ReplicateConfig& config, bool upsert);
+                              const ReplicateConfig& config, bool upsert,
+                              DeviceMemory* device = nullptr);
   // Puts into space reserved ahead: one copy and one commit call. The keys it did not settle
   // (no reservation ready, or the reservation turned out unusable) are left in `rest`.
   std::vector<Status> PutReserved(const std::vector<std::string>& keys,
                                   const std::vector<std::vector<ByteSpan>>& parts,
                                   const ReplicateConfig& config, bool upsert,
-                                  std::vector<size_t>& rest);
+                                  std::vector<size_t>& rest, DeviceMemory* device);
   // The two-call put: PutStart (allocation), the copies, PutEnd.
   std::vector<Status> PutStartEnd(const std::vector<std::string>& keys,
                                   const std::vector<std::vector<ByteSpan>>& parts,
-                                  const ReplicateConfig& config, bool upsert);
+                                  const ReplicateConfig& config, bool upsert,
+                                  DeviceMemory* device = nullptr);
+  // With `device`, destination parts it Holds are device memory (BatchGetIntoDevice).
   std::vector<Result<uint64_t>> GetCore(
       const std::vector<std::string>& keys,
-      const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination);
+      const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination,
+      DeviceMemory* device = nullptr);
+  // LoadFromDisk for destinations with device parts: those land in host buffers first.
+  void LoadFromDiskToDevice(const std::vector<std::string>& names,
+                            const proto::BatchGetReplicaListResponse& replicas,
+                            const std::vector<size_t>& todo, const std::vector<size_t>& keys,
+                            std::vector<std::vector<MutableByteSpan>>& dst,
+                            std::vector<Result<uint64_t>>& results, DeviceMemory& device);
   // Reads keys (positions in todo, whose replica lists are in `replicas`) from disk replicas.
   void LoadFromDisk(const std::vector<std::string>& names,
                     const proto::BatchGetReplicaListResponse& replicas,
@@ -506,7 +535,8 @@ class ClientImpl final : public Client {
 
 std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
                                         const std::vector<std::vector<ByteSpan>>& parts,
-                                        const ReplicateConfig& config, bool upsert) {
+                                        const ReplicateConfig& config, bool upsert,
+                                        DeviceMemory* device) {
   const size_t n = keys.size();
   if (parts.size() != n) return Fill(n, Mismatch("values"));
   if (n == 0) return {};
@@ -514,11 +544,11 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
     return Fill(n, Status(ErrorCode::INVALID_PARAMS, "persistence is none of the enum's values"));
   }
   if (config.replica_num > 1 || !config.preferred_segments.empty()) {
-    return PutStartEnd(keys, parts, config, upsert);
+    return PutStartEnd(keys, parts, config, upsert, device);
   }
   std::vector<size_t> rest;
-  std::vector<Status> results = PutReserved(keys, parts, config, upsert, rest);
-  if (rest.size() == n) return PutStartEnd(keys, parts, config, upsert);
+  std::vector<Status> results = PutReserved(keys, parts, config, upsert, rest, device);
+  if (rest.size() == n) return PutStartEnd(keys, parts, config, upsert, device);
   if (rest.empty()) return results;
   std::vector<std::string> rest_keys;
   std::vector<std::vector<ByteSpan>> rest_parts;
@@ -526,7 +556,7 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
     rest_keys.push_back(keys[i]);
     rest_parts.push_back(parts[i]);
   }
-  std::vector<Status> settled = PutStartEnd(rest_keys, rest_parts, config, upsert);
+  std::vector<Status> settled = PutStartEnd(rest_keys, rest_parts, config, upsert, device);
   for (size_t k = 0; k < rest.size(); ++k) results[rest[k]] = std::move(settled[k]);
   return results;
 }
@@ -534,7 +564,7 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
 std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys,
                                             const std::vector<std::vector<ByteSpan>>& parts,
                                             const ReplicateConfig& config, bool upsert,
-                                            std::vector<size_t>& rest) {
+                                            std::vector<size_t>& rest, DeviceMemory* device) {
   using Held = client::ReservationPool::Held;
   const size_t n = keys.size();
   std::vector<Status> results(n);
@@ -563,7 +593,7 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
       late[k] = 1;
       return;
     }
-    wrote[k] = io_.Write(held[taken[k]]->replica, parts[taken[k]], &hashes[k]);
+    wrote[k] = io_.Write(held[taken[k]]->replica, parts[taken[k]], &hashes[k], device);
   };
   if (taken.size() == 1) {
     write(0);  // no hand-off to a worker for the common single put
@@ -632,7 +662,8 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
 
 std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys,
                                             const std::vector<std::vector<ByteSpan>>& parts,
-                                            const ReplicateConfig& config, bool upsert) {
+                                            const ReplicateConfig& config, bool upsert,
+                                            DeviceMemory* device) {
   const size_t n = keys.size();
   proto::BatchPutStartRequest start;
   start.set_client_id(client_id_);
@@ -669,7 +700,7 @@ std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys
   pool_.ParallelFor(transfers.size(), [&](size_t t) {
     auto [i, j] = transfers[t];
     transfer_status[t] = io_.Write(started.results(static_cast<int>(i)).replicas(j), parts[i],
-                                   j == 0 ? &hashes[i] : nullptr);
+                                   j == 0 ? &hashes[i] : nullptr, device);
   });
   std::vector<uint64_t> checksums(n);
   for (size_t i : writing) checksums[i] = hashes[i].Digest();
@@ -723,7 +754,8 @@ std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys
 // destination callback is asked once per key); a second miss of the deadline is LEASE_EXPIRED.
 std::vector<Result<uint64_t>> ClientImpl::GetCore(
     const std::vector<std::string>& keys,
-    const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination) {
+    const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination,
+    DeviceMemory* device) {
   using Clock = std::chrono::steady_clock;
   const size_t n = keys.size();
   if (n == 0) return {};
@@ -813,7 +845,7 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
           late[k] = 1;
           return;
         }
-        auto got = io_.Read(r.replicas(j), dst[i]);
+        auto got = io_.Read(r.replicas(j), dst[i], device);
         if (Clock::now() >= deadline) {  // whatever was read, the lease no longer covered it
           late[k] = 1;
           return;
@@ -841,7 +873,13 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
         from_disk.push_back(k);
       }
     }
-    if (!from_disk.empty()) LoadFromDisk(keys, replicas, todo, from_disk, dst, results);
+    if (!from_disk.empty()) {
+      if (device != nullptr) {
+        LoadFromDiskToDevice(keys, replicas, todo, from_disk, dst, results, *device);
+      } else {
+        LoadFromDisk(keys, replicas, todo, from_disk, dst, results);
+      }
+    }
     releaser_.Add(std::move(locked));
 
     std::vector<size_t> retry;
@@ -861,6 +899,37 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
 // Disk loads: one DISK_READ batch per node, the nodes in parallel; a key whose copy fails on
 // one node tries its next disk replica in the following pass. The master's read lock guards
 // memory only; a disk copy is guarded by the node (it serves exactly the copy named, or nothing).
+void ClientImpl::LoadFromDiskToDevice(const std::vector<std::string>& names,
+                                      const proto::BatchGetReplicaListResponse& replicas,
+                                      const std::vector<size_t>& todo,
+                                      const std::vector<size_t>& keys,
+                                      std::vector<std::vector<MutableByteSpan>>& dst,
+                                      std::vector<Result<uint64_t>>& results,
+                                      DeviceMemory& device) {
+  std::vector<std::vector<MutableByteSpan>> host = dst;
+  std::deque<std::vector<std::byte>> bounce;
+  for (size_t k : keys) {
+    for (auto& part : host[todo[k]]) {
+      if (!part.empty() && device.Holds(part.data(), part.size())) {
+        part = MutableByteSpan(bounce.emplace_back(part.size()).data(), part.size());
+      }
+    }
+  }
+  LoadFromDisk(names, replicas, todo, keys, host, results);
+  for (size_t k : keys) {
+    const size_t i = todo[k];
+    if (!results[i].ok()) continue;
+    Status copied;
+    for (size_t j = 0; j < dst[i].size() && copied.ok(); ++j) {
+      if (host[i][j].data() != dst[i][j].data()) {
+        copied = device.CopyIn(dst[i][j].data(), host[i][j].data(), host[i][j].size());
+      }
+    }
+    Status waited = device.Wait();
+    if (!copied.ok() || !waited.ok()) results[i] = !copied.ok() ? copied : waited;
+  }
+}
+
 void ClientImpl::LoadFromDisk(const std::vector<std::string>& names,
                               const proto::BatchGetReplicaListResponse& replicas,
                               const std::vector<size_t>& todo, std::vector<size_t> keys,

@@ -72,17 +72,45 @@ ReplicaIo::LocalView ReplicaIo::MapLocal(const proto::Replica& replica) {
 bool ReplicaIo::IsLocal(const proto::Replica& replica) { return MapLocal(replica).bytes != nullptr; }
 
 Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
-                        ChecksumStream* checksum) {
+                        ChecksumStream* checksum, DeviceMemory* device) {
   if (TotalSize(parts) != replica.length()) {
     return Status(ErrorCode::INVALID_WRITE, "object size differs from its replica's length");
   }
+  auto on_device = [&](const ByteSpan& part) {
+    return device != nullptr && !part.empty() && device->Holds(part.data(), part.size());
+  };
   if (LocalView view = MapLocal(replica); view.bytes) {
     std::byte* base = view.bytes;
     uint64_t offset = 0;
+    if (device != nullptr) {
+      std::byte* start = view.mapping->data();
+      const uint64_t size = view.mapping->size();
+      view.mapping->HoldUntilUnmapped([&] { return device->Register(start, size); });
+      // The device writes its parts into the segment first; the CPU cannot read them where
+      // they are, so they are hashed from the segment below, in order with the host parts.
+      Status copied;
+      bool device_copies = false;
+      for (const auto& part : parts) {
+        if (on_device(part)) {
+          if (copied.ok()) copied = device->CopyOut(base + offset, part.data(), part.size());
+          device_copies = true;
+        }
+        offset += part.size();
+      }
+      if (device_copies) {
+        Status waited = device->Wait();
+        if (!copied.ok()) return copied;
+        if (!waited.ok()) return waited;
+        device_written_.fetch_add(offset, std::memory_order_relaxed);
+      }
+      offset = 0;
+    }
     {
       ScopedSegmentWrite payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
       for (const auto& part : parts) {
-        if (checksum) {
+        if (on_device(part)) {
+          if (checksum) checksum->Update(base + offset, part.size());
+        } else if (checksum) {
           // The source: the shared memory may be written by someone else while we copy.
           checksum->CopyAndUpdateSource(base + offset, part.data(), part.size());
         } else {
@@ -100,11 +128,21 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     return Status::Ok();
   }
   uint64_t offset = replica.offset();
+  std::vector<std::byte> bounce;  // device parts leave through here
   for (const auto& part : parts) {
     if (part.empty()) continue;
     transfer::RemoteRange range{replica.endpoint(), replica.token(), offset, part.size(),
                                 node::WireCapability(replica)};
-    if (Status s = tcp_->Write(range, part, checksum); !s.ok()) return s;
+    ByteSpan from = part;
+    if (on_device(part)) {
+      bounce.resize(part.size());
+      Status s = device->CopyOut(bounce.data(), part.data(), part.size());
+      Status waited = device->Wait();
+      if (!s.ok()) return s;
+      if (!waited.ok()) return waited;
+      from = ByteSpan(bounce.data(), part.size());
+    }
+    if (Status s = tcp_->Write(range, from, checksum); !s.ok()) return s;
     offset += part.size();
   }
   tcp_written_.fetch_add(replica.length(), std::memory_order_relaxed);
@@ -112,20 +150,50 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
 }
 
 Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
-                                 const std::vector<MutableByteSpan>& dst) {
+                                 const std::vector<MutableByteSpan>& dst, DeviceMemory* device) {
   if (TotalSize(dst) != replica.length()) {
     return Status(ErrorCode::INVALID_READ, "destination size differs from the replica's length");
   }
+  auto on_device = [&](const MutableByteSpan& part) {
+    return device != nullptr && !part.empty() && device->Holds(part.data(), part.size());
+  };
   ChecksumStream checksum;
   if (LocalView view = MapLocal(replica); view.bytes) {
     const std::byte* base = view.bytes;
     uint64_t offset = 0;
+    bool device_copies = false;
+    Status copied;
+    if (device != nullptr) {
+      std::byte* start = view.mapping->data();
+      const uint64_t size = view.mapping->size();
+      view.mapping->HoldUntilUnmapped([&] { return device->Register(start, size); });
+      // The device starts reading its parts out of the segment; the CPU hashes them meanwhile.
+      for (const auto& part : dst) {
+        if (on_device(part)) {
+          if (copied.ok()) copied = device->CopyIn(part.data(), base + offset, part.size());
+          device_copies = true;
+        }
+        offset += part.size();
+      }
+      offset = 0;
+    }
     {
       ScopedSegmentRead payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
       for (const auto& part : dst) {
-        checksum.CopyAndUpdate(part.data(), base + offset, part.size());
+        if (on_device(part)) {
+          checksum.Update(base + offset, part.size());
+        } else {
+          checksum.CopyAndUpdate(part.data(), base + offset, part.size());
+        }
         offset += part.size();
       }
+    }
+    if (device_copies) {
+      // The device's loads of the segment are over before the second look at the token.
+      Status waited = device->Wait();
+      if (!copied.ok()) return copied;
+      if (!waited.ok()) return waited;
+      device_read_.fetch_add(offset, std::memory_order_relaxed);
     }
     // The copy's loads before the second look at the token (a seqlock's reader side).
     std::atomic_thread_fence(std::memory_order_acquire);
@@ -137,12 +205,24 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
     return checksum.Digest();
   }
   uint64_t offset = replica.offset();
+  std::vector<std::byte> bounce;  // device parts arrive here first
   for (const auto& part : dst) {
     if (part.empty()) continue;
     transfer::RemoteRange range{replica.endpoint(), replica.token(), offset, part.size(),
                                 node::WireCapability(replica)};
+    MutableByteSpan into = part;
+    if (on_device(part)) {
+      bounce.resize(part.size());
+      into = MutableByteSpan(bounce.data(), part.size());
+    }
     // Hashed piece by piece as it arrives, in cache: no second pass over the object.
-    if (Status s = tcp_->Read(range, part, &checksum); !s.ok()) return s;
+    if (Status s = tcp_->Read(range, into, &checksum); !s.ok()) return s;
+    if (into.data() != part.data()) {
+      Status s = device->CopyIn(part.data(), into.data(), part.size());
+      Status waited = device->Wait();  // before the bounce buffer is reused
+      if (!s.ok()) return s;
+      if (!waited.ok()) return waited;
+    }
     offset += part.size();
   }
   tcp_read_.fetch_add(replica.length(), std::memory_order_relaxed);
@@ -263,7 +343,9 @@ ClientStats ReplicaIo::Stats() const {
           tcp_written_.load(std::memory_order_relaxed), tcp_read_.load(std::memory_order_relaxed),
           mappings_->size(), disk_read_.load(std::memory_order_relaxed),
           disk_read_shm_.load(std::memory_order_relaxed),
-          warm.bytes_warmed, warm.bytes_pending, warm.warm_ns};
+          warm.bytes_warmed, warm.bytes_pending, warm.warm_ns,
+          0, 0, device_read_.load(std::memory_order_relaxed),
+          device_written_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace granary::client

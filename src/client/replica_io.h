@@ -70,9 +70,18 @@ class ReplicaIo {
   };
   // With `checksum`, also hashes the caller's bytes: while copying them on the shared-memory
   // path (they are in cache right then), piece by piece right after sending them over TCP.
+  // With `device`, parts it Holds are device memory: into a local segment the device copies
+  // them straight into the mapping (registered with it once per mapping) and the checksum is
+  // taken from the segment after that copy (granary/client.h, DeviceMemory, says why that is
+  // sound); over TCP they go through a host buffer.
   Status Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
-               ChecksumStream* checksum = nullptr);
-  Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst);
+               ChecksumStream* checksum = nullptr, DeviceMemory* device = nullptr);
+  // With `device`, destination parts it Holds are device memory: from a local segment the device
+  // copies them straight out of the mapping (registered with it once per mapping) while the CPU
+  // hashes the same bytes, and the token is checked again only after the device's copy is done;
+  // over TCP they arrive in a host buffer first.
+  Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst,
+                        DeviceMemory* device = nullptr);
   // Loads whole objects from one node's disk tier (DISK_READ over TCP, however near the node):
   // a status per item, OK only when the bytes in its dst hash to its checksum (else
   // CHECKSUM_MISMATCH, and the bytes must not be used).
@@ -96,7 +105,7 @@ class ReplicaIo {
   transfer::TcpTransport* tcp_;
   bool use_shm_;
   std::atomic<uint64_t> shm_written_{0}, shm_read_{0}, tcp_written_{0}, tcp_read_{0};
-  std::atomic<uint64_t> disk_read_{0}, disk_read_shm_{0};
+  std::atomic<uint64_t> disk_read_{0}, disk_read_shm_{0}, device_read_{0}, device_written_{0};
   std::unique_ptr<transfer::MappingWarmer> warmer_;  // null: mappings are not warmed
   struct Staging {
     std::shared_ptr<transfer::StagingView> view;

@@ -119,6 +119,8 @@ bool CudaRuntime::Load(const std::string& path, std::string* error) {
   bind(stream_synchronize_, "cudaStreamSynchronize");
   bind(malloc_host_, "cudaMallocHost");
   bind(free_host_, "cudaFreeHost");
+  bind(host_register_, "cudaHostRegister");
+  bind(host_unregister_, "cudaHostUnregister");
   if (!all) {
     dlclose(handle);
     return false;
@@ -189,6 +191,17 @@ Status CudaRuntime::CopyToHostAsync(void* host, const void* device, size_t bytes
 Status CudaRuntime::Synchronize(Stream stream) const {
   GRANARY_NEED_CUDA();
   return Check(stream_synchronize_(stream), "cudaStreamSynchronize");
+}
+
+Status CudaRuntime::RegisterHost(void* address, size_t bytes) const {
+  GRANARY_NEED_CUDA();
+  return Check(host_register_(address, bytes, 0 /* cudaHostRegisterDefault */),
+               "cudaHostRegister");
+}
+
+Status CudaRuntime::UnregisterHost(void* address) const {
+  GRANARY_NEED_CUDA();
+  return Check(host_unregister_(address), "cudaHostUnregister");
 }
 
 Result<void*> CudaRuntime::AllocatePinned(size_t bytes) const {

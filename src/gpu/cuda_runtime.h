@@ -51,6 +51,11 @@ class CudaRuntime {
   Status CopyToHostAsync(void* host, const void* device, size_t bytes, Stream stream) const;
   Status Synchronize(Stream stream) const;
 
+  // Pins existing host memory (cudaHostRegister) so the GPU's copy engines read it directly;
+  // UnregisterHost must run before the memory is unmapped.
+  Status RegisterHost(void* address, size_t bytes) const;
+  Status UnregisterHost(void* address) const;
+
   // Page-locked host memory, which the GPU's copy engines read and write directly.
   Result<void*> AllocatePinned(size_t bytes) const;
   void FreePinned(void* address) const;
@@ -80,6 +85,8 @@ class CudaRuntime {
   int (*stream_synchronize_)(void*) = nullptr;
   int (*malloc_host_)(void**, size_t) = nullptr;
   int (*free_host_)(void*) = nullptr;
+  int (*host_register_)(void*, size_t, unsigned) = nullptr;
+  int (*host_unregister_)(void*) = nullptr;
 };
 
 }  // namespace granary::gpu

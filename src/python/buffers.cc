@@ -8,6 +8,8 @@
 #include <new>
 #include <string>
 
+#include "gpu/cuda_runtime.h"
+
 namespace py = pybind11;
 
 namespace granary::python {
@@ -88,7 +90,7 @@ Status MemoryRegistry::Unregister(uintptr_t address) {
   return Status::Ok();
 }
 
-Result<gpu::Range> MemoryRegistry::ResolveRange(uintptr_t address, uint64_t size) const {
+Result<MemoryRegistry::Range> MemoryRegistry::ResolveRange(uintptr_t address, uint64_t size) const {
   auto refuse = [&] {
     return Status(ErrorCode::INVALID_PARAMS,
                   std::to_string(size) + " bytes at address " + std::to_string(address) +
@@ -101,7 +103,7 @@ Result<gpu::Range> MemoryRegistry::ResolveRange(uintptr_t address, uint64_t size
     --it;
     const uint64_t len = it->second.size;
     if (address - it->first <= len && size <= len - (address - it->first)) {
-      return gpu::Range{reinterpret_cast<std::byte*>(address), size, it->second.device};
+      return Range{reinterpret_cast<std::byte*>(address), size, it->second.device};
     }
   }
   return refuse();

@@ -29,7 +29,6 @@
 #include <mutex>
 #include <span>
 
-#include "gpu/staged_transfer.h"
 #include "granary/status.h"
 
 namespace granary::python {
@@ -72,7 +71,16 @@ class MemoryRegistry {
   // The range as bytes if [address, address + size) lies inside one registered host range.
   Result<std::span<std::byte>> Resolve(uintptr_t address, uint64_t size) const;
   // The same for a host or a GPU range, saying which.
-  Result<gpu::Range> ResolveRange(uintptr_t address, uint64_t size) const;
+  struct Range {
+    std::byte* address = nullptr;
+    uint64_t size = 0;
+    bool device = false;
+  };
+  Result<Range> ResolveRange(uintptr_t address, uint64_t size) const;
+  bool IsDevice(const std::byte* p, uint64_t size) const {
+    auto r = ResolveRange(reinterpret_cast<uintptr_t>(p), size);
+    return r.ok() && r->device;
+  }
 
  private:
   struct Entry {

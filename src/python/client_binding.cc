@@ -3,13 +3,13 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <deque>
 #include <memory>
 #include <optional>
 
+#include "gpu/cuda_device_memory.h"
 #include "granary/client.h"
 #include "python/buffers.h"
 #include "python/errors.h"
@@ -177,25 +177,24 @@ class PyClient {
                              const std::vector<std::vector<uint64_t>>& sizes,
                              const ReplicateConfig& config, bool upsert) {
     Client& client = c();
-    std::vector<std::vector<gpu::Range>> parts(keys.size());
+    std::vector<std::vector<MemoryRegistry::Range>> parts(keys.size());
     bool gpu_memory = false;
     std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto range) {
       parts[i].push_back(range);
       gpu_memory |= range.device;
     });
-    gpu::StagedTransfer* staged = gpu_memory ? Staged() : nullptr;
+    DeviceMemory* device = gpu_memory ? Device() : nullptr;
     std::vector<Status> out;
     {
       py::gil_scoped_release release;
       out = OnValid<Status>(keys, input, [&](const Keys& valid_keys, const std::vector<size_t>& idx) {
-        std::vector<std::vector<gpu::Range>> valid_parts;
+        std::vector<std::vector<MemoryRegistry::Range>> valid_parts;
         for (size_t i : idx) valid_parts.push_back(std::move(parts[i]));
-        auto put = [&](const std::vector<size_t>& which,
-                       const std::vector<std::vector<ByteSpan>>& spans) {
-          return PutPartsCore(client, Subset(valid_keys, which), spans, config, upsert);
-        };
-        if (staged != nullptr) return staged->Put(valid_parts, put);
-        return put(All(valid_keys.size()), HostSpans<ByteSpan>(valid_parts));
+        auto spans = HostSpans<ByteSpan>(valid_parts);
+        if (device != nullptr) {
+          return client.BatchPutFromDevice(valid_keys, spans, *device, config, upsert);
+        }
+        return PutPartsCore(client, valid_keys, spans, config, upsert);
       });
     }
     return ToList(out);
@@ -259,26 +258,23 @@ class PyClient {
                                  const std::vector<std::vector<uintptr_t>>& addresses,
                                  const std::vector<std::vector<uint64_t>>& sizes) {
     Client& client = c();
-    std::vector<std::vector<gpu::Range>> parts(keys.size());
+    std::vector<std::vector<MemoryRegistry::Range>> parts(keys.size());
     bool gpu_memory = false;
     std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto range) {
       parts[i].push_back(range);
       gpu_memory |= range.device;
     });
-    gpu::StagedTransfer* staged = gpu_memory ? Staged() : nullptr;
+    DeviceMemory* device = gpu_memory ? Device() : nullptr;
     std::vector<Result<uint64_t>> out;
     {
       py::gil_scoped_release release;
       out = OnValid<Result<uint64_t>>(keys, input, [&](const Keys& valid_keys,
                                                        const std::vector<size_t>& idx) {
-        std::vector<std::vector<gpu::Range>> valid_parts;
+        std::vector<std::vector<MemoryRegistry::Range>> valid_parts;
         for (size_t i : idx) valid_parts.push_back(std::move(parts[i]));
-        auto get = [&](const std::vector<size_t>& which,
-                       const std::vector<std::vector<MutableByteSpan>>& spans) {
-          return client.BatchGetIntoParts(Subset(valid_keys, which), spans);
-        };
-        if (staged != nullptr) return staged->Get(valid_parts, get);
-        return get(All(valid_keys.size()), HostSpans<MutableByteSpan>(valid_parts));
+        auto spans = HostSpans<MutableByteSpan>(valid_parts);
+        if (device != nullptr) return client.BatchGetIntoDevice(valid_keys, spans, *device);
+        return client.BatchGetIntoParts(valid_keys, spans);
       });
     }
     return ToList(out);
@@ -687,41 +683,28 @@ class PyClient {
     return objects;
   }
 
-  // The transfers of GPU ranges, made on first use (they hold pinned memory).
-  gpu::StagedTransfer* Staged() {
-    std::call_once(staged_once_, [&] {
-      size_t bytes = gpu::StagedTransfer::kDefaultBufferBytes;
-      if (const char* env = std::getenv("GRANARY_GPU_STAGING_BYTES"); env != nullptr) {
-        bytes = std::strtoull(env, nullptr, 10);  // each of the two buffers; at least 4 KiB
-      }
-      staged_ = std::make_unique<gpu::StagedTransfer>(gpu::CudaRuntime::Instance(), bytes);
+  // GPU memory as the client sees it: the ranges registered as such here.
+  DeviceMemory* Device() {
+    std::call_once(device_once_, [&] {
+      device_ = std::make_unique<gpu::CudaDeviceMemory>(
+          gpu::CudaRuntime::Instance(),
+          [this](const std::byte* p, uint64_t n) { return registry_.IsDevice(p, n); });
     });
-    return staged_.get();
-  }
-  static Keys Subset(const Keys& keys, const std::vector<size_t>& which) {
-    Keys out;
-    out.reserve(which.size());
-    for (size_t i : which) out.push_back(keys[i]);
-    return out;
-  }
-  static std::vector<size_t> All(size_t n) {
-    std::vector<size_t> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = i;
-    return out;
+    return device_.get();
   }
   template <typename Span>
-  static std::vector<std::vector<Span>> HostSpans(const std::vector<std::vector<gpu::Range>>& in) {
+  static std::vector<std::vector<Span>> HostSpans(const std::vector<std::vector<MemoryRegistry::Range>>& in) {
     std::vector<std::vector<Span>> out(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
-      for (const gpu::Range& r : in[i]) out[i].emplace_back(r.address, r.size);
+      for (const MemoryRegistry::Range& r : in[i]) out[i].emplace_back(r.address, r.size);
     }
     return out;
   }
 
   std::unique_ptr<Client> client_;
   MemoryRegistry registry_;
-  std::once_flag staged_once_;
-  std::unique_ptr<gpu::StagedTransfer> staged_;
+  std::once_flag device_once_;
+  std::unique_ptr<gpu::CudaDeviceMemory> device_;
   std::atomic<bool> closed_{false};
 };
 

@@ -81,7 +81,14 @@ Result<std::unique_ptr<ShmMapping>> ShmMapping::Attach(const std::string& name,
   return std::unique_ptr<ShmMapping>(new ShmMapping(name, p, expected_size, st.st_dev, st.st_ino));
 }
 
-ShmMapping::~ShmMapping() { munmap(base_, kShmHeaderBytes + size_); }
+ShmMapping::~ShmMapping() {
+  hold_.reset();  // e.g. a device's registration of this memory ends while it is still mapped
+  munmap(base_, kShmHeaderBytes + size_);
+}
+
+void ShmMapping::HoldUntilUnmapped(const std::function<std::shared_ptr<void>()>& make) {
+  std::call_once(hold_once_, [&] { hold_ = make(); });
+}
 
 bool ShmMapping::StillLinked() const {
   const std::string path = "/" + name_;

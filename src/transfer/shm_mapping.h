@@ -94,6 +94,10 @@ class ShmMapping {
   // True while /dev/shm/<name> is still the file this mapping maps (the node has not unlinked
   // it or been replaced by a newer node of the same name). Costs an open and an fstat.
   bool StillLinked() const;
+  // Something that must end before this memory is unmapped, such as a device's registration of
+  // it (DeviceMemory::Register): `make` runs on the first call only, and what it returns is kept
+  // until the mapping is destroyed, then released before the munmap. Any thread.
+  void HoldUntilUnmapped(const std::function<std::shared_ptr<void>()>& make);
 
  private:
   ShmMapping(std::string name, void* base, uint64_t size, dev_t dev, ino_t ino)
@@ -112,6 +116,8 @@ class ShmMapping {
   uint64_t size_;             // of the data area
   dev_t dev_;
   ino_t ino_;
+  std::once_flag hold_once_;
+  std::shared_ptr<void> hold_;  // released before the munmap
 };
 
 // One mapping per segment name, made on first use and reused: attaching costs syscalls and page

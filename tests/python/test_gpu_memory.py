@@ -7,8 +7,9 @@ on machines without a GPU:
   crash;
 * with tests/tools/sim_cudart.c standing in for libcudart: "device memory" the CPU cannot touch
   (a fault would kill the process), so every byte must go through the runtime's copies. This
-  checks Granary's staging (groups, a large object's own buffer, host and GPU parts in one call,
-  a failed copy to the GPU failing its key alone), not a GPU: bench/gpu/ runs on one.
+  checks which bytes Granary moved through CUDA and from where (straight between a registered
+  segment and the GPU on this host, through host memory over TCP), host and GPU parts in one
+  call, a failed copy to the GPU failing its key alone; not a GPU: bench/gpu/ runs on one.
 
 Each case runs in its own interpreter: the CUDA runtime is looked for once per process."""
 
@@ -97,6 +98,8 @@ SIM_PRELUDE = """
     sim = ctypes.CDLL(sys.argv[2])
     sim.sim_bytes_to_device.restype = ctypes.c_uint64
     sim.sim_bytes_to_host.restype = ctypes.c_uint64
+    sim.sim_bytes_to_device_from_registered.restype = ctypes.c_uint64
+    sim.sim_bytes_to_host_into_registered.restype = ctypes.c_uint64
     status = _granary.cuda_status()
     assert status["available"] and status["devices"] == 1, status
     assert status["library"] == sys.argv[2], status
@@ -120,8 +123,7 @@ SIM_PRELUDE = """
 """
 
 SIM_CASE = """
-    # Objects of 4 KiB to 1.5 MiB against 256 KiB staging buffers: several groups, and
-    # objects larger than a buffer (their own pinned buffer).
+    # Objects of 4 KiB to 1.5 MiB, one batch
     sizes = [4096, 100000, 300000, 1500000, 65536, 262144]
     total = sum(sizes)
     src, dst = device(total), device(total + 4096)
@@ -130,51 +132,69 @@ SIM_CASE = """
     blobs = [pattern(n, i) for i, n in enumerate(sizes)]
     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
     upload(src, b"".join(blobs))
-    keys = [f"gpu/{i}" for i in range(len(sizes))]
+    tag = "shm" if os.environ.get("TEST_USE_SHM", "1") == "1" else "tcp"
+    keys = [f"gpu/{tag}/{i}" for i in range(len(sizes))]
     uploaded = sim.sim_bytes_to_device()  # the test's own upload
     assert st.batch_put_from(keys, [src + o for o in offsets], sizes) == [0] * len(sizes)
-    assert sim.sim_bytes_to_host() == total  # every byte left the GPU through the runtime
+    assert sim.sim_bytes_to_host() == total, (sim.sim_bytes_to_host(), total)  # all via the runtime
+    shm = os.environ.get("TEST_USE_SHM", "1") == "1"
+    # over shared memory, straight into the registered segment; over TCP, through host memory
+    assert sim.sim_bytes_to_host_into_registered() == (total if shm else 0)
     for k, b in zip(keys, blobs):
         assert st.get(k) == b, k              # and the store holds exactly those bytes
     # Read back into other GPU memory, with a miss in the middle
-    got = st.batch_get_into(keys[:3] + ["gpu/none"] + keys[3:],
+    got = st.batch_get_into(keys[:3] + [f"gpu/{tag}/none"] + keys[3:],
                             [dst + o for o in offsets[:3]] + [dst] + [dst + o for o in offsets[3:]],
                             sizes[:3] + [4096] + sizes[3:])
     assert got == sizes[:3] + [-704] + sizes[3:], got
     assert sim.sim_bytes_to_device() - uploaded == total
+    # over shared memory, the GPU copied them straight out of the registered segment
+    assert sim.sim_bytes_to_device_from_registered() == (total if shm else 0)
+    assert sim.sim_registered_live() == (1 if shm else 0)
     assert download(dst, total) == b"".join(blobs)
     # single-object forms
-    assert st.put_from("gpu/one", src + offsets[2], sizes[2]) == 0
-    assert st.get_into("gpu/one", dst + 4096, sizes[2]) == sizes[2]
+    assert st.put_from(f"gpu/{tag}/one", src + offsets[2], sizes[2]) == 0
+    assert st.get_into(f"gpu/{tag}/one", dst + 4096, sizes[2]) == sizes[2]
     assert download(dst + 4096, sizes[2]) == blobs[2]
     # a buffer too small for the object: its error, and the GPU memory past it untouched
     upload(dst, b"\\xee" * 8192)
-    assert st.get_into("gpu/one", dst, 4096) < 0
+    assert st.get_into(f"gpu/{tag}/one", dst, 4096) < 0
     assert download(dst, 8192) == b"\\xee" * 8192
     # host and GPU parts in one object, both directions
     host = np.frombuffer(bytearray(pattern(70000, 9)), dtype=np.uint8)
     assert st.register_buffer(host.ctypes.data, host.nbytes) == 0
     parts = [[src, host.ctypes.data, src + 5000], [host.ctypes.data + 100]]
     lens = [[5000, 70000, 20000], [500]]
-    assert st.batch_put_from_multi_buffers(["gpu/m0", "gpu/m1"], parts, lens) == [0, 0]
-    whole = blobs[0] + blobs[1][:5000 - 4096]
+    assert st.batch_put_from_multi_buffers([f"gpu/{tag}/m0", f"gpu/{tag}/m1"], parts,
+                                           lens) == [0, 0]
     expect0 = (b"".join(blobs))[:5000] + host.tobytes() + (b"".join(blobs))[5000:25000]
-    assert st.get("gpu/m0") == expect0
-    assert st.get("gpu/m1") == host.tobytes()[100:600]
+    assert st.get(f"gpu/{tag}/m0") == expect0
+    assert st.get(f"gpu/{tag}/m1") == host.tobytes()[100:600]
     back = np.zeros(70000, dtype=np.uint8)
     assert st.register_buffer(back.ctypes.data, back.nbytes) == 0
-    assert st.batch_get_into_multi_buffers(["gpu/m0"], [[dst, back.ctypes.data, dst + 5000]],
-                                           [lens[0]], True) == [95000]
+    assert st.batch_get_into_multi_buffers(
+        [f"gpu/{tag}/m0"], [[dst, back.ctypes.data, dst + 5000]], [lens[0]], True) == [95000]
     assert download(dst, 5000) + back.tobytes() + download(dst + 5000, 20000) == expect0
     # a copy onto the GPU that fails fails its key only, and says so
+    # (the two objects are read in parallel: either may be the one whose copy fails)
     sim.sim_fail_copies_to_device(1)
     got = st.batch_get_into(keys[:2], [dst, dst + 8192], sizes[:2])
-    assert got[0] < 0 and got[1] == sizes[1], got
+    assert sorted(g == n for g, n in zip(got, sizes[:2])) == [False, True], got
+    assert min(got) < 0, got
+    good = 0 if got[0] == sizes[0] else 1
+    assert download(dst + 8192 * good, sizes[good]) == blobs[good]
     # calls that take host memory only refuse GPU ranges with a code, never touch them
-    r = st.get_into_ranges([dst], [["gpu/0"]], [[0]], [[0]], [[16]])
+    r = st.get_into_ranges([dst], [[keys[0]]], [[0]], [[0]], [[16]])
     assert r == [[[-600]]], r
-    # the staging buffers are two, made once; an oversized object's own buffer is freed
-    assert sim.sim_pinned_live() == 2, sim.sim_pinned_live()
+    # no pinned staging buffer anywhere: segments are registered, other paths use host memory
+    assert sim.sim_pinned_live() == 0, sim.sim_pinned_live()
+    # a closed client's segment mappings are unregistered, each before it is unmapped
+    import gc
+    assert st.close() == 0
+    del st
+    gc.collect()
+    assert sim.sim_registered_live() == 0, sim.sim_registered_live()
+    assert sim.sim_unregistered_unmapped() == 0
     print("DONE")
 """
 
@@ -182,14 +202,12 @@ SIM_CASE = """
 def test_gpu_ranges_move_only_through_the_cuda_runtime(standalone):
     # through this host's shared memory
     assert os.path.exists(SIM), SIM
-    out = run(SIM_PRELUDE + SIM_CASE, standalone.master, SIM,
-              {"GRANARY_GPU_STAGING_BYTES": str(256 << 10)})
+    out = run(SIM_PRELUDE + SIM_CASE, standalone.master, SIM)
     assert "DONE" in out
 
 
 def test_gpu_ranges_over_tcp_too(standalone):
     # The same through a client that may not use this host's shared memory: the staged bytes
     # then cross TCP (the node's data port), with the same promises.
-    out = run(SIM_PRELUDE + SIM_CASE, standalone.master, SIM,
-              {"GRANARY_GPU_STAGING_BYTES": str(1 << 20), "TEST_USE_SHM": "0"})
+    out = run(SIM_PRELUDE + SIM_CASE, standalone.master, SIM, {"TEST_USE_SHM": "0"})
     assert "DONE" in out

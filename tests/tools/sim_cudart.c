@@ -9,6 +9,10 @@
  * real thing runs on a GPU machine (bench/gpu/).
  *
  * Extras for tests (not CUDA): sim_bytes_to_device/sim_bytes_to_host count copied bytes,
+ * sim_bytes_to_device_from_registered those read out of cudaHostRegister'ed memory,
+ * sim_bytes_to_host_into_registered those written into it,
+ * sim_registered_live the registrations not undone, sim_unregistered_unmapped the unregisters
+ * of memory already unmapped (a bug a driver would punish),
  * sim_pinned_live counts cudaMallocHost blocks not freed, sim_fail_copies_to_device(n) makes the
  * next n copies to the device fail with cudaErrorInvalidValue (1).
  * Loaded through GRANARY_CUDART=<path to this library>. Thread safety: one mutex.
@@ -35,7 +39,11 @@ struct Allocation {
 #define kMaxAllocations 256
 static struct Allocation allocations[kMaxAllocations];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t to_device, to_host;
+static uint64_t to_device, to_host, to_device_from_registered, to_host_into_registered;
+/* Host ranges registered with cudaHostRegister; an unregister of memory no longer mapped is
+ * the bug a real driver would punish: counted. */
+static struct { uintptr_t p; size_t len; } registered[kMaxAllocations];
+static long registered_live, unregistered_unmapped;
 static long pinned_live;
 static int fail_to_device;
 
@@ -158,6 +166,26 @@ int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
     memcpy(d, s, n);
     if (dst_device) to_device += n;
     if (src_device) to_host += n;
+    if (src_device && !dst_device) {
+      for (int i = 0; i < kMaxAllocations; ++i) {
+        uintptr_t a = (uintptr_t)dst;
+        if (registered[i].len != 0 && a >= registered[i].p &&
+            a - registered[i].p <= registered[i].len && n <= registered[i].len - (a - registered[i].p)) {
+          to_host_into_registered += n;
+          break;
+        }
+      }
+    }
+    if (dst_device && !src_device) {
+      for (int i = 0; i < kMaxAllocations; ++i) {
+        uintptr_t a = (uintptr_t)src;
+        if (registered[i].len != 0 && a >= registered[i].p &&
+            a - registered[i].p <= registered[i].len && n <= registered[i].len - (a - registered[i].p)) {
+          to_device_from_registered += n;
+          break;
+        }
+      }
+    }
   }
   pthread_mutex_unlock(&mu);
   return ok ? kSuccess : kInvalidValue;
@@ -221,6 +249,47 @@ int cudaFreeHost(void* p) {
   return kInvalidValue;
 }
 
+int cudaHostRegister(void* p, size_t n, unsigned flags) {
+  (void)flags;
+  if (p == NULL || n == 0) return kInvalidValue;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < kMaxAllocations; ++i) {
+    if (registered[i].len == 0) {
+      registered[i].p = (uintptr_t)p;
+      registered[i].len = n;
+      ++registered_live;
+      pthread_mutex_unlock(&mu);
+      return kSuccess;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return kMemoryAllocation;
+}
+
+int cudaHostUnregister(void* p) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < kMaxAllocations; ++i) {
+    if (registered[i].len != 0 && registered[i].p == (uintptr_t)p) {
+      size_t page = (size_t)sysconf(_SC_PAGESIZE);
+      unsigned char vec[1];
+      /* mincore fails with ENOMEM on an address that is not mapped any more */
+      if (mincore((void*)(registered[i].p & ~(uintptr_t)(page - 1)), 1, vec) != 0) {
+        ++unregistered_unmapped;
+      }
+      registered[i].len = 0;
+      --registered_live;
+      pthread_mutex_unlock(&mu);
+      return kSuccess;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return kInvalidValue;
+}
+
+uint64_t sim_bytes_to_device_from_registered(void) { return to_device_from_registered; }
+uint64_t sim_bytes_to_host_into_registered(void) { return to_host_into_registered; }
+long sim_registered_live(void) { return registered_live; }
+long sim_unregistered_unmapped(void) { return unregistered_unmapped; }
 uint64_t sim_bytes_to_device(void) { return to_device; }
 uint64_t sim_bytes_to_host(void) { return to_host; }
 long sim_pinned_live(void) { return pinned_live; }
