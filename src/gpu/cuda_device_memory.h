@@ -2,13 +2,15 @@
 // CUDA runtime found at run time.
 //
 // Promise: the client's CPU never loads or stores a range Holds accepts; bytes reach it or leave
-// it only through cudaMemcpyAsync on a stream of the calling thread's, and Wait returns once
-// they are there. Register pins a mapped segment (cudaHostRegister) so the GPU's copy engine reads it
-// directly; the returned handle unregisters it when the client drops it, which the client does
-// before unmapping. A segment that cannot be pinned still works (the driver stages the copy).
-// Which ranges are GPU memory is the caller's to say (`holds`: the Python binding's registry).
+// it only through cudaMemcpyAsync, on a stream of the calling thread's for the GPU that owns the
+// range (the thread switches to that GPU first), and Wait returns once every copy the thread
+// started since its last Wait is done. Register pins a mapped segment (cudaHostRegister) so the
+// GPUs' copy engines read and write it directly; the returned handle unregisters it when the
+// client drops it, which the client does before unmapping. A segment that cannot be pinned
+// still works (the driver stages the copy). Which ranges are GPU memory, and of which GPU, is the
+// caller's to say (`device_of`: the Python binding's registry).
 // Ownership: borrows the runtime. Thread safety: any thread; each thread copies on its own
-// stream (made on its first copy, kept for the thread's life).
+// streams (one per GPU, made on the thread's first copy to it, kept for the thread's life).
 #pragma once
 
 #include <functional>
@@ -20,20 +22,22 @@ namespace granary::gpu {
 
 class CudaDeviceMemory final : public DeviceMemory {
  public:
-  using HoldsFn = std::function<bool(const std::byte*, uint64_t)>;
-  CudaDeviceMemory(const CudaRuntime& cuda, HoldsFn holds);
+  // The GPU whose memory holds all of [p, p + n), or -1 when that is not one GPU's memory.
+  using DeviceOfFn = std::function<int(const std::byte*, uint64_t)>;
+  CudaDeviceMemory(const CudaRuntime& cuda, DeviceOfFn device_of);
 
-  bool Holds(const std::byte* p, uint64_t n) const override { return holds_(p, n); }
+  bool Holds(const std::byte* p, uint64_t n) const override { return device_of_(p, n) >= 0; }
   Status CopyIn(std::byte* dst, const std::byte* src, uint64_t n) override;
   Status CopyOut(std::byte* dst, const std::byte* src, uint64_t n) override;
   Status Wait() override;
   std::shared_ptr<void> Register(std::byte* base, uint64_t size) override;
 
  private:
-  Result<CudaRuntime::Stream> ThreadStream();
+  // The calling thread's stream for `device`, made current on this thread.
+  Result<CudaRuntime::Stream> StreamFor(int device);
 
   const CudaRuntime& cuda_;
-  HoldsFn holds_;
+  DeviceOfFn device_of_;
 };
 
 }  // namespace granary::gpu

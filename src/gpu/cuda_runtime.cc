@@ -108,6 +108,7 @@ bool CudaRuntime::Load(const std::string& path, std::string* error) {
     }
   };
   bind(get_device_count_, "cudaGetDeviceCount");
+  bind(set_device_, "cudaSetDevice");
   bind(runtime_get_version_, "cudaRuntimeGetVersion");
   bind(get_error_string_, "cudaGetErrorString");
   bind(get_last_error_, "cudaGetLastError");
@@ -163,6 +164,11 @@ Status CudaRuntime::CopyToHost(void* host, const void* device, size_t bytes) con
   return Check(memcpy_(host, device, bytes, kMemcpyDeviceToHost), "cudaMemcpy from the GPU");
 }
 
+Status CudaRuntime::SetDevice(int device) const {
+  GRANARY_NEED_CUDA();
+  return Check(set_device_(device), "cudaSetDevice");
+}
+
 Result<CudaRuntime::Stream> CudaRuntime::CreateStream() const {
   GRANARY_NEED_CUDA();
   Stream stream = nullptr;
@@ -195,7 +201,7 @@ Status CudaRuntime::Synchronize(Stream stream) const {
 
 Status CudaRuntime::RegisterHost(void* address, size_t bytes) const {
   GRANARY_NEED_CUDA();
-  return Check(host_register_(address, bytes, 0 /* cudaHostRegisterDefault */),
+  return Check(host_register_(address, bytes, 1 /* cudaHostRegisterPortable */),
                "cudaHostRegister");
 }
 

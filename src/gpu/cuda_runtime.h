@@ -43,6 +43,10 @@ class CudaRuntime {
   Status CopyToDevice(void* device, const void* host, size_t bytes) const;
   Status CopyToHost(void* host, const void* device, size_t bytes) const;
 
+  // Makes `device` the calling thread's current GPU (cudaSetDevice): streams it creates and
+  // copies it starts then belong to that GPU.
+  Status SetDevice(int device) const;
+
   // Asynchronous copies on a stream the caller created; Synchronize waits for them.
   using Stream = void*;
   Result<Stream> CreateStream() const;
@@ -74,6 +78,7 @@ class CudaRuntime {
 
   // cudaError_t is an int; enums are ints; cudaStream_t is a pointer.
   int (*get_device_count_)(int*) = nullptr;
+  int (*set_device_)(int) = nullptr;
   int (*runtime_get_version_)(int*) = nullptr;
   const char* (*get_error_string_)(int) = nullptr;
   int (*get_last_error_)() = nullptr;

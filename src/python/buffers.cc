@@ -56,10 +56,12 @@ Status MemoryRegistry::Register(uintptr_t address, uint64_t size) {
   }
   const auto& cuda = gpu::CudaRuntime::Instance();
   bool device = false;
+  int gpu = -1;
   if (cuda.available()) {
     auto first = cuda.Classify(reinterpret_cast<const void*>(address));
     auto last = cuda.Classify(reinterpret_cast<const void*>(address + size - 1));
     device = first.ok() && first->memory == gpu::CudaRuntime::Memory::kDevice;
+    gpu = device ? first->device : -1;
     if (device && !(last.ok() && last->memory == gpu::CudaRuntime::Memory::kDevice &&
                     last->device == first->device)) {
       return Status(ErrorCode::INVALID_PARAMS,
@@ -78,6 +80,7 @@ Status MemoryRegistry::Register(uintptr_t address, uint64_t size) {
   Entry& e = ranges_[address];
   e.size = std::max(e.size, size);
   e.device = device;
+  e.gpu = gpu;
   return Status::Ok();
 }
 
@@ -103,7 +106,8 @@ Result<MemoryRegistry::Range> MemoryRegistry::ResolveRange(uintptr_t address, ui
     --it;
     const uint64_t len = it->second.size;
     if (address - it->first <= len && size <= len - (address - it->first)) {
-      return Range{reinterpret_cast<std::byte*>(address), size, it->second.device};
+      return Range{reinterpret_cast<std::byte*>(address), size, it->second.device,
+                   it->second.gpu};
     }
   }
   return refuse();

@@ -688,7 +688,7 @@ class PyClient {
     std::call_once(device_once_, [&] {
       device_ = std::make_unique<gpu::CudaDeviceMemory>(
           gpu::CudaRuntime::Instance(),
-          [this](const std::byte* p, uint64_t n) { return registry_.IsDevice(p, n); });
+          [this](const std::byte* p, uint64_t n) { return registry_.DeviceOf(p, n); });
     });
     return device_.get();
   }

@@ -75,6 +75,14 @@ int cudaGetDeviceCount(int* count) {
   return kSuccess;
 }
 
+static __thread int current_device;
+
+int cudaSetDevice(int device) {
+  if (device != 0) return 101; /* cudaErrorInvalidDevice: the simulation has one GPU */
+  current_device = device;
+  return kSuccess;
+}
+
 int cudaRuntimeGetVersion(int* version) {
   *version = 13000;
   return kSuccess;
