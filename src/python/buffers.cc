@@ -54,27 +54,31 @@ Status MemoryRegistry::Register(uintptr_t address, uint64_t size) {
     return Status(ErrorCode::INVALID_PARAMS, "cannot register " + std::to_string(size) +
                                                  " bytes at address " + std::to_string(address));
   }
-  const auto& cuda = gpu::CudaRuntime::Instance();
   bool device = false;
   int gpu = -1;
-  if (cuda.available()) {
+  // Memory this process can read is host memory, and CUDA is not even looked for: a process
+  // that only registers host memory never initialises CUDA (which would break CUDA in children
+  // it forks). GPU memory is never readable from the CPU (PROT_NONE in the host's view).
+  if (!HostReadable(address, size)) {
+    const auto& cuda = gpu::CudaRuntime::Instance();
+    auto refuse = [&](const std::string& why) {
+      return Status(ErrorCode::INVALID_PARAMS,
+                    std::to_string(size) + " bytes at address " + std::to_string(address) + why);
+    };
+    if (!cuda.available()) {
+      return refuse(" are not memory of this process; if they are GPU memory: " + cuda.why_not());
+    }
     auto first = cuda.Classify(reinterpret_cast<const void*>(address));
     auto last = cuda.Classify(reinterpret_cast<const void*>(address + size - 1));
-    device = first.ok() && first->memory == gpu::CudaRuntime::Memory::kDevice;
-    gpu = device ? first->device : -1;
-    if (device && !(last.ok() && last->memory == gpu::CudaRuntime::Memory::kDevice &&
-                    last->device == first->device)) {
-      return Status(ErrorCode::INVALID_PARAMS,
-                    std::to_string(size) + " bytes at address " + std::to_string(address) +
-                        " start in GPU memory but do not end in the same GPU's memory");
+    if (!first.ok() || first->memory != gpu::CudaRuntime::Memory::kDevice) {
+      return refuse(" are neither memory of this process nor GPU memory");
     }
-  }
-  if (!device && !HostReadable(address, size)) {
-    return Status(ErrorCode::INVALID_PARAMS,
-                  std::to_string(size) + " bytes at address " + std::to_string(address) +
-                      " are not memory of this process" +
-                      (cuda.available() ? std::string(" (nor GPU memory)")
-                                        : "; if they are GPU memory: " + cuda.why_not()));
+    if (!last.ok() || last->memory != gpu::CudaRuntime::Memory::kDevice ||
+        last->device != first->device) {
+      return refuse(" start in GPU memory but do not end in the same GPU's memory");
+    }
+    device = true;
+    gpu = first->device;
   }
   std::lock_guard lock(mu_);
   Entry& e = ranges_[address];

@@ -7,10 +7,11 @@
 // OwnedBuffer: memory the store allocated for a get_buffer result; exposes the buffer protocol.
 // MemoryRegistry: the address ranges a caller declared (register_buffer, the memory pool); a
 //   raw-address call is refused unless its whole range lies inside one of them, so a bad address
-//   is an error, not a crash. A range is host memory only if this process can read all of it
-//   (/proc/self/maps), or GPU memory if the CUDA runtime (gpu/cuda_runtime.h) says so; anything
-//   else is refused at registration, saying why CUDA is not there when it is not. Only the
-//   calls that take GPU memory (ResolveRange) see GPU ranges; Resolve refuses them.
+//   is an error, not a crash. A range is host memory if this process can read all of it
+//   (/proc/self/maps; CUDA is then not looked for), else GPU memory if the CUDA runtime
+//   (gpu/cuda_runtime.h) says it is one GPU's; anything else is refused at registration, saying
+//   why CUDA is not there when it is not. Only the calls that take GPU memory (ResolveRange) see
+//   GPU ranges; Resolve refuses them.
 //   Thread safety: any thread (internal mutex).
 // MemPool: a private anonymous mapping carved into 64-byte-aligned blocks (first fit with
 //   coalescing). Pages are committed on first touch, so a large pool costs nothing until used.

@@ -84,6 +84,28 @@ def test_without_cuda_memory_the_process_cannot_read_is_refused_with_the_reason(
     assert "DONE" in out and "no CUDA runtime found" in out and "GRANARY_CUDART" in out
 
 
+def test_host_memory_alone_never_brings_cuda_in(standalone):
+    # A process that registers only host memory must not initialise CUDA (it would break CUDA in
+    # the children it forks): the runtime is looked for only for memory the CPU cannot read.
+    out = run("""
+    host = np.zeros(1 << 16, dtype=np.uint8)
+    assert st.register_buffer(host.ctypes.data, host.nbytes) == 0
+    assert st.put_from("g/host-only", host.ctypes.data, 100) == 0
+    assert st.get_into("g/host-only", host.ctypes.data + 1000, 100) == 100
+    maps = open("/proc/self/maps").read()
+    assert "sim_cudart" not in maps, "a host-only process loaded the CUDA runtime"
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    unreadable = libc.mmap(None, 1 << 16, 0, 0x22, -1, 0)
+    assert st.register_buffer(unreadable, 1 << 16) == -600  # now CUDA is asked: not its memory
+    assert "sim_cudart" in open("/proc/self/maps").read()
+    print("DONE")
+    """, standalone.master, SIM)
+    assert "DONE" in out and "are neither memory of this process nor GPU memory" in out
+
+
 def test_a_cuda_runtime_without_a_gpu_is_named_with_its_error(standalone):
     # This image ships CUDA's runtime and no driver: whichever libcudart the loader finds (or
     # none) must be reported, never used.
