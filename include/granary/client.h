@@ -226,6 +226,8 @@ class DeviceMemory {
   // Registers host memory with the device for fast copies out of it, for as long as the
   // returned handle lives (the client keeps it while the memory stays mapped and drops it before
   // unmapping); nullptr when it cannot: copies still work, through the device's own staging.
+  // The handle lives as long as the client's mapping, which may be longer than this object:
+  // what it releases must not depend on this object still being there.
   virtual std::shared_ptr<void> Register(std::byte* base, uint64_t size) = 0;
 };
 

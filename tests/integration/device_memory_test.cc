@@ -66,30 +66,41 @@ class CopyEngineMemory final : public DeviceMemory {
     ++waits_;
     return Status::Ok();
   }
+  // The handle outlives this object when the client does (it lives as long as the client's
+  // mapping): it refers to the shared bookkeeping, never to `this`.
   std::shared_ptr<void> Register(std::byte* base, uint64_t size) override {
-    std::lock_guard lock(mu_);
-    registered_.push_back({base, size});
-    ++live_;
-    return std::shared_ptr<void>(base, [this, size](void* p) {
-      std::lock_guard lock(mu_);
+    auto book = book_;
+    std::lock_guard lock(book->mu);
+    book->registered.push_back({base, size});
+    ++book->live;
+    return std::shared_ptr<void>(base, [book, size](void* p) {
+      std::lock_guard lock(book->mu);
       unsigned char page = 0;
-      if (mincore(p, 1, &page) != 0) ++unregistered_unmapped_;  // must still be mapped
-      for (auto it = registered_.begin(); it != registered_.end(); ++it) {
+      if (mincore(p, 1, &page) != 0) ++book->unregistered_unmapped;  // must still be mapped
+      for (auto it = book->registered.begin(); it != book->registered.end(); ++it) {
         if (it->first == p && it->second == size) {
-          registered_.erase(it);
+          book->registered.erase(it);
           break;
         }
       }
-      --live_;
+      --book->live;
     });
   }
 
   bool InRegistered(const std::byte* p, uint64_t n) {
-    std::lock_guard lock(mu_);
-    for (const auto& [base, size] : registered_) {
+    std::lock_guard lock(book_->mu);
+    for (const auto& [base, size] : book_->registered) {
       if (p >= base && p + n <= base + size) return true;
     }
     return false;
+  }
+  int live() const {
+    std::lock_guard lock(book_->mu);
+    return book_->live;
+  }
+  int unregistered_unmapped() const {
+    std::lock_guard lock(book_->mu);
+    return book_->unregistered_unmapped;
   }
   // The next n copies fail.
   void FailCopies(int n) { failing_ = n; }
@@ -103,10 +114,13 @@ class CopyEngineMemory final : public DeviceMemory {
   std::atomic<uint64_t> copied_{0}, copied_from_registered_{0}, waits_{0};
   std::atomic<uint64_t> copied_out_{0}, copied_into_registered_{0};
   std::atomic<int> failing_{0};
-  std::mutex mu_;
-  std::vector<std::pair<std::byte*, uint64_t>> registered_;
-  int live_ = 0;
-  int unregistered_unmapped_ = 0;
+  struct Registrations {
+    mutable std::mutex mu;
+    std::vector<std::pair<std::byte*, uint64_t>> registered;
+    int live = 0;
+    int unregistered_unmapped = 0;
+  };
+  std::shared_ptr<Registrations> book_ = std::make_shared<Registrations>();
 
  private:
   size_t size_;
@@ -160,16 +174,10 @@ TEST_F(DeviceMemoryTest, SameHostGetsAreCopiedStraightOutOfTheRegisteredSegment)
   EXPECT_EQ(mem.copied_from_registered_.load(), total_) << "a copy did not read the segment";
   EXPECT_EQ(client->Stats().shm_bytes_read_by_device, total_);
   EXPECT_EQ(client->Stats().tcp_bytes_read, 0u);
-  {
-    std::lock_guard lock(mem.mu_);
-    EXPECT_EQ(mem.live_, 1) << "one mapping, registered once";
-  }
+  EXPECT_EQ(mem.live(), 1) << "one mapping, registered once";
   // Again: no second registration.
   GetAllIntoDevice(*client, mem, 4 * MiB);
-  {
-    std::lock_guard lock(mem.mu_);
-    EXPECT_EQ(mem.live_, 1);
-  }
+  EXPECT_EQ(mem.live(), 1);
   // Host and device parts of one object, and a miss beside it.
   Bytes host(sizes_[3] - 1000);
   std::vector<std::vector<MutableByteSpan>> mixed = {
@@ -184,9 +192,8 @@ TEST_F(DeviceMemoryTest, SameHostGetsAreCopiedStraightOutOfTheRegisteredSegment)
 
   // The mapping's registration ends with the client, while the memory is still mapped.
   client.reset();
-  std::lock_guard lock(mem.mu_);
-  EXPECT_EQ(mem.live_, 0);
-  EXPECT_EQ(mem.unregistered_unmapped_, 0);
+  EXPECT_EQ(mem.live(), 0);
+  EXPECT_EQ(mem.unregistered_unmapped(), 0);
 }
 
 TEST_F(DeviceMemoryTest, SameHostPutsAreCopiedStraightIntoTheRegisteredSegment) {
