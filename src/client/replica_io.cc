@@ -69,6 +69,10 @@ ReplicaIo::LocalView ReplicaIo::MapLocal(const proto::Replica& replica) {
   return {};
 }
 
+void ReplicaIo::RegisterMapping(transfer::ShmMapping& mapping, DeviceMemory& device) {
+  mapping.HoldUntilUnmapped([&] { return device.Register(mapping.data(), mapping.size()); });
+}
+
 bool ReplicaIo::IsLocal(const proto::Replica& replica) { return MapLocal(replica).bytes != nullptr; }
 
 Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpan>& parts,
@@ -83,9 +87,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
     std::byte* base = view.bytes;
     uint64_t offset = 0;
     if (device != nullptr) {
-      std::byte* start = view.mapping->data();
-      const uint64_t size = view.mapping->size();
-      view.mapping->HoldUntilUnmapped([&] { return device->Register(start, size); });
+      RegisterMapping(*view.mapping, *device);
       // The device writes its parts into the segment first; the CPU cannot read them where
       // they are, so they are hashed from the segment below, in order with the host parts.
       Status copied;
@@ -164,9 +166,7 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
     bool device_copies = false;
     Status copied;
     if (device != nullptr) {
-      std::byte* start = view.mapping->data();
-      const uint64_t size = view.mapping->size();
-      view.mapping->HoldUntilUnmapped([&] { return device->Register(start, size); });
+      RegisterMapping(*view.mapping, *device);
       // The device starts reading its parts out of the segment; the CPU hashes them meanwhile.
       for (const auto& part : dst) {
         if (on_device(part)) {

@@ -93,6 +93,8 @@ class ReplicaIo {
   // The replica's bytes in this process's address space, or an empty view to use TCP. A view is
   // returned only when the segment's header token equals the replica's.
   LocalView MapLocal(const proto::Replica& replica);
+  // Registers the whole mapping with the device, once per mapping, until it is unmapped.
+  static void RegisterMapping(transfer::ShmMapping& mapping, DeviceMemory& device);
   // The node's staging region mapped here, or null (none, not this host's, asked too recently).
   std::shared_ptr<transfer::StagingView> StagingFor(const std::string& endpoint);
   void DropStaging(const std::string& endpoint, const transfer::StagingView* view);

@@ -54,7 +54,6 @@ Status MemoryRegistry::Register(uintptr_t address, uint64_t size) {
     return Status(ErrorCode::INVALID_PARAMS, "cannot register " + std::to_string(size) +
                                                  " bytes at address " + std::to_string(address));
   }
-  bool device = false;
   int gpu = -1;
   // Memory this process can read is host memory, and CUDA is not even looked for: a process
   // that only registers host memory never initialises CUDA (which would break CUDA in children
@@ -77,13 +76,11 @@ Status MemoryRegistry::Register(uintptr_t address, uint64_t size) {
         last->device != first->device) {
       return refuse(" start in GPU memory but do not end in the same GPU's memory");
     }
-    device = true;
     gpu = first->device;
   }
   std::lock_guard lock(mu_);
   Entry& e = ranges_[address];
   e.size = std::max(e.size, size);
-  e.device = device;
   e.gpu = gpu;
   return Status::Ok();
 }
@@ -110,8 +107,7 @@ Result<MemoryRegistry::Range> MemoryRegistry::ResolveRange(uintptr_t address, ui
     --it;
     const uint64_t len = it->second.size;
     if (address - it->first <= len && size <= len - (address - it->first)) {
-      return Range{reinterpret_cast<std::byte*>(address), size, it->second.device,
-                   it->second.gpu};
+      return Range{reinterpret_cast<std::byte*>(address), size, it->second.gpu};
     }
   }
   return refuse();
@@ -120,7 +116,7 @@ Result<MemoryRegistry::Range> MemoryRegistry::ResolveRange(uintptr_t address, ui
 Result<std::span<std::byte>> MemoryRegistry::Resolve(uintptr_t address, uint64_t size) const {
   auto range = ResolveRange(address, size);
   if (!range.ok()) return range.status();
-  if (range->device) {
+  if (range->device()) {
     return Status(ErrorCode::INVALID_PARAMS,
                   std::to_string(size) + " bytes at address " + std::to_string(address) +
                       " are GPU memory, which this call does not take");

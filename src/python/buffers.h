@@ -75,21 +75,20 @@ class MemoryRegistry {
   struct Range {
     std::byte* address = nullptr;
     uint64_t size = 0;
-    bool device = false;
-    int gpu = -1;  // which GPU, for device ranges
+    int gpu = -1;  // which GPU holds it; -1: host memory
+    bool device() const { return gpu >= 0; }
   };
   Result<Range> ResolveRange(uintptr_t address, uint64_t size) const;
   // The GPU whose registered range holds [p, p + size), or -1.
   int DeviceOf(const std::byte* p, uint64_t size) const {
     auto r = ResolveRange(reinterpret_cast<uintptr_t>(p), size);
-    return r.ok() && r->device ? r->gpu : -1;
+    return r.ok() ? r->gpu : -1;
   }
 
  private:
   struct Entry {
     uint64_t size = 0;
-    bool device = false;
-    int gpu = -1;
+    int gpu = -1;  // -1: host memory
   };
   mutable std::mutex mu_;
   std::map<uintptr_t, Entry> ranges_;  // start -> size, kind

@@ -122,7 +122,7 @@ class PyClient {
   void PutAddr(const std::string& key, uintptr_t address, uint64_t size,
                const ReplicateConfig& config, bool upsert) {
     Client& client = c();
-    if (Unwrap(registry_.ResolveRange(address, size)).device) {
+    if (Unwrap(registry_.ResolveRange(address, size)).device()) {
       py::list results = BatchPutAddrParts({key}, {{address}}, {{size}}, config, upsert);
       if (int64_t code = results[0].cast<int64_t>(); code != 0) Raise(Coded(code, key));
       return;
@@ -177,13 +177,7 @@ class PyClient {
                              const std::vector<std::vector<uint64_t>>& sizes,
                              const ReplicateConfig& config, bool upsert) {
     Client& client = c();
-    std::vector<std::vector<MemoryRegistry::Range>> parts(keys.size());
-    bool gpu_memory = false;
-    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto range) {
-      parts[i].push_back(range);
-      gpu_memory |= range.device;
-    });
-    DeviceMemory* device = gpu_memory ? Device() : nullptr;
+    auto [parts, input, device] = ResolveParts(keys, addresses, sizes);
     std::vector<Status> out;
     {
       py::gil_scoped_release release;
@@ -236,7 +230,7 @@ class PyClient {
   }
   uint64_t GetIntoAddr(const std::string& key, uintptr_t address, uint64_t size) {
     Client& client = c();
-    if (Unwrap(registry_.ResolveRange(address, size)).device) {
+    if (Unwrap(registry_.ResolveRange(address, size)).device()) {
       int64_t got = BatchGetIntoAddrParts({key}, {{address}}, {{size}})[0].cast<int64_t>();
       if (got < 0) Raise(Coded(got, key));
       return static_cast<uint64_t>(got);
@@ -258,13 +252,7 @@ class PyClient {
                                  const std::vector<std::vector<uintptr_t>>& addresses,
                                  const std::vector<std::vector<uint64_t>>& sizes) {
     Client& client = c();
-    std::vector<std::vector<MemoryRegistry::Range>> parts(keys.size());
-    bool gpu_memory = false;
-    std::vector<Status> input = ResolveParts(keys, addresses, sizes, [&](size_t i, auto range) {
-      parts[i].push_back(range);
-      gpu_memory |= range.device;
-    });
-    DeviceMemory* device = gpu_memory ? Device() : nullptr;
+    auto [parts, input, device] = ResolveParts(keys, addresses, sizes);
     std::vector<Result<uint64_t>> out;
     {
       py::gil_scoped_release release;
@@ -529,29 +517,36 @@ class PyClient {
     }
     return out;
   }
-  template <typename Add>
-  std::vector<Status> ResolveParts(const Keys& keys,
-                                   const std::vector<std::vector<uintptr_t>>& addresses,
-                                   const std::vector<std::vector<uint64_t>>& sizes, Add&& add) {
+  // Each key's (address, size) list as registered ranges; a key whose list does not resolve
+  // keeps its error in `input`. `device` is set when any range is GPU memory.
+  struct Resolved {
+    std::vector<std::vector<MemoryRegistry::Range>> parts;
+    std::vector<Status> input;
+    DeviceMemory* device = nullptr;
+  };
+  Resolved ResolveParts(const Keys& keys, const std::vector<std::vector<uintptr_t>>& addresses,
+                        const std::vector<std::vector<uint64_t>>& sizes) {
     if (addresses.size() != keys.size() || sizes.size() != keys.size()) {
       Raise(Invalid("keys, address lists and size lists differ in count"));
     }
-    std::vector<Status> input(keys.size());
+    Resolved out{std::vector<std::vector<MemoryRegistry::Range>>(keys.size()),
+                 std::vector<Status>(keys.size()), nullptr};
     for (size_t i = 0; i < keys.size(); ++i) {
       if (addresses[i].size() != sizes[i].size()) {
-        input[i] = Invalid("key '" + keys[i] + "': addresses and sizes differ in count");
+        out.input[i] = Invalid("key '" + keys[i] + "': addresses and sizes differ in count");
         continue;
       }
-      for (size_t j = 0; j < addresses[i].size() && input[i].ok(); ++j) {
+      for (size_t j = 0; j < addresses[i].size() && out.input[i].ok(); ++j) {
         auto range = registry_.ResolveRange(addresses[i][j], sizes[i][j]);
-        if (range.ok()) {
-          add(i, *range);
-        } else {
-          input[i] = range.status();
+        if (!range.ok()) {
+          out.input[i] = range.status();
+          continue;
         }
+        if (range->device()) out.device = Device();
+        out.parts[i].push_back(*range);
       }
     }
-    return input;
+    return out;
   }
   void RangeRead(Client& client, const Keys& keys, const std::vector<uint32_t>& key_of,
                  const std::vector<uintptr_t>& buffers, const std::vector<uint32_t>& buffer_of,

@@ -59,28 +59,18 @@ static char* shadow_of(const void* p, size_t n) {
   return NULL;
 }
 
-static int is_device(const void* p) {
-  uintptr_t a = (uintptr_t)p;
-  for (int i = 0; i < kMaxAllocations; ++i) {
-    if (allocations[i].size != 0 && a >= allocations[i].device &&
-        a < allocations[i].device + allocations[i].size) {
-      return 1;
-    }
-  }
-  return 0;
-}
+static int is_device(const void* p) { return shadow_of(p, 1) != NULL; }
+
+/* Whether [a, a + n) lies inside one cudaHostRegister'ed range. */
+static int in_registered(uintptr_t a, size_t n);
 
 int cudaGetDeviceCount(int* count) {
   *count = 1;
   return kSuccess;
 }
 
-static __thread int current_device;
-
 int cudaSetDevice(int device) {
-  if (device != 0) return 101; /* cudaErrorInvalidDevice: the simulation has one GPU */
-  current_device = device;
-  return kSuccess;
+  return device == 0 ? kSuccess : 101; /* cudaErrorInvalidDevice: the simulation has one GPU */
 }
 
 int cudaRuntimeGetVersion(int* version) {
@@ -174,26 +164,8 @@ int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
     memcpy(d, s, n);
     if (dst_device) to_device += n;
     if (src_device) to_host += n;
-    if (src_device && !dst_device) {
-      for (int i = 0; i < kMaxAllocations; ++i) {
-        uintptr_t a = (uintptr_t)dst;
-        if (registered[i].len != 0 && a >= registered[i].p &&
-            a - registered[i].p <= registered[i].len && n <= registered[i].len - (a - registered[i].p)) {
-          to_host_into_registered += n;
-          break;
-        }
-      }
-    }
-    if (dst_device && !src_device) {
-      for (int i = 0; i < kMaxAllocations; ++i) {
-        uintptr_t a = (uintptr_t)src;
-        if (registered[i].len != 0 && a >= registered[i].p &&
-            a - registered[i].p <= registered[i].len && n <= registered[i].len - (a - registered[i].p)) {
-          to_device_from_registered += n;
-          break;
-        }
-      }
-    }
+    if (src_device && !dst_device && in_registered((uintptr_t)dst, n)) to_host_into_registered += n;
+    if (dst_device && !src_device && in_registered((uintptr_t)src, n)) to_device_from_registered += n;
   }
   pthread_mutex_unlock(&mu);
   return ok ? kSuccess : kInvalidValue;
@@ -255,6 +227,16 @@ int cudaFreeHost(void* p) {
   }
   pthread_mutex_unlock(&mu);
   return kInvalidValue;
+}
+
+static int in_registered(uintptr_t a, size_t n) {
+  for (int i = 0; i < kMaxAllocations; ++i) {
+    if (registered[i].len != 0 && a >= registered[i].p && a - registered[i].p <= registered[i].len &&
+        n <= registered[i].len - (a - registered[i].p)) {
+      return 1;
+    }
+  }
+  return 0;
 }
 
 int cudaHostRegister(void* p, size_t n, unsigned flags) {

@@ -389,11 +389,6 @@ def _tensor_parts(torch, tensor, global_shape=None, axes=()):
         raise error_for(_INVALID_PARAMS, f"unsupported tensor: {e}")
 
 
-def _tensor_from(torch, buffer, length):
-    """The tensor serialized in the first `length` bytes of a writable buffer, or None."""
-    return _tensors.decode(torch, buffer, length)
-
-
 class MooncakeDistributedStore:
     """A Granary client with Mooncake Store's methods and return conventions."""
 
@@ -966,7 +961,7 @@ class MooncakeDistributedStore:
         def run(torch):
             out = []
             for b in self.batch_get_buffer(keys):
-                out.append(None if b is None else _tensor_from(torch, b, b.size()))
+                out.append(None if b is None else _tensors.decode(torch, b, b.size()))
             return out
         return self._with_torch("batch_get_tensor", [None] * len(keys), run)
 
@@ -985,7 +980,7 @@ class MooncakeDistributedStore:
                 if n <= 0:
                     out.append(None)
                     continue
-                out.append(_tensor_from(torch, (ctypes.c_uint8 * n).from_address(ptr), n))
+                out.append(_tensors.decode(torch, (ctypes.c_uint8 * n).from_address(ptr), n))
             return out
         return self._with_torch("batch_get_tensor_into", [None] * len(keys), run)
 
@@ -1087,7 +1082,7 @@ class MooncakeDistributedStore:
             import ctypes
             tensors = []
             for ptr, n in zip(buffer_ptrs, sizes):
-                t = _tensor_from(torch, (ctypes.c_uint8 * n).from_address(ptr), n)
+                t = _tensors.decode(torch, (ctypes.c_uint8 * n).from_address(ptr), n)
                 tensors.append(t)
             return self._put_tensor_tp("batch_put_tensor_with_tp_from", base_keys, tensors,
                                        None, tp_size, split_dim)
