@@ -63,11 +63,11 @@ class ClientImpl final : public Client {
                                     : client::MasterLink::Path::kGrpc),
         directory_(master_.get(), HostId(), options.rpc_timeout_ms),
         tcp_(TcpOptions(options)),
+        pool_(options.io_threads),
         io_(&directory_, &mappings_, &tcp_, options.use_shared_memory,
-            options.warm_shared_memory),
+            options.warm_shared_memory, &pool_),
         releaser_(&link_, client_id_),
-        reservations_(&link_, client_id_, options.reserve_bytes),
-        pool_(options.io_threads) {}
+        reservations_(&link_, client_id_, options.reserve_bytes) {}
 
   ~ClientImpl() override { Close(); }
 
@@ -524,11 +524,11 @@ class ClientImpl final : public Client {
   SegmentDirectory directory_;
   transfer::ShmMappingCache mappings_;
   transfer::TcpTransport tcp_;
+  ThreadPool pool_;  // a batch's transfers; before io_, which splits large copies on it
   ReplicaIo io_;
   client::ReadReleaser releaser_;
   client::ReservationPool reservations_;
   std::atomic<uint64_t> reserved_puts_{0};
-  ThreadPool pool_;
   std::mutex close_mu_;
   std::unique_ptr<node::StorageNode> node_;
 };

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "client/split_copy.h"
 #include "common/checksum.h"
 #include "common/copy.h"
 #include "common/tsan.h"
@@ -22,8 +23,13 @@ uint64_t TotalSize(const auto& parts) {
 }  // namespace
 
 ReplicaIo::ReplicaIo(SegmentDirectory* directory, transfer::ShmMappingCache* mappings,
-                     transfer::TcpTransport* tcp, bool use_shared_memory, bool warm_mappings)
-    : directory_(directory), mappings_(mappings), tcp_(tcp), use_shm_(use_shared_memory) {
+                     transfer::TcpTransport* tcp, bool use_shared_memory, bool warm_mappings,
+                     ThreadPool* copy_pool)
+    : directory_(directory),
+      mappings_(mappings),
+      tcp_(tcp),
+      use_shm_(use_shared_memory),
+      copy_pool_(copy_pool) {
   const bool warm = use_shared_memory && warm_mappings;
   if (warm) {
     warmer_ = std::make_unique<transfer::MappingWarmer>();
@@ -114,7 +120,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
           if (checksum) checksum->Update(base + offset, part.size());
         } else if (checksum) {
           // The source: the shared memory may be written by someone else while we copy.
-          checksum->CopyAndUpdateSource(base + offset, part.data(), part.size());
+          SplitCopyToSegment(copy_pool_, *checksum, base + offset, part.data(), part.size());
         } else {
           CopyBytes(base + offset, part.data(), part.size());
         }
@@ -183,7 +189,7 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
         if (on_device(part)) {
           checksum.Update(base + offset, part.size());
         } else {
-          checksum.CopyAndUpdate(part.data(), base + offset, part.size());
+          SplitCopyFromSegment(copy_pool_, checksum, part.data(), base + offset, part.size());
         }
         offset += part.size();
       }

@@ -42,6 +42,7 @@
 
 #include "client/segment_directory.h"
 #include "common/checksum.h"
+#include "common/thread_pool.h"
 #include "granary/client.h"
 #include "granary/proto/master.pb.h"
 #include "transfer/mapping_warmer.h"
@@ -56,8 +57,11 @@ class ReplicaIo {
   // Registers itself as the directory's refresh listener (to unmap dead segments and map this
   // host's live ones) and, with warm_mappings, as the cache's attach listener: every new mapping
   // is populated in the background (transfer/mapping_warmer.h).
+  // With `copy_pool`, a large same-host copy is shared with one of its workers
+  // (client/split_copy.h); the pool must outlive this object.
   ReplicaIo(SegmentDirectory* directory, transfer::ShmMappingCache* mappings,
-            transfer::TcpTransport* tcp, bool use_shared_memory, bool warm_mappings = true);
+            transfer::TcpTransport* tcp, bool use_shared_memory, bool warm_mappings = true,
+            ThreadPool* copy_pool = nullptr);
   ~ReplicaIo();
   ReplicaIo(const ReplicaIo&) = delete;
   ReplicaIo& operator=(const ReplicaIo&) = delete;
@@ -106,6 +110,7 @@ class ReplicaIo {
   transfer::ShmMappingCache* mappings_;
   transfer::TcpTransport* tcp_;
   bool use_shm_;
+  ThreadPool* copy_pool_;  // null: every copy on the calling thread
   std::atomic<uint64_t> shm_written_{0}, shm_read_{0}, tcp_written_{0}, tcp_read_{0};
   std::atomic<uint64_t> disk_read_{0}, disk_read_shm_{0}, device_read_{0}, device_written_{0};
   std::unique_ptr<transfer::MappingWarmer> warmer_;  // null: mappings are not warmed

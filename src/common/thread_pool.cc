@@ -62,7 +62,9 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
     std::lock_guard lock(mu_);
     for (size_t h = 0; h < helpers; ++h) queue_.push_back(run);
   }
-  cv_.notify_all();
+  // One worker per task: waking them all would have the idle ones fight for the lock on the
+  // cores this call's own work needs.
+  for (size_t h = 0; h < helpers; ++h) cv_.notify_one();
   run();
   std::unique_lock lock(shared->mu);
   shared->cv.wait(lock, [&] { return shared->done.load() == n; });
