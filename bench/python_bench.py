@@ -142,6 +142,16 @@ def bench_compat(store, size, seconds):
                                max(1, BUDGET // size))
     rows = [row("compat", "put_from", size, 1, puts, wall, lat)]
 
+    # Objects of many sizes near this one (each up to 1/16 smaller, all different), as a model
+    # whose pages vary a little in size puts them: they share the client's reserved space.
+    mixed = f"pybench/compat-mixed/{size}"
+    step = max(1, size // 16 // 97)
+    n, wall, lat = run_case(
+        seconds, lambda i: put_one(store, f"{mixed}/{i}", src, size - (i % 97) * step),
+        max(1, BUDGET // size))
+    rows.append(row("compat", "put_from~", size, 1, n, wall, lat))
+    store.remove_by_regex("^" + mixed + "/", force=True)
+
     def get(i):
         got = store.get_into(f"{prefix}/{i % puts}", dst.ctypes.data, size)
         assert got == size, got

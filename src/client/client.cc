@@ -593,7 +593,11 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
       late[k] = 1;
       return;
     }
-    wrote[k] = io_.Write(held[taken[k]]->replica, parts[taken[k]], &hashes[k], device);
+    // The object may be up to 1/8 smaller than its reservation (ReservationPool::ClassOf): it
+    // is written at the reservation's start, and the commit trims the rest.
+    proto::Replica replica = held[taken[k]]->replica;
+    replica.set_length(TotalSize(parts[taken[k]]));
+    wrote[k] = io_.Write(replica, parts[taken[k]], &hashes[k], device);
   };
   if (taken.size() == 1) {
     write(0);  // no hand-off to a worker for the common single put
@@ -620,7 +624,7 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
     }
     commit.add_keys(keys[i]);
     commit.add_reservations(held[i]->name);
-    commit.add_sizes(held[i]->replica.length());
+    commit.add_sizes(TotalSize(parts[i]));
     commit.add_checksums(hashes[k].Digest());
     commit.add_segment_ids(held[i]->replica.segment_id());
     commit.add_offsets(held[i]->replica.offset());
@@ -644,10 +648,13 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
         continue;
       }
       switch (st.code()) {
+        case ErrorCode::INVALID_PARAMS:
+          // A master older than the trim at commit refuses a smaller object.
+          if (TotalSize(parts[i]) < held[i]->replica.length()) reservations_.ExactSizesOnly();
+          [[fallthrough]];
         case ErrorCode::INVALID_WRITE:   // not held (any more): expired, or its segment went
         case ErrorCode::ILLEGAL_CLIENT:
         case ErrorCode::LEASE_EXPIRED:
-        case ErrorCode::INVALID_PARAMS:
           rest.push_back(i);
           break;
         default:  // refused for the key's own reason: the reservation is still ours, unused

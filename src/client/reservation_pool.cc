@@ -1,6 +1,7 @@
 #include "client/reservation_pool.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace granary::client {
 
@@ -11,26 +12,47 @@ ReservationPool::ReservationPool(MasterLink* link, std::string client_id, uint64
 
 ReservationPool::~ReservationPool() { Close(); }
 
+uint64_t ReservationPool::ClassOf(uint64_t size) {
+  // Sizes with the same top four bits, rounded up: 8 classes per power of two, like the
+  // allocator's own (master/space/offset_allocator.h). Below 16 every size is its own class.
+  const int shift = std::max(0, static_cast<int>(std::bit_width(size)) - 4);
+  const uint64_t step = uint64_t{1} << shift;
+  const uint64_t rounded = (size + step - 1) / step * step;
+  return rounded < size ? size : rounded;  // a size near 2^64: its own class
+}
+
+void ReservationPool::ExactSizesOnly() {
+  std::lock_guard lock(mu_);
+  exact_only_ = true;
+}
+
 std::optional<ReservationPool::Held> ReservationPool::Take(uint64_t size) {
   if (max_bytes_ == 0 || size == 0) return std::nullopt;
   std::lock_guard lock(mu_);
   if (closing_) return std::nullopt;
   const Clock::time_point now = Clock::now();
-  SizeClass& cls = sizes_[size];
+  SizeClass& cls = sizes_[exact_only_ ? size : ClassOf(size)];
   cls.last_use = now;
-  // One past half its lease is left for the refill pass to release, never handed out.
-  if (!cls.ready.empty() && cls.ready.front().good_until > now) {
-    Held held = std::move(cls.ready.front());
-    cls.ready.pop_front();
+  cls.reserve_size = std::max(cls.reserve_size, size);
+  // The oldest that fits. One past half its lease is left for the refill pass to release, never
+  // handed out; so is, after ExactSizesOnly, one of another size.
+  auto fits = std::find_if(cls.ready.begin(), cls.ready.end(), [&](const Held& h) {
+    return h.good_until > now && h.replica.length() >= size &&
+           (!exact_only_ || h.replica.length() == size);
+  });
+  if (fits != cls.ready.end()) {
+    Held held = std::move(*fits);
+    cls.ready.erase(fits);
     held_count_--;
-    held_bytes_ -= size;
+    held_bytes_ -= held.replica.length();
     taken_++;
     if (cls.ready.size() <= cls.target / 2) {
       // A size taken steadily reaches its low mark again soon: it gets a deeper stock, so that
       // refills come in batches (a target of 2 cost one Reserve call per put).
       if (now - cls.last_low < kGrowWithin) {
         cls.target = static_cast<uint32_t>(std::min<uint64_t>(
-            {uint64_t{cls.target} * 2, kMaxPerSize, std::max<uint64_t>(2, max_bytes_ / size)}));
+            {uint64_t{cls.target} * 2, kMaxPerSize,
+             std::max<uint64_t>(2, max_bytes_ / cls.reserve_size)}));
       }
       cls.last_low = now;
       kicked_ = true;
@@ -39,7 +61,7 @@ std::optional<ReservationPool::Held> ReservationPool::Take(uint64_t size) {
     return held;
   }
   missed_++;
-  const uint64_t fit = max_bytes_ / size;
+  const uint64_t fit = max_bytes_ / cls.reserve_size;
   cls.target = static_cast<uint32_t>(
       std::min<uint64_t>({std::max<uint64_t>(2, uint64_t{cls.target} * 2), kMaxPerSize, fit}));
   kicked_ = true;
@@ -57,7 +79,8 @@ void ReservationPool::Return(Held held) {
     Release(std::move(one));
     return;
   }
-  SizeClass& cls = sizes_[size];
+  SizeClass& cls = sizes_[exact_only_ ? size : ClassOf(size)];
+  cls.reserve_size = std::max(cls.reserve_size, size);
   cls.ready.push_front(std::move(held));  // the oldest lease goes first
   held_count_++;
   held_bytes_ += size;
@@ -103,20 +126,29 @@ void ReservationPool::Run() {
 
 void ReservationPool::RefillOnce() {
   std::vector<Held> stale;
-  std::vector<std::pair<uint64_t, uint32_t>> wanted;  // (size, count)
+  struct Wanted {
+    uint64_t key;   // the class in sizes_
+    uint64_t size;  // what each reservation holds
+    uint32_t count;
+  };
+  std::vector<Wanted> wanted;
   {
     std::lock_guard lock(mu_);
     const Clock::time_point now = Clock::now();
     for (auto it = sizes_.begin(); it != sizes_.end();) {
-      const uint64_t size = it->first;
       SizeClass& cls = it->second;
       const bool idle = now - cls.last_use > kIdle;
-      while (!cls.ready.empty() && (idle || cls.ready.front().good_until <= now)) {
-        stale.push_back(std::move(cls.ready.front()));
-        cls.ready.pop_front();
+      // Takes may skip a reservation (too small for them, or not exact after ExactSizesOnly):
+      // the whole stock is looked at, not only its front.
+      auto keep = std::stable_partition(cls.ready.begin(), cls.ready.end(), [&](const Held& h) {
+        return !idle && h.good_until > now;
+      });
+      for (auto h = keep; h != cls.ready.end(); ++h) {
         held_count_--;
-        held_bytes_ -= size;
+        held_bytes_ -= h->replica.length();
+        stale.push_back(std::move(*h));
       }
+      cls.ready.erase(keep, cls.ready.end());
       if (idle) {
         it = sizes_.erase(it);
         continue;
@@ -124,16 +156,19 @@ void ReservationPool::RefillOnce() {
       ++it;
     }
     uint64_t room = max_bytes_ - std::min(max_bytes_, held_bytes_);
-    for (const auto& [size, cls] : sizes_) {
-      if (cls.ready.size() >= cls.target || now < cls.retry_after) continue;
-      const uint64_t count = std::min<uint64_t>(cls.target - cls.ready.size(), room / size);
+    for (const auto& [key, cls] : sizes_) {
+      if (cls.ready.size() >= cls.target || now < cls.retry_after || cls.reserve_size == 0) {
+        continue;
+      }
+      const uint64_t count =
+          std::min<uint64_t>(cls.target - cls.ready.size(), room / cls.reserve_size);
       if (count == 0) continue;
-      wanted.emplace_back(size, static_cast<uint32_t>(count));
-      room -= count * size;
+      wanted.push_back({key, cls.reserve_size, static_cast<uint32_t>(count)});
+      room -= count * cls.reserve_size;
     }
   }
   Release(std::move(stale));
-  for (const auto& [size, count] : wanted) {
+  for (const auto& [key, size, count] : wanted) {
     proto::ReserveRequest req;
     req.set_client_id(client_id_);
     req.set_size(size);
@@ -143,7 +178,7 @@ void ReservationPool::RefillOnce() {
     const bool granted = link_->Reserve(req, &resp).ok() && resp.granted_size() > 0;
     {
       std::lock_guard lock(mu_);
-      if (auto cls = sizes_.find(size); cls != sizes_.end()) {
+      if (auto cls = sizes_.find(key); cls != sizes_.end()) {
         cls->second.backoff =
             granted ? Clock::duration{}
                     : std::clamp<Clock::duration>(2 * cls->second.backoff, kMinBackoff, kMaxBackoff);
@@ -164,7 +199,7 @@ void ReservationPool::RefillOnce() {
           refused.push_back({g.reservation(), std::move(*g.mutable_replica()), good_until});
           continue;
         }
-        sizes_[size].ready.push_back({g.reservation(), std::move(*g.mutable_replica()), good_until});
+        sizes_[key].ready.push_back({g.reservation(), std::move(*g.mutable_replica()), good_until});
         held_count_++;
         held_bytes_ += size;
       }

@@ -2,9 +2,14 @@
 // copy and one commit call (the master's ReserveOp / PutCommitOp; docs/master.md, "Reserved
 // space").
 //
-// Promise: Take(size) hands out a reservation of exactly `size` bytes with at least half of its
-// lease left (counted from before the Reserve call was sent), or nothing; each reservation is
-// handed out once. A caller gives it back with Return only if the master still holds it for
+// Promise: Take(size) hands out a reservation of `size` bytes or a little more (never more
+// than 1/8 above: sizes share a class, see ClassOf) with at least half of its lease left
+// (counted from before the Reserve call was sent), or nothing; each reservation is handed out
+// once. A class reserves the largest size taken in it lately, so one steady size gets exactly
+// its own and many sizes near each other share reservations, each trimmed to its object at
+// commit (the master frees the rest: MasterState::ApplyPutCommit). Against a master that
+// refuses a smaller object (older than the trim), Take hands out exact sizes only, once told
+// (ExactSizesOnly). A caller gives it back with Return only if the master still holds it for
 // this client unused (a commit refused for a reason of the key's own); a reservation whose
 // write failed or whose commit had an unknown outcome is never returned, and is left to expire:
 // the master quarantines it then, so bytes still on their way cannot land in anyone else's space.
@@ -60,13 +65,18 @@ class ReservationPool {
   ReservationPool& operator=(const ReservationPool&) = delete;
 
   std::optional<Held> Take(uint64_t size);
+  // The class of a size: it and every size down to 1/8 below it share reservations.
+  static uint64_t ClassOf(uint64_t size);
+  // The master refused an object smaller than its reservation: exact sizes from now on.
+  void ExactSizesOnly();
   void Return(Held held);
   void Close();
   Stats stats() const;
 
  private:
   struct SizeClass {
-    std::deque<Held> ready;
+    uint64_t reserve_size = 0;  // what a refill reserves: the largest size taken lately
+    std::deque<Held> ready;     // lengths between the class's 7/8 and the class
     uint32_t target = 0;
     Clock::time_point last_use{};
     Clock::time_point last_low{};  // when a take last left it at half its target or less
@@ -88,7 +98,8 @@ class ReservationPool {
   std::condition_variable wake_;
   bool kicked_ = false;
   bool closing_ = false;
-  std::map<uint64_t, SizeClass> sizes_;
+  std::map<uint64_t, SizeClass> sizes_;  // by ClassOf, or by exact size after ExactSizesOnly
+  bool exact_only_ = false;
   uint64_t held_bytes_ = 0;
   uint64_t held_count_ = 0;
   uint64_t taken_ = 0, missed_ = 0;

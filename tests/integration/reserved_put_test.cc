@@ -65,6 +65,48 @@ TEST_F(ReservedPutTest, ObjectsPutInOneCallAreReadByteExactByAnotherClient) {
   }
 }
 
+// Objects of many sizes near each other (each of 60-64 KiB a different size) share reserved
+// space: most go in one call, each is read back byte-exact, and once the writer has closed (its
+// unused reservations released) the segment holds exactly the objects: every reservation was
+// trimmed to its object at commit.
+TEST_F(ReservedPutTest, ObjectsOfManyNearbySizesShareReservedSpaceAndKeepOnlyTheirBytes) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
+  auto observer = cluster_.MakeClient(false);
+  ASSERT_NE(observer, nullptr);
+  auto used = [&]() -> uint64_t {
+    auto segments = observer->ListSegments();
+    return segments.ok() && segments->size() == 1 ? (*segments)[0].used_bytes : UINT64_MAX;
+  };
+  uint64_t held_by_objects = 0;
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory" : "tcp");
+    auto writer = cluster_.MakeClient(shm);
+    auto reader = cluster_.MakeClient(!shm);
+    ASSERT_NE(writer, nullptr);
+    ASSERT_NE(reader, nullptr);
+    std::vector<std::pair<std::string, Bytes>> written;
+    for (uint64_t i = 0; i < 120; ++i) {
+      std::string key = (shm ? "near/shm/" : "near/tcp/") + std::to_string(i);
+      Bytes value = testdata::Pattern(key, 64 * KiB - (i * 37) % (4 * KiB));
+      Status s = writer->Put(key, Span(value));
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      held_by_objects += (value.size() + 63) / 64 * 64;
+      written.emplace_back(std::move(key), std::move(value));
+      if (writer->Stats().reserved_puts == 0) std::this_thread::sleep_for(Millis(5));
+    }
+    EXPECT_GE(writer->Stats().reserved_puts, 90u) << "120 sizes, one class: most put in one call";
+    for (const auto& [key, value] : written) {
+      auto got = reader->Get(key);
+      ASSERT_TRUE(got.ok()) << key << ": " << got.status().ToString();
+      EXPECT_EQ(got->size(), value.size()) << key;
+      EXPECT_LT(testdata::FirstDifference(*got, value), 0) << "wrong bytes for " << key;
+    }
+    writer->Close();
+    EXPECT_TRUE(WaitUntil([&] { return used() == held_by_objects; }, Millis(3000), Millis(50)))
+        << "used " << used() << ", the objects hold " << held_by_objects;
+  }
+}
+
 TEST_F(ReservedPutTest, ClosingAClientGivesItsReservationsBack) {
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
   auto observer = cluster_.MakeClient(false);

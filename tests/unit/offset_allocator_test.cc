@@ -66,6 +66,15 @@ class Shadow {
     return ::testing::AssertionSuccess();
   }
 
+  // A live allocation now of RoundUp(size) bytes at the same offset.
+  void Shrink(uint32_t handle, uint64_t size) {
+    auto it = offset_of_.find(handle);
+    ASSERT_NE(it, offset_of_.end());
+    Live& live = by_offset_[it->second];
+    used_ -= live.size - RoundUp(size);
+    live.size = RoundUp(size);
+  }
+
   void Remove(uint32_t handle) {
     auto it = offset_of_.find(handle);
     ASSERT_NE(it, offset_of_.end());
@@ -412,6 +421,90 @@ TEST(OffsetAllocatorTest, RandomChurnNeverOverlapsAndStatsAreExact) {
   EXPECT_GT(failures, 1000u);  // the segment really was full many times
   // Nodes are allocations + free blocks (never more than allocations + 1): slots are recycled.
   EXPECT_LT(max_handle, 2 * peak_live + 2);
+}
+
+// Shrink: same offset and handle, the tail free at once and usable, merged with a free right
+// neighbour (no two free blocks ever adjacent), and refusals that change nothing.
+TEST(OffsetAllocatorTest, ShrinkGivesBackTheTailAtOnce) {
+  OffsetAllocator a(256 * kKiB);
+  auto b0 = a.Allocate(64 * kKiB);
+  auto b1 = a.Allocate(64 * kKiB);
+  ASSERT_TRUE(b0 && b1);
+  // Used right neighbour: the tail becomes a free block of its own.
+  ASSERT_TRUE(a.Shrink(b0->handle, 40 * kKiB + 1));
+  OffsetAllocator::Stats s = a.GetStats();
+  EXPECT_EQ(s.used_bytes, RoundUp(40 * kKiB + 1) + 64 * kKiB);
+  EXPECT_EQ(s.free_block_count, 2u);  // the tail, and the segment's end
+  auto in_tail = a.Allocate(24 * kKiB - kAlign);
+  ASSERT_TRUE(in_tail);
+  EXPECT_EQ(in_tail->offset, b0->offset + RoundUp(40 * kKiB + 1)) << "the tail is what was freed";
+  // Free right neighbour: it grows over the tail, one free block.
+  a.Free(in_tail->handle);
+  a.Free(b1->handle);
+  EXPECT_EQ(a.GetStats().free_block_count, 1u);
+  ASSERT_TRUE(a.Shrink(b0->handle, 8 * kKiB));
+  s = a.GetStats();
+  EXPECT_EQ(s.free_block_count, 1u);
+  EXPECT_EQ(s.used_bytes, 8 * kKiB);
+  EXPECT_EQ(s.largest_free_block, 248 * kKiB);
+  // Freeing the shrunk allocation frees what it holds now: the whole segment is one block.
+  a.Free(b0->handle);
+  EXPECT_EQ(a.GetStats().free_block_count, 1u);
+  EXPECT_TRUE(a.Allocate(256 * kKiB).has_value());
+}
+
+TEST(OffsetAllocatorTest, ShrinkRefusesWhatItCannotDoAndChangesNothing) {
+  OffsetAllocator a(1 * kMiB);
+  auto b = a.Allocate(64 * kKiB);
+  ASSERT_TRUE(b);
+  const OffsetAllocator::Stats before = a.GetStats();
+  EXPECT_FALSE(a.Shrink(b->handle, 0));
+  EXPECT_FALSE(a.Shrink(b->handle, 64 * kKiB + 1)) << "larger than the allocation";
+  EXPECT_FALSE(a.Shrink(b->handle, std::numeric_limits<uint64_t>::max()));
+  EXPECT_FALSE(a.Shrink(b->handle + 1, 4 * kKiB)) << "not a live handle (a free block)";
+  EXPECT_FALSE(a.Shrink(12345, 4 * kKiB)) << "out of range";
+  EXPECT_TRUE(a.Shrink(b->handle, 64 * kKiB - kAlign + 1)) << "within the last unit: a no-op";
+  const OffsetAllocator::Stats after = a.GetStats();
+  EXPECT_EQ(after.used_bytes, before.used_bytes);
+  EXPECT_EQ(after.free_block_count, before.free_block_count);
+  a.Free(b->handle);
+  EXPECT_FALSE(a.Shrink(b->handle, 4 * kKiB)) << "freed";
+  EXPECT_EQ(a.GetStats().used_bytes, 0u);
+}
+
+// Churn with shrinks of live allocations mixed in, against the shadow.
+TEST(OffsetAllocatorTest, RandomChurnWithShrinksNeverOverlapsAndStatsAreExact) {
+  OffsetAllocator a(64 * kMiB);
+  Shadow shadow(a.capacity());
+  std::mt19937_64 rng(7);
+  std::vector<std::pair<uint32_t, uint64_t>> live;  // handle, current size
+  for (int op = 0; op < 100000; ++op) {
+    const uint64_t pick = Uniform(rng, 0, 9);
+    if (live.empty() || pick < 5) {
+      const uint64_t size = Uniform(rng, 1, 512 * kKiB);
+      if (auto r = a.Allocate(size)) {
+        ASSERT_TRUE(shadow.Add(*r, size)) << "op " << op;
+        live.emplace_back(r->handle, size);
+      }
+    } else if (pick < 7) {
+      auto& [handle, size] = live[Uniform(rng, 0, live.size() - 1)];
+      const uint64_t smaller = Uniform(rng, 1, size);
+      ASSERT_TRUE(a.Shrink(handle, smaller)) << "op " << op;
+      shadow.Shrink(handle, smaller);
+      size = smaller;
+    } else {
+      const size_t i = Uniform(rng, 0, live.size() - 1);
+      a.Free(live[i].first);
+      shadow.Remove(live[i].first);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    ASSERT_EQ(a.GetStats().used_bytes, shadow.used()) << "op " << op;
+    if (op % 500 == 0) {
+      ASSERT_TRUE(shadow.Matches(a)) << "op " << op;
+    }
+  }
+  EXPECT_TRUE(shadow.Matches(a));
 }
 
 struct Mix {

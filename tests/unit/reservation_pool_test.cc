@@ -96,6 +96,53 @@ TEST_F(ReservationPoolTest, SteadyTakesOfOneSizeRefillInBatches) {
   EXPECT_LE(pool.stats().held, uint64_t{ReservationPool::kMaxPerSize});
 }
 
+// Many sizes near each other (objects of 60-64 KiB, every one different): they share a class,
+// which reserves the largest, so a Reserve call serves many puts, as for one steady size (one
+// Reserve per new size before, each left unused).
+TEST_F(ReservationPoolTest, NearbySizesShareReservations) {
+  ReservationPool pool(link_.get(), "c", 64 << 20);
+  Counter* reserves =
+      metrics_.AddCounter("granary_master_rpc_total", "RPCs served", {{"method", "Reserve"}});
+  std::set<uint64_t> names;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const uint64_t size = kSize - (i * 37) % (kSize / 16);  // 200 sizes in (60 KiB, 64 KiB]
+    ASSERT_EQ(ReservationPool::ClassOf(size), kSize);
+    auto held = TakeSoon(pool, i == 0 ? kSize : size);
+    ASSERT_TRUE(held);
+    EXPECT_TRUE(names.insert(held->name).second) << "reservation " << held->name << " twice";
+    EXPECT_GE(held->replica.length(), i == 0 ? kSize : size);
+    EXPECT_LE(held->replica.length(), size + size / 8) << "at most 1/8 above the size";
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_LE(reserves->Value(), 40u) << "Reserve calls for 200 takes of 200 sizes";
+}
+
+TEST_F(ReservationPoolTest, ClassesSpanAnEighthAndSmallSizesAreTheirOwn) {
+  for (uint64_t size : {uint64_t{1}, uint64_t{15}, uint64_t{16}, uint64_t{100}, uint64_t{4096},
+                        uint64_t{65537}, uint64_t{3} << 30, ~uint64_t{0} - 5}) {
+    const uint64_t cls = ReservationPool::ClassOf(size);
+    EXPECT_GE(cls, size);
+    EXPECT_LE(cls - size, size / 8) << size;
+    EXPECT_EQ(ReservationPool::ClassOf(cls), cls) << "a class is its own class";
+  }
+  EXPECT_EQ(ReservationPool::ClassOf(15), 15u);
+  EXPECT_EQ(ReservationPool::ClassOf(65537), 73728u);
+  EXPECT_EQ(ReservationPool::ClassOf(73728), 73728u);
+}
+
+// Told that the master refuses smaller objects, the pool hands out exact sizes only.
+TEST_F(ReservationPoolTest, AfterExactSizesOnlyOnlyTheSizeAskedForIsHandedOut) {
+  ReservationPool pool(link_.get(), "c", 64 << 20);
+  ASSERT_TRUE(TakeSoon(pool, kSize));  // the class now reserves kSize
+  ASSERT_TRUE(TakeSoon(pool, kSize));
+  pool.ExactSizesOnly();
+  for (int i = 0; i < 5; ++i) {
+    auto held = TakeSoon(pool, kSize - 100);
+    ASSERT_TRUE(held);
+    EXPECT_EQ(held->replica.length(), kSize - 100);
+  }
+}
+
 TEST_F(ReservationPoolTest, ThePoolStaysWithinItsBytes) {
   ReservationPool pool(link_.get(), "c", 4 * kSize);
   for (int i = 0; i < 50; ++i) {

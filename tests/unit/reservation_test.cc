@@ -98,7 +98,9 @@ TEST_F(ReservationTest, RefusedCommitsChangeNothingAndTheReservationStaysUsable)
   Reservation elsewhere = held;
   elsewhere.extent.offset += 4096;  // a name of an earlier master, say: not this place
   EXPECT_EQ(Commit("other", "k", held, kMiB).code(), ErrorCode::ILLEGAL_CLIENT);
-  EXPECT_EQ(Commit("c", "k", held, kMiB - 1).code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(Commit("c", "k", held, kMiB + 1).code(), ErrorCode::INVALID_PARAMS)
+      << "larger than the reservation";
+  EXPECT_EQ(Commit("c", "k", held, 0).code(), ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(Commit("c", "k", unknown, kMiB).code(), ErrorCode::INVALID_WRITE);
   EXPECT_EQ(Commit("c", "k", elsewhere, kMiB).code(), ErrorCode::INVALID_WRITE);
   EXPECT_EQ(Commit("c", "", held, kMiB).code(), ErrorCode::INVALID_KEY);
@@ -349,6 +351,63 @@ TEST_F(ReservationTest, UnmountDropsTheReservationsOnItsSegment) {
   EXPECT_EQ(Commit("c", "k", r.granted[0], kMiB).code(), ErrorCode::INVALID_WRITE)
       << "a reservation of the old mount never commits into the new one";
   EXPECT_EQ(state_.BatchExist({"k"})[0], 0);
+}
+
+// Clients reserve one size for objects up to 1/8 smaller (client/reservation_pool.h): a
+// smaller object commits into the reservation's start and the rest is free at once.
+TEST_F(ReservationTest, ASmallerObjectIsTrimmedIntoItsReservationAndTheRestFreedAtCommit) {
+  MountSeg("seg", 8 * kMiB);  // a reservation takes at most a quarter of it
+  ReserveResult r = state_.Reserve({"c", 2 * kMiB, 1, {}});
+  ASSERT_EQ(r.granted.size(), 1u) << r.status.ToString();
+  const Reservation held = r.granted[0];
+  const uint64_t size = 2 * kMiB - 200'000 - 5;
+  EXPECT_EQ(Used(), 2 * kMiB);
+  ASSERT_TRUE(Commit("c", "k", held, size).ok());
+  EXPECT_EQ(Used(), OffsetAllocator::AllocationSize(size)) << "the tail went back at commit";
+  EXPECT_EQ(state_.reservation_count(), 0u);
+  EXPECT_EQ(state_.reserved_bytes(), 0u);
+  auto got = state_.GetReplicaList({"r", {"k"}})[0];
+  ASSERT_TRUE(got.status.ok());
+  EXPECT_EQ(got.size, size);
+  ASSERT_EQ(got.replicas.size(), 1u);
+  EXPECT_EQ(got.replicas[0].offset, held.extent.offset) << "at the reservation's start";
+  EXPECT_EQ(got.replicas[0].length, size) << "a reader reads the object, not the reservation";
+  ASSERT_TRUE(state_.FinishRead({"r", {"k"}})[0].ok());
+  // Everything else of the segment is one put's now: only possible with the tail given back.
+  const uint64_t rest = 8 * kMiB - OffsetAllocator::AllocationSize(size);
+  auto start = state_.PutStart({"w", {"rest"}, {rest}, {}, false})[0];
+  ASSERT_TRUE(start.status.ok()) << start.status.ToString();
+  ASSERT_TRUE(state_.PutEnd({"w", {"rest"}, {1}, {start.put_gen}})[0].ok());
+  EXPECT_EQ(Used(), 8 * kMiB);
+  // Removing the trimmed object frees exactly what it holds.
+  ASSERT_TRUE(state_.Remove({{"k"}, /*force=*/true})[0].ok());
+  EXPECT_EQ(Used(), rest);
+}
+
+// A replayed or standby master trims the same way: the same state, digest for digest.
+TEST_F(ReservationTest, ATrimmedCommitGivesTheSameStateOnACopyAndThroughASnapshot) {
+  MountSeg("seg", 64 * kMiB);
+  ReserveResult r = state_.Reserve({"c", kMiB, 3, {}});
+  ASSERT_EQ(r.granted.size(), 3u);
+  MasterState copy(Policy(), &clock_);
+  ASSERT_TRUE(copy.LoadSnapshot(state_.EncodeSnapshot()).ok());
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const uint64_t size = kMiB - 1000 * (i + 1) - i;
+    ASSERT_TRUE(Commit("c", key, r.granted[i], size).ok());
+    ASSERT_TRUE(copy.PutCommit(CommitOp("c", key, r.granted[i], size))[0].ok());
+  }
+  EXPECT_EQ(copy.Digest(), state_.Digest());
+  MasterState loaded(Policy(), &clock_);
+  ASSERT_TRUE(loaded.LoadSnapshot(state_.EncodeSnapshot()).ok());
+  EXPECT_EQ(loaded.Digest(), state_.Digest());
+  // The loaded allocator has the trimmed tails free: the same next placement.
+  auto a = state_.PutStart({"w", {"next"}, {3000}, {}, false})[0];
+  auto b = loaded.PutStart({"w", {"next"}, {3000}, {}, false})[0];
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  ASSERT_EQ(a.replicas.size(), 1u);
+  ASSERT_EQ(b.replicas.size(), 1u);
+  EXPECT_EQ(a.replicas[0].offset, b.replicas[0].offset);
 }
 
 TEST_F(ReservationTest, ReservationsAreInTheSnapshotAndItsDigest) {

@@ -220,6 +220,38 @@ void OffsetAllocator::Free(uint32_t handle) {
   InsertFree(node);
 }
 
+bool OffsetAllocator::Shrink(uint32_t handle, uint64_t size) {
+  if (handle >= nodes_.size() || nodes_[handle].state != State::kUsed || size == 0) return false;
+  if (size > nodes_[handle].size * kUnit) return false;  // first: the round-up cannot overflow
+  const uint64_t units = (size + kUnit - 1) / kUnit;
+  const uint64_t tail = nodes_[handle].size - units;
+  if (tail == 0) return true;
+  const uint32_t next = nodes_[handle].phys_next;
+  if (next != kNone && nodes_[next].state == State::kFree) {
+    // The free neighbour grows leftwards over the tail (its size class may change).
+    ++probe_count_;
+    RemoveFree(next);
+    nodes_[next].offset -= tail;
+    nodes_[next].size += tail;
+    InsertFree(next);
+  } else {
+    const uint32_t rest = NewNode();  // before taking references: it may grow the vector
+    if (rest == kNone) return false;
+    Node& n = nodes_[handle];
+    Node& r = nodes_[rest];
+    r.offset = n.offset + units;
+    r.size = tail;
+    r.phys_prev = handle;
+    r.phys_next = n.phys_next;
+    if (n.phys_next != kNone) nodes_[n.phys_next].phys_prev = rest;
+    n.phys_next = rest;
+    InsertFree(rest);
+  }
+  nodes_[handle].size = units;
+  used_units_ -= tail;
+  return true;
+}
+
 OffsetAllocator::Stats OffsetAllocator::GetStats() const {
   Stats s;
   s.capacity = capacity_;

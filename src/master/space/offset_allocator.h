@@ -60,6 +60,13 @@ class OffsetAllocator {
   // apart from the new owner: it frees that allocation (the caller's bookkeeping must prevent it).
   void Free(uint32_t handle);
 
+  // Gives back the end of a live allocation: from then on it occupies AllocationSize(size) bytes
+  // at the same offset under the same handle, and the rest is free at once (merged into a free
+  // right neighbour). For a put committed into space reserved for a larger object. Returns false,
+  // changing nothing, for a handle that is not live, a size of 0, a size larger than the
+  // allocation, or a full node table; a size within the allocation's last kAlignment is a no-op.
+  bool Shrink(uint32_t handle, uint64_t size);
+
   struct Stats {
     uint64_t capacity = 0;
     uint64_t used_bytes = 0;          // sum of allocated (rounded-up) sizes

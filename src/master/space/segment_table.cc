@@ -146,6 +146,21 @@ void SegmentTable::Free(const Extent& extent) {
   segment.replica_count.fetch_sub(1, std::memory_order_relaxed);
 }
 
+bool SegmentTable::Shrink(Extent& extent, uint64_t length) {
+  if (length == 0 || length > extent.length) return false;
+  std::shared_lock lock(mu_);
+  auto it = segments_.find(extent.segment_id);
+  if (it == segments_.end()) return false;
+  Segment& segment = *it->second;
+  std::lock_guard seg_lock(segment.mu);
+  if (!segment.allocator.Shrink(extent.handle, length)) return false;
+  used_bytes_.fetch_sub(OffsetAllocator::AllocationSize(extent.length) -
+                            OffsetAllocator::AllocationSize(length),
+                        std::memory_order_relaxed);
+  extent.length = length;
+  return true;
+}
+
 SegmentTable::Placement SegmentTable::PlacementOrder(const std::vector<std::string>& preferred) {
   std::shared_lock lock(mu_);
   Placement placement;

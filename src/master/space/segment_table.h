@@ -119,6 +119,10 @@ class SegmentTable {
   uint64_t LargestCapacity() const;
   // Frees an extent; a no-op if its segment is gone (its memory went with it).
   void Free(const Extent& extent);
+  // Trims a live extent to `length` bytes (OffsetAllocator::Shrink): its end is free at once and
+  // extent.length becomes `length`. False, changing nothing, if its segment is gone or the
+  // allocator refuses (length 0 or above the extent's).
+  bool Shrink(Extent& extent, uint64_t length);
 
   // Candidate order for new objects: the mounted preferred names first (in order), then every
   // other segment, starting from a rotating position so load spreads.

@@ -174,10 +174,12 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
         results[i] = Status(ErrorCode::LEASE_EXPIRED, "the reservation's lease has ended");
         continue;
       }
-      if (op.sizes[i] != held->second.extent.length) {
+      // A smaller object is trimmed into the reservation at commit (clients reserve one size
+      // for objects within 1/8 of it; ReservationPool).
+      if (op.sizes[i] == 0 || op.sizes[i] > held->second.extent.length) {
         results[i] = Status(ErrorCode::INVALID_PARAMS,
                             "object size " + std::to_string(op.sizes[i]) +
-                                " is not the reservation's " +
+                                " does not fit the reservation's " +
                                 std::to_string(held->second.extent.length));
         continue;
       }
@@ -190,12 +192,18 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
         results[i] = s;
         continue;
       }
+      Extent extent = held->second.extent;
+      // Its end is free from here on: the writer wrote op.sizes[i] bytes and is done.
+      if (op.sizes[i] < extent.length && !segments_.Shrink(extent, op.sizes[i])) {
+        results[i] = Status(ErrorCode::INVALID_PARAMS, "the reservation could not be trimmed");
+        continue;
+      }
       if (it == shard.objects.end()) it = shard.objects.try_emplace(key).first;
       PendingWrite version;
       version.client_id = op.client_id;
       version.gen = held->first;
       version.version.size = op.sizes[i];
-      version.version.replicas = {held->second.extent};
+      version.version.replicas = {extent};
       version.version.persistence = op.config.persistence;
       version.version.want_replicas = 1;
       version.pin.hard = op.config.with_hard_pin;

@@ -85,8 +85,10 @@ struct ReserveOp {
 };
 // Commits each keys[i], whose `sizes[i]` bytes the client already wrote into its reservation
 // `reservations[i]` with checksum `checksums[i]`: the object is committed (readable) at once, in
-// the reservation's extent, one replica. The reservation must be the client's, unexpired, and of
-// exactly that size; a refused key leaves its reservation as it was (the client may reuse it).
+// the reservation's extent, one replica. The reservation must be the client's, unexpired, and at
+// least that size (not 0); a smaller object is written at the extent's start and the rest of the
+// extent is freed at commit (the writer wrote only the object). A refused key leaves its
+// reservation as it was (the client may reuse it).
 // config.replica_num must be 0 or 1 and preferred_segments empty (the extent is placed already).
 struct PutCommitOp {
   std::string client_id;
