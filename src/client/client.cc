@@ -649,8 +649,11 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
       }
       switch (st.code()) {
         case ErrorCode::INVALID_PARAMS:
-          // A master older than the trim at commit refuses a smaller object.
-          if (TotalSize(parts[i]) < held[i]->replica.length()) reservations_.ExactSizesOnly();
+          // A master older than the trim at commit refuses a smaller object, in these words.
+          if (TotalSize(parts[i]) < held[i]->replica.length() &&
+              st.message().find("is not the reservation's") != std::string::npos) {
+            reservations_.ExactSizesOnly();
+          }
           [[fallthrough]];
         case ErrorCode::INVALID_WRITE:   // not held (any more): expired, or its segment went
         case ErrorCode::ILLEGAL_CLIENT:
