@@ -652,7 +652,9 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
           // A master older than the trim at commit refuses a smaller object, in these words.
           if (TotalSize(parts[i]) < held[i]->replica.length() &&
               st.message().find("is not the reservation's") != std::string::npos) {
+            // Refused before anything was written there: still ours, for an exact-size put.
             reservations_.ExactSizesOnly();
+            reservations_.Return(std::move(*held[i]));
           }
           [[fallthrough]];
         case ErrorCode::INVALID_WRITE:   // not held (any more): expired, or its segment went

@@ -113,19 +113,18 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
       }
       offset = 0;
     }
-    {
-      ScopedSegmentWrite payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
-      for (const auto& part : parts) {
-        if (on_device(part)) {
-          if (checksum) checksum->Update(base + offset, part.size());
-        } else if (checksum) {
-          // The source: the shared memory may be written by someone else while we copy.
-          SplitCopyToSegment(copy_pool_, *checksum, base + offset, part.data(), part.size());
-        } else {
-          CopyBytes(base + offset, part.data(), part.size());
-        }
-        offset += part.size();
+    // Shared-memory bytes: ordered by the master (common/tsan.h); each copy guards its stores.
+    for (const auto& part : parts) {
+      if (on_device(part)) {
+        if (checksum) checksum->Update(base + offset, part.size());
+      } else if (checksum) {
+        // The source: the shared memory may be written by someone else while we copy.
+        SplitCopyToSegment(copy_pool_, *checksum, base + offset, part.data(), part.size());
+      } else {
+        ScopedSegmentWrite payload;
+        CopyBytes(base + offset, part.data(), part.size());
       }
+      offset += part.size();
     }
     if (view.mapping->token() != replica.token()) {
       // The node remounted while we copied: the put must not be committed.
@@ -183,16 +182,15 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
       }
       offset = 0;
     }
-    {
-      ScopedSegmentRead payload;  // shared-memory bytes: ordered by the master (common/tsan.h)
-      for (const auto& part : dst) {
-        if (on_device(part)) {
-          checksum.Update(base + offset, part.size());
-        } else {
-          SplitCopyFromSegment(copy_pool_, checksum, part.data(), base + offset, part.size());
-        }
-        offset += part.size();
+    // Shared-memory bytes: ordered by the master (common/tsan.h); each copy guards its loads.
+    for (const auto& part : dst) {
+      if (on_device(part)) {
+        ScopedSegmentRead payload;
+        checksum.Update(base + offset, part.size());
+      } else {
+        SplitCopyFromSegment(copy_pool_, checksum, part.data(), base + offset, part.size());
       }
+      offset += part.size();
     }
     if (device_copies) {
       // The device's loads of the segment are over before the second look at the token.

@@ -23,7 +23,19 @@ uint64_t ReservationPool::ClassOf(uint64_t size) {
 
 void ReservationPool::ExactSizesOnly() {
   std::lock_guard lock(mu_);
+  if (exact_only_) return;
   exact_only_ = true;
+  // What each class holds is filed under its own size, where exact takes look.
+  std::map<uint64_t, SizeClass> by_class;
+  by_class.swap(sizes_);
+  for (auto& [key, cls] : by_class) {
+    for (Held& h : cls.ready) {
+      SizeClass& exact = sizes_[h.replica.length()];
+      exact.reserve_size = h.replica.length();
+      exact.last_use = cls.last_use;
+      exact.ready.push_back(std::move(h));
+    }
+  }
 }
 
 std::optional<ReservationPool::Held> ReservationPool::Take(uint64_t size) {
@@ -157,11 +169,13 @@ void ReservationPool::RefillOnce() {
     }
     uint64_t room = max_bytes_ - std::min(max_bytes_, held_bytes_);
     for (const auto& [key, cls] : sizes_) {
-      if (cls.ready.size() >= cls.target || now < cls.retry_after || cls.reserve_size == 0) {
-        continue;
-      }
-      const uint64_t count =
-          std::min<uint64_t>(cls.target - cls.ready.size(), room / cls.reserve_size);
+      // Reservations smaller than the class's size now serve only smaller objects: they do
+      // not count toward its stock (they still count in the bytes held).
+      const uint64_t fit = static_cast<uint64_t>(
+          std::count_if(cls.ready.begin(), cls.ready.end(),
+                        [&](const Held& h) { return h.replica.length() >= cls.reserve_size; }));
+      if (fit >= cls.target || now < cls.retry_after || cls.reserve_size == 0) continue;
+      const uint64_t count = std::min<uint64_t>(cls.target - fit, room / cls.reserve_size);
       if (count == 0) continue;
       wanted.push_back({key, cls.reserve_size, static_cast<uint32_t>(count)});
       room -= count * cls.reserve_size;

@@ -5,7 +5,8 @@
 // Promise: Take(size) hands out a reservation of `size` bytes or a little more (never more
 // than 1/8 above: sizes share a class, see ClassOf) with at least half of its lease left
 // (counted from before the Reserve call was sent), or nothing; each reservation is handed out
-// once. A class reserves the largest size taken in it lately, so one steady size gets exactly
+// once. A class reserves the largest size taken in it since it was last idle (kIdle), so one
+// steady size gets exactly
 // its own and many sizes near each other share reservations, each trimmed to its object at
 // commit (the master frees the rest: MasterState::ApplyPutCommit). Against a master that
 // refuses a smaller object (older than the trim), Take hands out exact sizes only, once told
@@ -75,8 +76,10 @@ class ReservationPool {
 
  private:
   struct SizeClass {
-    uint64_t reserve_size = 0;  // what a refill reserves: the largest size taken lately
-    std::deque<Held> ready;     // lengths between the class's 7/8 and the class
+    // What a refill reserves: the largest size taken since the class was created (it goes
+    // when idle for kIdle).
+    uint64_t reserve_size = 0;
+    std::deque<Held> ready;  // each at most the class; after ExactSizesOnly, exactly the key
     uint32_t target = 0;
     Clock::time_point last_use{};
     Clock::time_point last_low{};  // when a take last left it at half its target or less

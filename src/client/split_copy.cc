@@ -17,11 +17,12 @@ void SplitToSegment(ThreadPool& pool, ChecksumStream& sum, std::byte* dst, const
                     size_t n) {
   const size_t head = (n * 5 / 8) & ~kChunkMask;
   pool.ParallelFor(2, [&](size_t item) {
-    ScopedSegmentWrite payload;
-    if (item == 0) {  // usually the calling thread's: it claims first
+    if (item == 0) {  // often the calling thread's: it claims as soon as it has queued the other
       sum.Update(src, n);
+      ScopedSegmentWrite payload;  // the copy's stores only: the hash's state stays checked
       CopyBytes(dst + head, src + head, n - head);
     } else {
+      ScopedSegmentWrite payload;
       CopyBytes(dst, src, head);
     }
   });
@@ -36,7 +37,7 @@ void SplitFromSegment(ThreadPool& pool, ChecksumStream& sum, std::byte* dst, con
   const size_t head = (n * 7 / 16) & ~kChunkMask;
   ChecksumStream head_sum = sum;  // continues from the parts already hashed
   pool.ParallelFor(2, [&](size_t item) {
-    ScopedSegmentRead payload;
+    ScopedSegmentRead payload;  // the segment's loads (and, within CopyAndUpdate, the hash's)
     if (item == 1) {
       head_sum.CopyAndUpdate(dst, src, head);
     } else {
@@ -52,7 +53,7 @@ void SplitFromSegment(ThreadPool& pool, ChecksumStream& sum, std::byte* dst, con
 void SplitCopyToSegment(ThreadPool* pool, ChecksumStream& sum, std::byte* dst,
                         const std::byte* src, size_t n) {
   if (pool == nullptr || n < kSplitCopyBytes) {
-    ScopedSegmentWrite payload;
+    ScopedSegmentWrite payload;  // as before the split: the stores into the segment
     sum.CopyAndUpdateSource(dst, src, n);
   } else {
     SplitToSegment(*pool, sum, dst, src, n);

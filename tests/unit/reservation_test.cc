@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "master/state/master_state.h"
+#include "master/state/state_codec.h"
 
 namespace granary::master {
 namespace {
@@ -32,11 +33,12 @@ class ReservationTest : public ::testing::Test {
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     return r.segment_id;
   }
+  // `trim` as the service sets it (MasterState::CommitTrims): when the object is smaller.
   static PutCommitOp CommitOp(const std::string& client, const std::string& key,
                               const Reservation& r, uint64_t size, PlacementConfig config = {},
                               bool upsert = false) {
     return {client, {key},   {r.gen}, {size}, {0xC0FFEE}, config, upsert,
-            {r.extent.segment_id}, {r.extent.offset}};
+            {r.extent.segment_id}, {r.extent.offset}, size < r.extent.length};
   }
   // Releases each by name and its own place.
   static ReleaseReservationsOp ReleaseOp(const std::string& client,
@@ -385,6 +387,52 @@ TEST_F(ReservationTest, ASmallerObjectIsTrimmedIntoItsReservationAndTheRestFreed
 }
 
 // A replayed or standby master trims the same way: the same state, digest for digest.
+// A commit op without `trim` (every record a master before the trim wrote) keeps the exact-size
+// rule and its words, so a standby replaying such records does what their master did.
+TEST_F(ReservationTest, WithoutTrimASmallerObjectIsRefusedAsBeforeAndNothingChanges) {
+  MountSeg("seg", 8 * kMiB);
+  ReserveResult r = state_.Reserve({"c", 2 * kMiB, 1, {}});
+  ASSERT_EQ(r.granted.size(), 1u);
+  PutCommitOp exact = CommitOp("c", "k", r.granted[0], kMiB);
+  EXPECT_TRUE(state_.CommitTrims(exact)) << "what the service asks before it sets trim";
+  exact.trim = false;
+  const Status refused = state_.PutCommit(exact)[0];
+  EXPECT_EQ(refused.code(), ErrorCode::INVALID_PARAMS);
+  EXPECT_NE(refused.message().find("is not the reservation's"), std::string::npos)
+      << refused.ToString() << ": the words a client reads as \"this master does not trim\"";
+  EXPECT_EQ(Used(), 2 * kMiB);
+  EXPECT_EQ(state_.reservation_count(), 1u);
+  EXPECT_FALSE(state_.CommitTrims(CommitOp("c", "k", r.granted[0], 2 * kMiB)));
+  ASSERT_TRUE(Commit("c", "k", r.granted[0], 2 * kMiB).ok()) << "the reservation is still usable";
+}
+
+// An exact commit's record is byte for byte what masters before the trim wrote (no trim field),
+// and a trimming one carries it: a standby of an earlier build cannot decode that record and
+// stops, rather than refuse the commit and place every later object elsewhere.
+TEST_F(ReservationTest, OnlyATrimmingCommitsRecordCarriesTheFlag) {
+  MountSeg("seg", 8 * kMiB);
+  ReserveResult r = state_.Reserve({"c", kMiB, 1, {}});
+  ASSERT_EQ(r.granted.size(), 1u);
+  Operation op{123, 7, CommitOp("c", "k", r.granted[0], kMiB)};
+  const std::string exact = EncodeOperation(op);
+  Encoder before;  // the field list of PutCommitOp before the trim
+  PutCommitOp& o = std::get<PutCommitOp>(op.body);
+  uint64_t index = op.body.index();
+  before(op.seq); before(op.now_ms); before(index);
+  before(o.client_id); before(o.keys); before(o.reservations); before(o.sizes); before(o.checksums);
+  before(o.config); before(o.upsert); before(o.segment_ids); before(o.offsets);
+  EXPECT_EQ(exact, before.Take());
+  o.trim = true;
+  const std::string trimming = EncodeOperation(op);
+  EXPECT_GT(trimming.size(), exact.size());
+  auto decoded = DecodeOperation(trimming);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_TRUE(std::get<PutCommitOp>(decoded->body).trim);
+  decoded = DecodeOperation(exact);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_FALSE(std::get<PutCommitOp>(decoded->body).trim);
+}
+
 TEST_F(ReservationTest, ATrimmedCommitGivesTheSameStateOnACopyAndThroughASnapshot) {
   MountSeg("seg", 64 * kMiB);
   ReserveResult r = state_.Reserve({"c", kMiB, 3, {}});

@@ -566,6 +566,7 @@ grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommit
                  ToPlacement(req->config()), req->upsert(),
                  std::vector<uint64_t>(req->segment_ids().begin(), req->segment_ids().end()),
                  std::vector<uint64_t>(req->offsets().begin(), req->offsets().end())};
+  op.trim = state_->CommitTrims(op);
   TenantRuntime* tenant = TenantOf(who);
   std::unique_lock<std::mutex> quota_lock;
   if (tenant && who->quota_bytes) quota_lock = std::unique_lock(tenant->quota_mu);
@@ -582,7 +583,7 @@ grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommit
     statuses = state_->PutCommit(std::move(op));  // a misshapen batch is refused whole there
   } else {
     // Refused keys keep their reservations, as any refused commit does.
-    PutCommitOp fit{op.client_id, {}, {}, {}, {}, op.config, op.upsert, {}, {}};
+    PutCommitOp fit{op.client_id, {}, {}, {}, {}, op.config, op.upsert, {}, {}, op.trim};
     for (size_t i = 0; i < n; ++i) {
       if (!admitted[i]) continue;
       fit.keys.push_back(op.keys[i]);

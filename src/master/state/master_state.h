@@ -238,6 +238,9 @@ class MasterState {
     return Do<DiskGarbageAckOp, std::vector<Status>>(std::move(op));
   }
   ReserveResult Reserve(ReserveOp op) { return Do<ReserveOp, ReserveResult>(std::move(op)); }
+  // Whether some object of `op` is smaller than the reservation it names (read-only; for the
+  // service to set op.trim before it applies the op).
+  bool CommitTrims(const PutCommitOp& op) const;
   std::vector<Status> PutCommit(PutCommitOp op) {
     return Do<PutCommitOp, std::vector<Status>>(std::move(op));
   }

@@ -174,13 +174,20 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
         results[i] = Status(ErrorCode::LEASE_EXPIRED, "the reservation's lease has ended");
         continue;
       }
-      // A smaller object is trimmed into the reservation at commit (clients reserve one size
-      // for objects within 1/8 of it; ReservationPool).
-      if (op.sizes[i] == 0 || op.sizes[i] > held->second.extent.length) {
-        results[i] = Status(ErrorCode::INVALID_PARAMS,
-                            "object size " + std::to_string(op.sizes[i]) +
-                                " does not fit the reservation's " +
-                                std::to_string(held->second.extent.length));
+      // With trim, a smaller object is trimmed into the reservation at commit (clients reserve
+      // one size for objects within 1/8 of it; ReservationPool). Without, the earlier rule and
+      // its words, which a client reads as "this master does not trim".
+      const uint64_t reserved = held->second.extent.length;
+      if (!op.trim && op.sizes[i] != reserved) {
+        results[i] = Status(ErrorCode::INVALID_PARAMS, "object size " + std::to_string(op.sizes[i]) +
+                                                           " is not the reservation's " +
+                                                           std::to_string(reserved));
+        continue;
+      }
+      if (op.sizes[i] == 0 || op.sizes[i] > reserved) {
+        results[i] = Status(ErrorCode::INVALID_PARAMS, "object size " + std::to_string(op.sizes[i]) +
+                                                           " does not fit the reservation's " +
+                                                           std::to_string(reserved));
         continue;
       }
       if (Status s = ValidateKey(key); !s.ok()) {
@@ -216,6 +223,15 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
     }
   }
   return results;
+}
+
+bool MasterState::CommitTrims(const PutCommitOp& op) const {
+  std::lock_guard lock(apply_mu_);
+  for (size_t i = 0; i < op.reservations.size() && i < op.sizes.size(); ++i) {
+    auto held = reservations_.find(op.reservations[i]);
+    if (held != reservations_.end() && op.sizes[i] < held->second.extent.length) return true;
+  }
+  return false;
 }
 
 std::vector<Status> MasterState::ApplyReleaseReservations(const ReleaseReservationsOp& op) {

@@ -85,10 +85,10 @@ struct ReserveOp {
 };
 // Commits each keys[i], whose `sizes[i]` bytes the client already wrote into its reservation
 // `reservations[i]` with checksum `checksums[i]`: the object is committed (readable) at once, in
-// the reservation's extent, one replica. The reservation must be the client's, unexpired, and at
-// least that size (not 0); a smaller object is written at the extent's start and the rest of the
-// extent is freed at commit (the writer wrote only the object). A refused key leaves its
-// reservation as it was (the client may reuse it).
+// the reservation's extent, one replica. The reservation must be the client's, unexpired, and of
+// that size; with `trim`, at least that size (not 0): a smaller object is written at the
+// extent's start and the rest of the extent is freed at commit (the writer wrote only the
+// object). A refused key leaves its reservation as it was (the client may reuse it).
 // config.replica_num must be 0 or 1 and preferred_segments empty (the extent is placed already).
 struct PutCommitOp {
   std::string client_id;
@@ -102,6 +102,12 @@ struct PutCommitOp {
   // (Segment ids are never reused, even by a restarted master; reservation names are.)
   std::vector<uint64_t> segment_ids;
   std::vector<uint64_t> offsets;
+  // Whether an object may be smaller than its reservation (trimmed at commit). The service sets
+  // it when one is (MasterState::CommitTrims); without it the size must equal the reservation's,
+  // as masters before the trim required. Its record carries it only when set, so an exact
+  // commit's record is what those masters wrote, and a standby of such a build refuses a
+  // trimming one (an op it cannot decode) instead of applying it another way.
+  bool trim = false;
 };
 // The client will not write these reservations again: their space is free at once. Each is
 // released only if it is held at segment_ids[i], offsets[i] (as in PutCommitOp).

@@ -94,6 +94,13 @@ template <typename IO> void Fields(IO& io, ReserveOp& o) {
 template <typename IO> void Fields(IO& io, PutCommitOp& o) {
   io(o.client_id); io(o.keys); io(o.reservations); io(o.sizes); io(o.checksums); io(o.config);
   io(o.upsert); io(o.segment_ids); io(o.offsets);
+  // Last in its record and only when set (operations.h says why): absent, it is false.
+  if constexpr (IO::kDecoding) {
+    o.trim = false;
+    if (!io.done()) io(o.trim);
+  } else if (o.trim) {
+    io(o.trim);
+  }
 }
 template <typename IO> void Fields(IO& io, ReleaseReservationsOp& o) {
   io(o.client_id); io(o.reservations); io(o.segment_ids); io(o.offsets);
