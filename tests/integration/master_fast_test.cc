@@ -338,11 +338,15 @@ double LocalConnectionsAfterAGet(StoreCluster& cluster, const std::string& fast_
   if (!client) return -1;
   const auto value = Value('l', 64 * KiB);
   EXPECT_TRUE(client->Put("local/a", value).ok());
-  auto got = client->Get("local/a");
-  EXPECT_TRUE(got.ok()) << got.status().ToString();
-  if (got.ok()) EXPECT_EQ(*got, value);
   const uint16_t http = cluster.master().http_port();
-  EXPECT_GE(Metric(http, FastCalls("BatchGetReplicaList")), 1) << "the get went over the fast port";
+  // Calls made while another thread looks the fast port up go over gRPC (master_link.h): the
+  // reservation pool's refill may be the one looking, so the first gets may; later ones not.
+  EXPECT_TRUE(WaitUntil([&] {
+    auto got = client->Get("local/a");
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    if (got.ok()) EXPECT_EQ(*got, value);
+    return Metric(http, FastCalls("BatchGetReplicaList")) >= 1;
+  }, Millis(5000), Millis(20))) << "no get went over the fast port";
   EXPECT_GE(Metric(http, "granary_master_fast_connections_total"), 1);
   return Metric(http, "granary_master_fast_local_connections_total");
 }
