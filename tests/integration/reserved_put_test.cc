@@ -19,6 +19,12 @@ using SteadyClock = std::chrono::steady_clock;
 
 ByteSpan Span(const Bytes& b) { return ByteSpan(b.data(), b.size()); }
 
+// Bytes used in the store's one segment, as `observer` lists it (UINT64_MAX if it cannot).
+uint64_t SegmentUsed(Client& observer) {
+  auto segments = observer.ListSegments();
+  return segments.ok() && segments->size() == 1 ? (*segments)[0].used_bytes : UINT64_MAX;
+}
+
 class ReservedPutTest : public StoreTest {};
 
 // Puts until at least `want` went through reserved space (the first ones of a size miss and
@@ -73,10 +79,7 @@ TEST_F(ReservedPutTest, ObjectsOfManyNearbySizesShareReservedSpaceAndKeepOnlyThe
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
   auto observer = cluster_.MakeClient(false);
   ASSERT_NE(observer, nullptr);
-  auto used = [&]() -> uint64_t {
-    auto segments = observer->ListSegments();
-    return segments.ok() && segments->size() == 1 ? (*segments)[0].used_bytes : UINT64_MAX;
-  };
+  auto used = [&] { return SegmentUsed(*observer); };
   uint64_t held_by_objects = 0;
   for (bool shm : {true, false}) {
     SCOPED_TRACE(shm ? "shared memory" : "tcp");
@@ -111,10 +114,7 @@ TEST_F(ReservedPutTest, ClosingAClientGivesItsReservationsBack) {
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
   auto observer = cluster_.MakeClient(false);
   ASSERT_NE(observer, nullptr);
-  auto used = [&]() -> uint64_t {
-    auto segments = observer->ListSegments();
-    return segments.ok() && segments->size() == 1 ? (*segments)[0].used_bytes : UINT64_MAX;
-  };
+  auto used = [&] { return SegmentUsed(*observer); };
   uint64_t used_after_puts = 0;
   {
     auto writer = cluster_.MakeClient(true);
@@ -206,10 +206,7 @@ TEST_F(ReservedPutTest, AKilledClientsReservationsComeBackOnlyAfterLeaseAndQuara
                               {"--eviction-high-watermark", "1.0"}}));
   auto client = cluster_.MakeClient(false);
   ASSERT_NE(client, nullptr);
-  auto used = [&]() -> uint64_t {
-    auto segments = client->ListSegments();
-    return segments.ok() && segments->size() == 1 ? (*segments)[0].used_bytes : UINT64_MAX;
-  };
+  auto used = [&] { return SegmentUsed(*client); };
   // 48 MiB of pinned objects (eviction cannot make room), then 16 MiB reserved (a quarter).
   ClientOptions no_reserve;
   no_reserve.reserve_bytes = 0;  // the two-call path: plain allocations

@@ -54,6 +54,21 @@ class ReservationPoolTest : public ::testing::Test {
     return std::nullopt;
   }
 
+  // TakeSoon, checking that no reservation is handed out twice across `names`.
+  std::optional<ReservationPool::Held> TakeOnce(ReservationPool& pool, uint64_t size,
+                                                std::set<uint64_t>& names) {
+    auto held = TakeSoon(pool, size);
+    if (held) {
+      EXPECT_TRUE(names.insert(held->name).second) << "reservation " << held->name << " twice";
+    }
+    return held;
+  }
+  // The master's count of Reserve calls served.
+  Counter* ReserveCalls() {
+    return metrics_.AddCounter("granary_master_rpc_total", "RPCs served",
+                               {{"method", "Reserve"}});
+  }
+
   master::MasterState state_;
   master::Evictor evictor_;
   MetricsRegistry metrics_;
@@ -83,13 +98,10 @@ TEST_F(ReservationPoolTest, AMissRefillsInTheBackgroundAndEachIsHandedOutOnce) {
 // before, when the target stayed at 2).
 TEST_F(ReservationPoolTest, SteadyTakesOfOneSizeRefillInBatches) {
   ReservationPool pool(link_.get(), "c", 64 << 20);
-  Counter* reserves =
-      metrics_.AddCounter("granary_master_rpc_total", "RPCs served", {{"method", "Reserve"}});
+  Counter* reserves = ReserveCalls();
   std::set<uint64_t> names;
   for (int i = 0; i < 200; ++i) {
-    auto held = TakeSoon(pool, kSize);
-    ASSERT_TRUE(held);
-    EXPECT_TRUE(names.insert(held->name).second) << "reservation " << held->name << " twice";
+    ASSERT_TRUE(TakeOnce(pool, kSize, names));
     std::this_thread::sleep_for(milliseconds(1));  // a put's copy and commit
   }
   EXPECT_LE(reserves->Value(), 40u) << "Reserve calls for 200 takes";
@@ -101,15 +113,13 @@ TEST_F(ReservationPoolTest, SteadyTakesOfOneSizeRefillInBatches) {
 // Reserve per new size before, each left unused).
 TEST_F(ReservationPoolTest, NearbySizesShareReservations) {
   ReservationPool pool(link_.get(), "c", 64 << 20);
-  Counter* reserves =
-      metrics_.AddCounter("granary_master_rpc_total", "RPCs served", {{"method", "Reserve"}});
+  Counter* reserves = ReserveCalls();
   std::set<uint64_t> names;
   for (uint64_t i = 0; i < 200; ++i) {
     const uint64_t size = kSize - (i * 37) % (kSize / 16);  // 200 sizes in (60 KiB, 64 KiB]
     ASSERT_EQ(ReservationPool::ClassOf(size), kSize);
-    auto held = TakeSoon(pool, i == 0 ? kSize : size);
+    auto held = TakeOnce(pool, i == 0 ? kSize : size, names);
     ASSERT_TRUE(held);
-    EXPECT_TRUE(names.insert(held->name).second) << "reservation " << held->name << " twice";
     EXPECT_GE(held->replica.length(), i == 0 ? kSize : size);
     EXPECT_LE(held->replica.length(), size + size / 8) << "at most 1/8 above the size";
     std::this_thread::sleep_for(milliseconds(1));

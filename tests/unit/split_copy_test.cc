@@ -11,19 +11,12 @@
 #include <vector>
 
 #include "common/tsan.h"
+#include "../tools/test_pattern.h"
 
 namespace granary::client {
 namespace {
 
-std::vector<std::byte> Pattern(size_t n, uint32_t seed) {
-  std::vector<std::byte> v(n);
-  uint32_t x = seed;
-  for (auto& b : v) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return v;
-}
+using testdata::Pattern;
 
 uint64_t Digest(const std::vector<std::byte>& prefix, const std::vector<std::byte>& bytes) {
   return Checksum(std::vector<std::span<const std::byte>>{prefix, bytes});
@@ -33,12 +26,12 @@ uint64_t Digest(const std::vector<std::byte>& prefix, const std::vector<std::byt
 // continues an object's hash), with a pool, a pool of no workers and none.
 TEST(SplitCopyTest, LandsTheBytesAndTheDigestOfOneThreadsCopy) {
   ThreadPool two(2), none(0);
-  const auto earlier = Pattern(1000, 3);
+  const auto earlier = Pattern("earlier", 1000);
   for (ThreadPool* pool : {&two, &none, static_cast<ThreadPool*>(nullptr)}) {
     for (size_t n : {kSplitCopyBytes - 1, kSplitCopyBytes, kSplitCopyBytes + 1,
                      kSplitCopyBytes + (64 << 10), size_t{4} << 20, (size_t{4} << 20) + 13,
                      (size_t{5} << 20) + 1}) {
-      const auto src = Pattern(n, static_cast<uint32_t>(n));
+      const auto src = Pattern("src", n, n);
       std::vector<std::byte> segment(n), out(n);
       ChecksumStream put, get;
       put.Update(earlier.data(), earlier.size());
@@ -61,7 +54,7 @@ TEST(SplitCopyTest, SplitsFromInsideTheSamePoolsBatchFinishCorrectly) {
   constexpr size_t kSize = (size_t{2} << 20) + 4096;
   std::vector<std::vector<std::byte>> src, segment(kObjects), out(kObjects);
   for (size_t i = 0; i < kObjects; ++i) {
-    src.push_back(Pattern(kSize, static_cast<uint32_t>(i + 1)));
+    src.push_back(Pattern("object", kSize, i));
     segment[i].resize(kSize);
     out[i].resize(kSize);
   }
@@ -134,7 +127,7 @@ int CountWrongDigests(Copy copy, Expected expected) {
 TEST(SplitCopyTest, PutDigestIsTheSourcesWhileTheSegmentIsScribbledOn) {
   ThreadPool pool(2);
   constexpr size_t kSize = size_t{8} << 20;
-  const auto src = Pattern(kSize, 42);
+  const auto src = Pattern("put", kSize);
   const uint64_t expected = Checksum(std::span<const std::byte>(src));
   std::vector<std::byte> segment(kSize);
   Scribbler scribbler(segment);
@@ -151,7 +144,7 @@ TEST(SplitCopyTest, PutDigestIsTheSourcesWhileTheSegmentIsScribbledOn) {
 TEST(SplitCopyTest, GetDigestIsThatOfTheBytesDeliveredWhileTheSegmentIsScribbledOn) {
   ThreadPool pool(2);
   constexpr size_t kSize = size_t{8} << 20;
-  auto segment = Pattern(kSize, 43);
+  auto segment = Pattern("get", kSize);
   std::vector<std::byte> out(kSize);
   Scribbler scribbler(segment);
   const int wrong = CountWrongDigests(
