@@ -6,7 +6,8 @@
 # Prints each case's median keys/s per binary and the ratio new/old.
 # Environment: OLD_BENCH / NEW_BENCH (default $BIN/granary-bench) compare client changes too;
 # THREADS (default 1,4) and OPS (default all) pick the cases; STATE=1 also runs each side's
-# in-process state machine (`granary-bench state`, 1 thread) every round, the ratio's base.
+# in-process state machine (`granary-bench state`, STATE_THREADS threads, default 1) every round,
+# the ratio's base; STATE_OPS (default put,get,exist) its cases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=$1; NEW=$2; ROUNDS=${3:-3}; SECONDS_PER_CASE=${4:-3}
@@ -34,7 +35,8 @@ for round in $(seq 1 "$ROUNDS"); do
       --json "$WORK/$which-$round.json" > /dev/null
     kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
     if [ "${STATE:-0}" = 1 ]; then
-      "$bench" state --segments 128 --batch 128 --threads 1 --seconds "$SECONDS_PER_CASE" \
+      "$bench" state --segments 128 --batch 128 --threads "${STATE_THREADS:-1}" --ops "${STATE_OPS:-put,get,exist}" \
+        --seconds "$SECONDS_PER_CASE" \
         --json "$WORK/$which-state-$round.json" > /dev/null
     fi
   done
@@ -65,12 +67,15 @@ if os.environ.get("STATE") == "1":
         cases = {}
         for r in range(1, rounds + 1):
             for c in json.load(open(f"{work}/{which}-state-{r}.json")):
-                cases.setdefault(c["op"], []).append(c["keys_per_s"])
-        return {op: statistics.median(v) for op, v in cases.items()}
+                cases.setdefault((c["op"], c["threads"]), []).append(c["keys_per_s"])
+        return {k: statistics.median(v) for k, v in cases.items()}
     so, sn = state("old"), state("new")
-    print("state machine, 1 thread (keys/s); master 1 thread as a share of its own side's:")
-    for op in so:
-        mo = statistics.median(c["keys_per_s"] for c in old.get((op, 1), [{"keys_per_s": 0}]))
-        mn = statistics.median(c["keys_per_s"] for c in new.get((op, 1), [{"keys_per_s": 0}]))
-        print(f"{op:<10} old {so[op]:>10.0f} ({mo / so[op]:.0%})   new {sn[op]:>10.0f} ({mn / sn[op]:.0%})")
+    print("state machine in process (keys/s); the master over RPC at as many threads as a share"
+          " of its own side's:")
+    print(f"{'case':<10} {'threads':>7} {'old keys/s':>12} {'new keys/s':>12} {'new/old':>8}")
+    for (op, t) in sorted(so):
+        share = lambda side, s: (f"{statistics.median(c['keys_per_s'] for c in side[(op, t)]) / s:.0%}"
+                                 if (op, t) in side else "-")
+        print(f"{op:<10} {t:>7} {so[(op, t)]:>12.0f} {sn[(op, t)]:>12.0f} {sn[(op, t)] / so[(op, t)]:>8.2f}"
+              f"   rpc share old {share(old, so[(op, t)])} new {share(new, sn[(op, t)])}")
 PY

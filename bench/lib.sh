@@ -18,7 +18,12 @@ wait_for_segment() {
 # Waits (at most 10 s) until HTTP /health answers on 127.0.0.1:$1.
 wait_for_health() {
   for _ in $(seq 1 100); do
-    curl -fsS "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    if command -v curl >/dev/null; then
+      curl -fsS "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    else  # a machine without curl (the GPU machine)
+      python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+        "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    fi
     sleep 0.1
   done
   echo "no /health answer on 127.0.0.1:$1 after 10 s" >&2

@@ -43,6 +43,7 @@ struct StateBenchOptions {
   uint32_t batch = 128;
   uint64_t value_size = 4096;
   std::string eviction_policy = "s3fifo";  // as the master's --eviction-policy
+  std::vector<std::string> ops = {"put", "get", "exist"};
   std::string json_path;
 };
 int RunStateBench(const StateBenchOptions& options);

@@ -1,6 +1,7 @@
 // granary-bench state: the master's state machine alone, in process, no RPC: what the metadata
 // work of a batch costs, so the `master` suite's figures can be split into state work and the
 // gRPC round trip around it.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -72,8 +73,12 @@ int RunStateBench(const StateBenchOptions& o) {
   nlohmann::json json = nlohmann::json::array();
   for (int threads : o.threads) {
     std::atomic<uint64_t> generation{0};
+    auto wanted = [&](const char* op) {
+      return std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
+    };
+    std::vector<std::pair<const char*, double>> rows;
     // Puts keep their objects, as over RPC (`granary-bench master`); they go, untimed, after.
-    double put = KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
+    if (wanted("put")) rows.emplace_back("put", KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
       std::vector<std::string> keys;
       keys.reserve(o.batch);
       uint64_t g = generation.fetch_add(1, std::memory_order_relaxed);
@@ -83,18 +88,18 @@ int RunStateBench(const StateBenchOptions& o) {
       std::string client = "writer-" + std::to_string(t);
       auto started = state.PutStart({client, keys, std::vector<uint64_t>(o.batch, o.value_size), {}, false});
       state.PutEnd({client, keys, std::vector<uint64_t>(o.batch, 1), master::Gens(started)});
-    });
+    }));
     state.RemoveByRegex({"^model/put/", true});
-    double get = KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
+    if (wanted("get")) rows.emplace_back("get", KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
       const auto& keys = read_batches[(i * 7 + t * 13) % kReadBatches];
       std::string client = "reader-" + std::to_string(t);
       state.GetReplicaList({client, keys});
       state.FinishRead({client, keys});
-    });
-    double exist = KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
+    }));
+    if (wanted("exist")) rows.emplace_back("exist", KeysPerSecond(threads, o.seconds, o.batch, [&](int t, uint64_t i) {
       state.BatchExist(read_batches[(i * 7 + t * 13) % kReadBatches]);
-    });
-    for (auto [op, v] : {std::pair{"put", put}, {"get", get}, {"exist", exist}}) {
+    }));
+    for (auto [op, v] : rows) {
       std::printf("%-6s %7d %14.0f\n", op, threads, v);
       json.push_back({{"op", op}, {"threads", threads}, {"keys_per_s", v}, {"batch", o.batch},
                       {"eviction_policy", o.eviction_policy}});
