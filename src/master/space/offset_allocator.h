@@ -84,6 +84,8 @@ class OffsetAllocator {
   Stats GetStats() const;
 
   uint64_t capacity() const { return capacity_; }
+  // capacity - allocated bytes, without GetStats' walk for the largest free block.
+  uint64_t free_bytes() const { return capacity_ - used_units_ * kAlignment; }
 
   struct Block {
     uint64_t offset;  // bytes

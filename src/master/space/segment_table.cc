@@ -304,9 +304,9 @@ double SegmentTable::FreeShare(uint64_t id) const {
   auto it = segments_.find(id);
   if (it == segments_.end()) return 0;
   std::lock_guard seg_lock(it->second->mu);
-  const OffsetAllocator::Stats stats = it->second->allocator.GetStats();
-  return stats.capacity == 0 ? 0 : static_cast<double>(stats.free_bytes) /
-                                       static_cast<double>(stats.capacity);
+  const OffsetAllocator& allocator = it->second->allocator;
+  return allocator.capacity() == 0 ? 0 : static_cast<double>(allocator.free_bytes()) /
+                                             static_cast<double>(allocator.capacity());
 }
 
 uint64_t SegmentTable::LargestCapacity() const {
