@@ -221,16 +221,24 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
                                                   std::to_string(kMaxObjectBytes)),
             {}};
   }
-  auto it = shard.objects.find(key);
+  // One lookup: a new key's entry is made now and erased again if the put fails.
+  auto it = shard.objects.try_emplace(key).first;
   if (Status s = MayWrite(shard, it, op.upsert, now, op.client_id, op_first_gen); !s.ok()) {
     return {s, {}};
   }
 
-  // Preferred segments keep their order; the rest rotate per key so a batch spreads out.
+  // Preferred segments keep their order; the rest rotate per key so a batch spreads out:
+  // the rest from `rotation` on, then those before it.
   const std::vector<uint64_t>& ids = order.ids;
-  std::vector<uint64_t> candidates(ids.begin(), ids.begin() + order.preferred);
-  size_t rest = ids.size() - order.preferred;
-  for (size_t j = 0; j < rest; ++j) candidates.push_back(ids[order.preferred + (rotation + j) % rest]);
+  const auto rest_begin = ids.begin() + static_cast<ptrdiff_t>(order.preferred);
+  const size_t rest = ids.size() - order.preferred;
+  std::vector<uint64_t>& candidates = candidates_scratch_;
+  candidates.assign(ids.begin(), rest_begin);
+  if (rest > 0) {
+    const auto pivot = rest_begin + static_cast<ptrdiff_t>(rotation % rest);
+    candidates.insert(candidates.end(), pivot, ids.end());
+    candidates.insert(candidates.end(), rest_begin, pivot);
+  }
   // Load-aware first choice: of the rotation's pick and one other (chosen by the put's
   // generation, so replay picks the same), the segment with the larger free share goes first.
   // An empty node that joins gets about twice its share until it catches up, not every put.
@@ -252,12 +260,11 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
     extents.push_back(*extent);
   }
   if (extents.empty()) {
-    if (it != shard.objects.end()) EraseIfEmpty(shard, it);
+    EraseIfEmpty(shard, it);
     return {Status(ErrorCode::NO_AVAILABLE_HANDLE,
                    "no segment has " + std::to_string(size) + " free bytes"),
             {}};
   }
-  if (it == shard.objects.end()) it = shard.objects.try_emplace(key).first;
   PendingWrite pending;
   pending.client_id = op.client_id;
   pending.gen = next_put_gen_++;

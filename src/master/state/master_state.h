@@ -648,6 +648,7 @@ class MasterState {
   uint64_t last_seq_ = 0;
   int64_t last_now_ms_ = 0;
   uint64_t next_put_gen_;  // from segment_id_base (at least 1)
+  std::vector<uint64_t> candidates_scratch_;  // StartOne's placement order, under apply_mu_
   std::vector<Observer> observers_;
   // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
   // client are derived (the cap's check), the atomics are for metrics.
