@@ -341,6 +341,13 @@ void MasterServer::RegisterMetrics() {
       [service, single] {
         return single(static_cast<double>(service->replica_planner().GetStats().backlog_bytes));
       });
+  metrics_.AddCounterCallback("granary_master_apply_turns_total",
+                              "turns of the apply lock taken by Apply callers (ApplyCombiner)",
+                              [s, single] { return single(static_cast<double>(s->apply_turns())); });
+  metrics_.AddCounterCallback(
+      "granary_master_applies_combined_total",
+      "operations applied on another caller's turn: under contention, most of them",
+      [s, single] { return single(static_cast<double>(s->applies_combined())); });
   metrics_.AddGaugeCallback("granary_master_replica_copies_in_flight",
                             "re-replication copies nodes are making now", [s, single] {
                               return single(static_cast<double>(s->copies_in_flight()));

@@ -55,11 +55,23 @@ MasterState::MasterState(MasterPolicy policy, const Clock* clock, uint64_t segme
 
 void MasterState::AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
 
+namespace {
+thread_local uint64_t tls_last_seq = 0;
+thread_local uint64_t tls_applied = 0;
+}  // namespace
+
 OpResult MasterState::Apply(Operation op) {
-  std::lock_guard lock(apply_mu_);
-  op.seq = last_seq_ + 1;
-  op.now_ms = std::max(op.now_ms, last_now_ms_);
-  return ApplyLocked(op);
+  OpResult result;
+  // Under contention another caller's thread may apply op (ApplyCombiner): the seq is read
+  // back from op here, on this thread, for LastSeqOnThisThread.
+  combiner_.Run([&] {
+    op.seq = last_seq_ + 1;
+    op.now_ms = std::max(op.now_ms, last_now_ms_);
+    result = ApplyLocked(op);
+  });
+  tls_last_seq = op.seq;
+  tls_applied++;
+  return result;
 }
 
 Result<OpResult> MasterState::Replay(const Operation& op) {
@@ -72,6 +84,8 @@ Result<OpResult> MasterState::Replay(const Operation& op) {
     return Status(ErrorCode::INVALID_PARAMS, "operation " + std::to_string(op.seq) +
                                                  " goes back in time");
   }
+  tls_last_seq = op.seq;
+  tls_applied++;
   return ApplyLocked(op);
 }
 
@@ -80,17 +94,10 @@ uint64_t MasterState::last_seq() const {
   return last_seq_;
 }
 
-namespace {
-thread_local uint64_t tls_last_seq = 0;
-thread_local uint64_t tls_applied = 0;
-}  // namespace
-
 uint64_t MasterState::LastSeqOnThisThread() { return tls_last_seq; }
 uint64_t MasterState::AppliedOnThisThread() { return tls_applied; }
 
 OpResult MasterState::ApplyLocked(const Operation& op) {
-  tls_last_seq = op.seq;
-  tls_applied++;
   last_seq_ = op.seq;
   last_now_ms_ = op.now_ms;
   const int64_t now = op.now_ms;

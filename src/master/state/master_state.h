@@ -11,6 +11,9 @@
 // not a read: it takes no lock and does not refresh recency).
 // Lock order: apply -> shard -> segment table -> segment; clients_mu_, deferred_mu_, disk_mu_ and
 // the ghost stripes' mutexes are leaves. Observers run under the apply lock, in sequence order.
+// Concurrent Apply calls are combined (ApplyCombiner): the caller holding the apply lock applies
+// the others' queued operations too, in arrival order, each with its own seq, so an operation
+// and its observers may run on another caller's thread.
 // Ownership: MasterState owns everything below it; results are copies.
 #pragma once
 
@@ -33,6 +36,7 @@
 
 #include "common/clock.h"
 #include "granary/status.h"
+#include "master/state/apply_combiner.h"
 #include "master/state/disk_garbage.h"
 #include "master/state/key_namespace.h"
 #include "master/state/object_meta.h"
@@ -309,6 +313,9 @@ class MasterState {
   bool NodeDraining(const std::string& node_id) const;
   // Re-replication copies under way (ReplicaCopyStartOp), all nodes'.
   uint64_t copies_in_flight() const { return copies_in_flight_.load(std::memory_order_relaxed); }
+  // Apply's turns (ApplyCombiner), and the operations applied on another caller's turn.
+  uint64_t apply_turns() const { return combiner_.turns(); }
+  uint64_t applies_combined() const { return combiner_.combined_tasks(); }
   // Copies of `node_id` under way (its next copy round ends them).
   size_t CopiesOf(const std::string& node_id) const;
   // Copies attached as replicas since this state was made (counts of this process, not state).
@@ -645,6 +652,7 @@ class MasterState {
 
   // Serialises every mutation: the one total order of the history.
   mutable std::mutex apply_mu_;
+  ApplyCombiner combiner_{&apply_mu_};  // Apply's turns under apply_mu_
   uint64_t last_seq_ = 0;
   int64_t last_now_ms_ = 0;
   uint64_t next_put_gen_;  // from segment_id_base (at least 1)

@@ -1,0 +1,171 @@
+// ApplyCombiner: each task runs once, never two at a time, in the order the callers queued them;
+// a turn runs at most max_turn tasks and then hands over; a task's exception reaches its own
+// caller; Run returns only after its task ran.
+#include "master/state/apply_combiner.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace granary::master {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Waits (bounded) until `combiner` has `n` tasks queued.
+bool WaitQueued(const ApplyCombiner& combiner, size_t n) {
+  for (int i = 0; i < 5000; ++i) {
+    if (combiner.queued() == n) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+TEST(ApplyCombinerTest, ManyCallersEachTaskRunsOnceAloneAndBeforeItsRunReturns) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial, 8);
+  constexpr int kThreads = 8, kCalls = 3000;
+  uint64_t counter = 0;  // plain: the combiner's mutual exclusion is what keeps it right
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0}, unlocked{0}, not_yet_ran{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kCalls; ++i) {
+        bool ran = false;
+        combiner.Run([&] {
+          if (inside.fetch_add(1) != 0) overlaps++;
+          if (serial.try_lock()) {  // the task must run with `serial` held
+            serial.unlock();
+            unlocked++;
+          }
+          counter++;
+          ran = true;
+          inside.fetch_sub(1);
+        });
+        if (!ran) not_yet_ran++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(counter, uint64_t{kThreads} * kCalls);
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(unlocked.load(), 0);
+  EXPECT_EQ(not_yet_ran.load(), 0);
+  EXPECT_EQ(combiner.queued(), 0u);
+}
+
+// A caller holds `serial` from outside, so the first Run's turn waits for it while four more
+// callers queue one by one: then one turn runs them all, in the order they queued.
+TEST(ApplyCombinerTest, QueuedTasksRunInArrivalOrderInOneTurn) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial, 32);
+  std::vector<int> order;  // written by tasks only
+  std::vector<std::thread> threads;
+  std::unique_lock hold(serial);
+  for (int id = 0; id < 5; ++id) {
+    threads.emplace_back([&, id] { combiner.Run([&order, id] { order.push_back(id); }); });
+    ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
+  }
+  hold.unlock();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(combiner.turns(), 1u);
+  EXPECT_EQ(combiner.combined_tasks(), 4u);
+}
+
+// max_turn 2: the first turn runs 0 and 1 and hands the turn to 2, which runs 2 and 3 and hands
+// it to 4: three turns, still in arrival order.
+TEST(ApplyCombinerTest, ATurnRunsAtMostMaxTurnTasksThenHandsTheTurnToTheOldestCaller) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial, 2);
+  std::vector<int> order;
+  std::vector<std::thread::id> ran_on(5);
+  std::vector<std::thread::id> caller(5);
+  std::vector<std::thread> threads;
+  std::unique_lock hold(serial);
+  for (int id = 0; id < 5; ++id) {
+    threads.emplace_back([&, id] {
+      caller[id] = std::this_thread::get_id();
+      combiner.Run([&, id] {
+        order.push_back(id);
+        ran_on[id] = std::this_thread::get_id();
+      });
+    });
+    ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
+  }
+  hold.unlock();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(combiner.turns(), 3u);
+  EXPECT_EQ(combiner.combined_tasks(), 2u);
+  EXPECT_EQ(ran_on[0], caller[0]);
+  EXPECT_EQ(ran_on[1], caller[0]);
+  EXPECT_EQ(ran_on[2], caller[2]);
+  EXPECT_EQ(ran_on[3], caller[2]);
+  EXPECT_EQ(ran_on[4], caller[4]);
+}
+
+// A task that throws, run by another caller's turn: its own Run rethrows it; the turn's caller
+// and the tasks after it are not affected.
+TEST(ApplyCombinerTest, AnExceptionReachesOnlyTheCallerWhoseTaskThrew) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial, 32);
+  std::atomic<int> ran{0};
+  std::string caught;
+  bool first_threw = false, third_threw = false;
+  std::unique_lock hold(serial);
+  std::thread first([&] {
+    try {
+      combiner.Run([&] { ran++; });
+    } catch (...) {
+      first_threw = true;
+    }
+  });
+  ASSERT_TRUE(WaitQueued(combiner, 1));
+  std::thread second([&] {
+    try {
+      combiner.Run([&]() { throw std::runtime_error("task two"); });
+    } catch (const std::runtime_error& e) {
+      caught = e.what();
+    }
+  });
+  ASSERT_TRUE(WaitQueued(combiner, 2));
+  std::thread third([&] {
+    try {
+      combiner.Run([&] { ran++; });
+    } catch (...) {
+      third_threw = true;
+    }
+  });
+  ASSERT_TRUE(WaitQueued(combiner, 3));
+  hold.unlock();
+  first.join();
+  second.join();
+  third.join();
+  EXPECT_EQ(caught, "task two");
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_FALSE(first_threw);
+  EXPECT_FALSE(third_threw);
+  EXPECT_EQ(combiner.turns(), 1u);
+}
+
+// Alone, a caller runs its own task on its own thread and combines nothing.
+TEST(ApplyCombinerTest, AnUncontendedCallRunsOnItsOwnThread) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial);
+  std::thread::id ran_on;
+  for (int i = 0; i < 3; ++i) combiner.Run([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(combiner.turns(), 3u);
+  EXPECT_EQ(combiner.combined_tasks(), 0u);
+}
+
+}  // namespace
+}  // namespace granary::master
