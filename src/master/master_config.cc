@@ -18,6 +18,12 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                  "about half a loopback TCP round trip; ignored under TLS");
   schema.AddString("log_level", &c->log_level, "trace, debug, info, warn, error or off");
   schema.AddUint("rpc_threads", &c->rpc_threads, "gRPC server threads (0: gRPC's default)", 0, 256);
+  schema.AddUint("apply_turn_ops", &c->apply_turn_ops,
+                 "operations one caller applies per turn of the apply lock, its own and those "
+                 "queued meanwhile (1: only its own)", 1, 4096);
+  schema.AddUint("apply_combine_waiting", &c->apply_combine_waiting,
+                 "a caller applies others' operations only while at least this many wait; "
+                 "with fewer the apply lock passes in arrival order", 1, 4096);
   MasterPolicy& p = c->policy;
   schema.AddDurationMs("lease_ttl", &p.lease_ttl_ms, "how long a read lock lasts unless released");
   schema.AddDurationMs("mount_quarantine", &p.mount_quarantine_ms,

@@ -23,6 +23,11 @@ struct MasterConfig {
   bool fast_local = true;          // the fast port also on a local socket (not under TLS)
   std::string log_level = "info";
   uint64_t rpc_threads = 0;        // 0: gRPC's default
+  // Operations one caller applies per turn of the apply lock, its own and others' queued
+  // meanwhile (ApplyCombiner); 1: each caller applies only its own, in arrival order.
+  uint64_t apply_turn_ops = 32;
+  // ...and only while at least this many callers wait (fewer: the lock passes in arrival order).
+  uint64_t apply_combine_waiting = 4;
   uint64_t shard_count = 1024;
   std::string history_file;        // empty: no history file
   std::string eviction_policy = "s3fifo";  // s3fifo, prefix or lru; see EvictionPolicy

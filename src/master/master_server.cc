@@ -23,6 +23,8 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
                                              config_.EffectiveOffload(),
                                              static_cast<uint32_t>(config_.promote_after));
   service_->replica_planner().set_mbps(config_.rereplicate_mbps);
+  state_->set_apply_turns(static_cast<size_t>(config_.apply_turn_ops),
+                          static_cast<size_t>(config_.apply_combine_waiting));
   RegisterMetrics();
 }
 

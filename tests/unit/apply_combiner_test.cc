@@ -29,7 +29,7 @@ bool WaitQueued(const ApplyCombiner& combiner, size_t n) {
 
 TEST(ApplyCombinerTest, ManyCallersEachTaskRunsOnceAloneAndBeforeItsRunReturns) {
   std::mutex serial;
-  ApplyCombiner combiner(&serial, 8);
+  ApplyCombiner combiner(&serial, 8, 2);
   constexpr int kThreads = 8, kCalls = 3000;
   uint64_t counter = 0;  // plain: the combiner's mutual exclusion is what keeps it right
   std::atomic<int> inside{0};
@@ -65,7 +65,7 @@ TEST(ApplyCombinerTest, ManyCallersEachTaskRunsOnceAloneAndBeforeItsRunReturns) 
 // callers queue one by one: then one turn runs them all, in the order they queued.
 TEST(ApplyCombinerTest, QueuedTasksRunInArrivalOrderInOneTurn) {
   std::mutex serial;
-  ApplyCombiner combiner(&serial, 32);
+  ApplyCombiner combiner(&serial, 32, 1);
   std::vector<int> order;  // written by tasks only
   std::vector<std::thread> threads;
   std::unique_lock hold(serial);
@@ -84,7 +84,7 @@ TEST(ApplyCombinerTest, QueuedTasksRunInArrivalOrderInOneTurn) {
 // it to 4: three turns, still in arrival order.
 TEST(ApplyCombinerTest, ATurnRunsAtMostMaxTurnTasksThenHandsTheTurnToTheOldestCaller) {
   std::mutex serial;
-  ApplyCombiner combiner(&serial, 2);
+  ApplyCombiner combiner(&serial, 2, 1);
   std::vector<int> order;
   std::vector<std::thread::id> ran_on(5);
   std::vector<std::thread::id> caller(5);
@@ -112,11 +112,77 @@ TEST(ApplyCombinerTest, ATurnRunsAtMostMaxTurnTasksThenHandsTheTurnToTheOldestCa
   EXPECT_EQ(ran_on[4], caller[4]);
 }
 
+// max_turn 1 (set after construction, as the master's --apply-turn-ops does): a FIFO lock, each
+// task on its own caller's thread, still in arrival order.
+TEST(ApplyCombinerTest, WithMaxTurnOneEachCallerRunsOnlyItsOwnTaskInArrivalOrder) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial);
+  combiner.set_limits(1, 1);
+  std::vector<int> order;
+  std::vector<std::thread::id> ran_on(4), caller(4);
+  std::vector<std::thread> threads;
+  std::unique_lock hold(serial);
+  for (int id = 0; id < 4; ++id) {
+    threads.emplace_back([&, id] {
+      caller[id] = std::this_thread::get_id();
+      combiner.Run([&, id] {
+        order.push_back(id);
+        ran_on[id] = std::this_thread::get_id();
+      });
+    });
+    ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
+  }
+  hold.unlock();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  for (int id = 0; id < 4; ++id) EXPECT_EQ(ran_on[id], caller[id]) << id;
+  EXPECT_EQ(combiner.turns(), 4u);
+  EXPECT_EQ(combiner.combined_tasks(), 0u);
+}
+
+// min_waiting 3: with two callers behind the turn's own, the lock passes in arrival order, each
+// task on its own caller's thread; with three behind it, one turn runs them all.
+TEST(ApplyCombinerTest, ATurnRunsOthersTasksOnlyWhileAtLeastMinWaitingWait) {
+  for (int behind : {2, 3}) {
+    SCOPED_TRACE(behind);
+    std::mutex serial;
+    ApplyCombiner combiner(&serial, 32, 3);
+    std::vector<int> order;
+    std::vector<std::thread::id> ran_on(behind + 1), caller(behind + 1);
+    std::vector<std::thread> threads;
+    std::unique_lock hold(serial);
+    for (int id = 0; id <= behind; ++id) {
+      threads.emplace_back([&, id] {
+        caller[id] = std::this_thread::get_id();
+        combiner.Run([&, id] {
+          order.push_back(id);
+          ran_on[id] = std::this_thread::get_id();
+        });
+      });
+      ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
+    }
+    hold.unlock();
+    for (auto& t : threads) t.join();
+    std::vector<int> expected;
+    for (int id = 0; id <= behind; ++id) expected.push_back(id);
+    EXPECT_EQ(order, expected);
+    if (behind == 2) {
+      for (int id = 0; id <= behind; ++id) EXPECT_EQ(ran_on[id], caller[id]) << id;
+      EXPECT_EQ(combiner.turns(), 3u);
+      EXPECT_EQ(combiner.combined_tasks(), 0u);
+    } else {
+      for (int id = 0; id <= behind; ++id) EXPECT_EQ(ran_on[id], caller[0]) << id;
+      EXPECT_EQ(combiner.turns(), 1u);
+      EXPECT_EQ(combiner.combined_tasks(), 3u);
+    }
+  }
+}
+
 // A task that throws, run by another caller's turn: its own Run rethrows it; the turn's caller
 // and the tasks after it are not affected.
 TEST(ApplyCombinerTest, AnExceptionReachesOnlyTheCallerWhoseTaskThrew) {
   std::mutex serial;
-  ApplyCombiner combiner(&serial, 32);
+  ApplyCombiner combiner(&serial, 32, 1);
   std::atomic<int> ran{0};
   std::string caught;
   bool first_threw = false, third_threw = false;

@@ -360,6 +360,7 @@ TEST(OrderedHistory, ApplyNeverLetsTimeGoBack) {
 TEST(OrderedHistory, EachCallerLearnsItsOwnSeqWhenAnotherThreadAppliedIt) {
   ManualClock clock;
   MasterState state(Policy(EvictionPolicy::kS3Fifo), &clock);
+  state.set_apply_turns(32, 1);  // combine whenever one caller waits
   std::mutex mu;
   std::map<uint64_t, std::pair<std::string, std::thread::id>> seen;  // seq -> client, applier
   std::vector<uint64_t> seq_order;

@@ -33,6 +33,8 @@ void ApplyCombiner::Combine(const Waiter& own) {
   turns_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lock(*serial_);
   size_t ran = 0;
+  const size_t max_turn = max_turn_.load(std::memory_order_relaxed);
+  const size_t min_waiting = min_waiting_.load(std::memory_order_relaxed);
   for (;;) {
     Waiter* next_turn = nullptr;
     {
@@ -41,10 +43,14 @@ void ApplyCombiner::Combine(const Waiter& own) {
         turn_taken_ = false;
         return;
       }
-      if (ran >= max_turn_) {
+      // A turn begins with its own task at the front: queued into an empty queue, or handed
+      // the turn as the oldest waiter.
+      const size_t others_waiting = queue_.size() - (ran == 0 ? 1 : 0);
+      const bool combine = others_waiting >= min_waiting;
+      if (ran >= max_turn || (ran > 0 && !combine)) {
         next_turn = queue_.front();  // stays queued: its own turn runs it first
       } else {
-        const size_t take = std::min(queue_.size(), max_turn_ - ran);
+        const size_t take = combine ? std::min(queue_.size(), max_turn - ran) : 1;
         batch_.assign(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(take));
         queue_.erase(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(take));
       }

@@ -7,8 +7,11 @@
 // run on another thread than its caller's: it must not use the caller's thread-local state (the
 // caller reads back what it needs after Run returns; Run's return happens-after the task). An
 // exception a task throws is rethrown by its own Run, on its caller's thread.
-// A turn runs at most max_turn tasks and then hands the turn to the oldest waiting caller, so a
-// combiner's own caller waits for no more than that many tasks after its own.
+// A turn runs its own caller's task first. It runs others' only while at least min_waiting
+// callers wait: with fewer, the apply lock is not the bottleneck, and a caller that runs others'
+// tasks delays its own work after Apply (its reply) for nothing; the turn then passes to the
+// oldest waiter (a FIFO lock). A turn runs at most max_turn tasks and then hands the turn to the
+// oldest waiting caller, so a combiner's own caller waits for no more than that many tasks.
 // Threads: any. `serial` is also taken directly by code that must exclude tasks (queries,
 // Replay); tasks must not call Run (the turn is not re-entrant, like the mutex it holds).
 #pragma once
@@ -26,8 +29,15 @@ namespace granary::master {
 
 class ApplyCombiner {
  public:
-  explicit ApplyCombiner(std::mutex* serial, size_t max_turn = 32)
-      : serial_(serial), max_turn_(max_turn == 0 ? 1 : max_turn) {}
+  explicit ApplyCombiner(std::mutex* serial, size_t max_turn = 32, size_t min_waiting = 4)
+      : serial_(serial), max_turn_(max_turn == 0 ? 1 : max_turn),
+        min_waiting_(min_waiting == 0 ? 1 : min_waiting) {}
+  // max_turn 1: each caller runs only its own task, in arrival order (a FIFO lock). Set before
+  // the combiner is shared, or between calls: a turn under way keeps the values it began with.
+  void set_limits(size_t max_turn, size_t min_waiting) {
+    max_turn_.store(max_turn == 0 ? 1 : max_turn, std::memory_order_relaxed);
+    min_waiting_.store(min_waiting == 0 ? 1 : min_waiting, std::memory_order_relaxed);
+  }
   ApplyCombiner(const ApplyCombiner&) = delete;
   ApplyCombiner& operator=(const ApplyCombiner&) = delete;
 
@@ -63,7 +73,8 @@ class ApplyCombiner {
   static void WaitWhileQueued(std::atomic<uint32_t>& state);
 
   std::mutex* const serial_;
-  const size_t max_turn_;
+  std::atomic<size_t> max_turn_;
+  std::atomic<size_t> min_waiting_;
   mutable std::mutex queue_mu_;  // a leaf: held only to queue, take a batch, or pass the turn
   std::deque<Waiter*> queue_;    // under queue_mu_, oldest first
   bool turn_taken_ = false;       // under queue_mu_: some caller is combining or about to

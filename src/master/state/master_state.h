@@ -315,6 +315,9 @@ class MasterState {
   uint64_t copies_in_flight() const { return copies_in_flight_.load(std::memory_order_relaxed); }
   // Apply's turns (ApplyCombiner), and the operations applied on another caller's turn.
   uint64_t apply_turns() const { return combiner_.turns(); }
+  // Operations one Apply caller applies per turn, and how many callers must wait before it
+  // applies theirs (MasterConfig::apply_turn_ops, apply_combine_waiting).
+  void set_apply_turns(size_t ops, size_t min_waiting) { combiner_.set_limits(ops, min_waiting); }
   uint64_t applies_combined() const { return combiner_.combined_tasks(); }
   // Copies of `node_id` under way (its next copy round ends them).
   size_t CopiesOf(const std::string& node_id) const;

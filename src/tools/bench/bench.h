@@ -44,6 +44,8 @@ struct StateBenchOptions {
   uint64_t value_size = 4096;
   std::string eviction_policy = "s3fifo";  // as the master's --eviction-policy
   std::vector<std::string> ops = {"put", "get", "exist"};
+  uint32_t apply_turn_ops = 32;  // as the master's --apply-turn-ops
+  uint32_t apply_combine_waiting = 4;  // as the master's --apply-combine-waiting
   std::string json_path;
 };
 int RunStateBench(const StateBenchOptions& options);

@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 65536u));
   state->add_option("--eviction-policy", so.eviction_policy, "the master's eviction policy")
       ->capture_default_str()->check(CLI::IsMember({"lru", "s3fifo", "prefix"}));
+  state->add_option("--apply-turn-ops", so.apply_turn_ops, "the master's --apply-turn-ops")
+      ->capture_default_str()->check(CLI::Range(1u, 4096u));
+  state->add_option("--apply-combine-waiting", so.apply_combine_waiting,
+                    "the master's --apply-combine-waiting")
+      ->capture_default_str()->check(CLI::Range(1u, 4096u));
   state->add_option("--ops", so.ops, "cases to run, e.g. put to profile one alone")
       ->capture_default_str()->delimiter(',')->check(CLI::IsMember({"put", "get", "exist"}));
   state->add_option("--json", so.json_path, "also write the results as JSON to this file");

@@ -50,6 +50,7 @@ int RunStateBench(const StateBenchOptions& o) {
   master::MasterConfig config;
   config.eviction_policy = o.eviction_policy;
   master::MasterState state(config.EffectivePolicy(), WallClock::Instance());
+  state.set_apply_turns(o.apply_turn_ops, o.apply_combine_waiting);
   for (uint32_t i = 0; i < o.segments; ++i) {
     auto r = state.Mount({"node-" + std::to_string(i),
                           {"seg-" + std::to_string(i), uint64_t{1} << 30, "127.0.0.1:1", "", "", 0, true}});
@@ -102,6 +103,8 @@ int RunStateBench(const StateBenchOptions& o) {
     for (auto [op, v] : rows) {
       std::printf("%-6s %7d %14.0f\n", op, threads, v);
       json.push_back({{"op", op}, {"threads", threads}, {"keys_per_s", v}, {"batch", o.batch},
+                      {"apply_turn_ops", o.apply_turn_ops},
+                      {"apply_combine_waiting", o.apply_combine_waiting},
                       {"eviction_policy", o.eviction_policy}});
     }
   }
