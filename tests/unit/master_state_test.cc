@@ -646,3 +646,53 @@ TEST(MasterStateMount, CapabilityKeysAreKeptWhole) {
 
 }  // namespace
 }  // namespace granary::master
+
+namespace granary::master {
+namespace {
+
+// PutStart makes its keys' map nodes before the apply lock; Apply of the same op (a standby's
+// replay) makes them under it. Both must give the same results and the same state, whatever
+// the keys: new, repeated in one batch, committed, pending, too large to place, upserted.
+TEST(MasterStatePreparedNodesTest, PutStartWithPreparedNodesEqualsApplyOfTheSameOp) {
+  ManualClock clock;
+  MasterPolicy policy;
+  policy.put_discard_timeout_ms = 30'000;
+  MasterState prepared(policy, &clock, 1), plain(policy, &clock, 1);
+  for (MasterState* s : {&prepared, &plain}) {
+    ASSERT_TRUE(s->Mount({"node", {"seg", 1 << 20, "127.0.0.1:1", "", "", 0, true}}).status.ok());
+  }
+  auto both = [&](const PutStartOp& op) {
+    auto a = prepared.PutStart(op);
+    auto b = std::get<std::vector<PutStartKeyResult>>(
+        plain.Apply(Operation{clock.NowMs(), 0, op}));
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE(op.keys[i]);
+      EXPECT_EQ(a[i].status.code(), b[i].status.code()) << a[i].status.ToString();
+      EXPECT_EQ(a[i].put_gen, b[i].put_gen);
+      ASSERT_EQ(a[i].replicas.size(), b[i].replicas.size());
+      for (size_t r = 0; r < a[i].replicas.size(); ++r) {
+        EXPECT_EQ(a[i].replicas[r].offset, b[i].replicas[r].offset);
+      }
+    }
+    EXPECT_EQ(prepared.Digest(), plain.Digest());
+  };
+  const uint64_t k64 = 64 << 10;
+  both({"w", {"k1", "k2", "k1", "k3"}, {k64, k64, k64, k64}, {}, false});
+  for (MasterState* s : {&prepared, &plain}) {
+    auto st1 = s->Stat("k1"), st3 = s->Stat("k3");
+    ASSERT_TRUE(st1.ok() && st3.ok());
+    auto ended = s->PutEnd({"w", {"k1", "k3"}, {1, 3}, {st1->put_gen, st3->put_gen}});
+    ASSERT_TRUE(ended[0].ok() && ended[1].ok());
+  }
+  EXPECT_EQ(prepared.Digest(), plain.Digest());
+  // committed (refused), pending by another writer (refused), too large, new
+  both({"v", {"k1", "k2", "big", "k5"}, {k64, k64, 2 << 20, k64}, {}, false});
+  // its own pending write taken over, upserts of a committed and a new key
+  both({"w", {"k2", "k1", "k6"}, {k64, k64, k64}, {}, true});
+  clock.Advance(Millis(policy.put_discard_timeout_ms + 1));
+  both({"v", {"k2", "k7", "k7"}, {k64, k64, k64}, {}, false});  // a discarded put restarted
+}
+
+}  // namespace
+}  // namespace granary::master

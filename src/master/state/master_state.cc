@@ -60,13 +60,20 @@ thread_local uint64_t tls_last_seq = 0;
 thread_local uint64_t tls_applied = 0;
 }  // namespace
 
-OpResult MasterState::Apply(Operation op) {
+OpResult MasterState::Apply(Operation op) { return ApplyPrepared(std::move(op), nullptr); }
+
+OpResult MasterState::ApplyPrepared(Operation op, PreparedNodes* prepared) {
   OpResult result;
   // Under contention another caller's thread may apply op (ApplyCombiner): the seq is read
   // back from op here, on this thread, for LastSeqOnThisThread.
   combiner_.Run([&] {
     op.seq = last_seq_ + 1;
     op.now_ms = std::max(op.now_ms, last_now_ms_);
+    struct Unset {
+      PreparedNodes*& p;
+      ~Unset() { p = nullptr; }
+    } unset{prepared_};
+    prepared_ = prepared;
     result = ApplyLocked(op);
   });
   tls_last_seq = op.seq;
@@ -180,6 +187,25 @@ MasterState::ShardGroups MasterState::GroupByShard(std::span<const std::string_v
       TagAndPrefetch(keys, [this](std::string_view k) { return ShardOf(k); }, shards_));
 }
 
+MasterState::PreparedNodes MasterState::PrepareNodes(const std::vector<std::string>& keys) {
+  // A node can only be made by a map: this thread's scratch map makes it and lets go of it
+  // (its buckets stay, so after the first call it allocates only the nodes).
+  thread_local ObjectMap scratch;
+  PreparedNodes prepared;
+  prepared.nodes.reserve(keys.size());
+  for (const std::string& key : keys) {
+    prepared.nodes.push_back(scratch.extract(scratch.try_emplace(key).first));
+  }
+  if (scratch.bucket_count() > 4096) scratch = ObjectMap();  // a huge batch's buckets go
+  return prepared;
+}
+
+std::vector<PutStartKeyResult> MasterState::PutStart(PutStartOp op) {
+  PreparedNodes prepared = PrepareNodes(op.keys);
+  return std::get<std::vector<PutStartKeyResult>>(
+      ApplyPrepared(Operation{clock_->NowMs(), 0, std::move(op)}, &prepared));
+}
+
 // Segments and clients: master_state_clients.cc.
 
 // ---------------------------------------------------------------------------------------------
@@ -228,8 +254,17 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
                                                   std::to_string(kMaxObjectBytes)),
             {}};
   }
-  // One lookup: a new key's entry is made now and erased again if the put fails.
-  auto it = shard.objects.try_emplace(key).first;
+  // One lookup: a new key's entry is made now (from the node PutStart made before the lock,
+  // if it did) and erased again if the put fails.
+  ObjectIter it;
+  if (prepared_ != nullptr && rotation < prepared_->nodes.size() &&
+      !prepared_->nodes[rotation].empty() && prepared_->nodes[rotation].key() == key) {
+    auto inserted = shard.objects.insert(std::move(prepared_->nodes[rotation]));
+    it = inserted.position;
+    if (!inserted.inserted) prepared_->nodes[rotation] = std::move(inserted.node);
+  } else {
+    it = shard.objects.try_emplace(key).first;
+  }
   if (Status s = MayWrite(shard, it, op.upsert, now, op.client_id, op_first_gen); !s.ok()) {
     return {s, {}};
   }

@@ -198,9 +198,9 @@ class MasterState {
   ExpireClientResult ExpireClient(std::string client_id) {
     return Do<ExpireClientOp, ExpireClientResult>(ExpireClientOp{std::move(client_id)});
   }
-  std::vector<PutStartKeyResult> PutStart(PutStartOp op) {
-    return Do<PutStartOp, std::vector<PutStartKeyResult>>(std::move(op));
-  }
+  // Makes each key's map entry (the key copied, the node allocated) on this thread before the
+  // apply lock, so that under it a new key costs an insert, not an allocation.
+  std::vector<PutStartKeyResult> PutStart(PutStartOp op);
   std::vector<Status> PutEnd(PutEndOp op) { return Do<PutEndOp, std::vector<Status>>(std::move(op)); }
   std::vector<Status> PutRevoke(PutRevokeOp op) {
     return Do<PutRevokeOp, std::vector<Status>>(std::move(op));
@@ -391,6 +391,15 @@ class MasterState {
     size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
   };
   using ObjectMap = std::unordered_map<std::string, ObjectMeta, KeyHash, std::equal_to<>>;
+  // A PutStart's map nodes, one per key in the op's order, made before the apply lock; StartOne
+  // inserts them. A node not taken (its key exists, or the put failed) is freed by the caller,
+  // after the lock.
+  struct PreparedNodes {
+    std::vector<ObjectMap::node_type> nodes;
+  };
+  static PreparedNodes PrepareNodes(const std::vector<std::string>& keys);
+  // Apply, with the nodes `prepared` made for op's keys (nullptr: none).
+  OpResult ApplyPrepared(Operation op, PreparedNodes* prepared);
   struct Shard {
     mutable std::mutex mu;
     ObjectMap objects;
@@ -660,6 +669,7 @@ class MasterState {
   int64_t last_now_ms_ = 0;
   uint64_t next_put_gen_;  // from segment_id_base (at least 1)
   std::vector<uint64_t> candidates_scratch_;  // StartOne's placement order, under apply_mu_
+  PreparedNodes* prepared_ = nullptr;  // under apply_mu_: the applying PutStart's nodes, if any
   std::vector<Observer> observers_;
   // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
   // client are derived (the cap's check), the atomics are for metrics.
