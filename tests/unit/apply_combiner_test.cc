@@ -61,21 +61,45 @@ TEST(ApplyCombinerTest, ManyCallersEachTaskRunsOnceAloneAndBeforeItsRunReturns) 
   EXPECT_EQ(combiner.queued(), 0u);
 }
 
-// A caller holds `serial` from outside, so the first Run's turn waits for it while four more
-// callers queue one by one: then one turn runs them all, in the order they queued.
-TEST(ApplyCombinerTest, QueuedTasksRunInArrivalOrderInOneTurn) {
-  std::mutex serial;
-  ApplyCombiner combiner(&serial, 32, 1);
-  std::vector<int> order;  // written by tasks only
+// What callers queued one by one did: the order their tasks ran in, and per caller the thread
+// that ran its task and its own thread.
+struct QueuedRun {
+  bool queued = true;  // each caller was seen queued in turn (bounded wait)
+  std::vector<int> order;
+  std::vector<std::thread::id> ran_on, caller;
+};
+
+// Holds `serial` from outside while `callers` callers queue one by one, caller i the i-th in the
+// queue (the first one's turn waits for `serial`), then lets go and joins them.
+QueuedRun RunQueued(ApplyCombiner& combiner, std::mutex& serial, int callers) {
+  QueuedRun run;
+  run.ran_on.resize(callers);
+  run.caller.resize(callers);
   std::vector<std::thread> threads;
   std::unique_lock hold(serial);
-  for (int id = 0; id < 5; ++id) {
-    threads.emplace_back([&, id] { combiner.Run([&order, id] { order.push_back(id); }); });
-    ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
+  for (int id = 0; id < callers && run.queued; ++id) {
+    threads.emplace_back([&, id] {
+      run.caller[id] = std::this_thread::get_id();
+      combiner.Run([&, id] {
+        run.order.push_back(id);  // written by tasks only
+        run.ran_on[id] = std::this_thread::get_id();
+      });
+    });
+    run.queued = WaitQueued(combiner, static_cast<size_t>(id) + 1);
   }
   hold.unlock();
   for (auto& t : threads) t.join();
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  return run;
+}
+
+// Five callers queue behind a turn that waits for `serial`: then one turn runs them all, in the
+// order they queued.
+TEST(ApplyCombinerTest, QueuedTasksRunInArrivalOrderInOneTurn) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial, 32, 1);
+  QueuedRun run = RunQueued(combiner, serial, 5);
+  ASSERT_TRUE(run.queued);
+  EXPECT_EQ(run.order, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(combiner.turns(), 1u);
   EXPECT_EQ(combiner.combined_tasks(), 4u);
 }
@@ -85,31 +109,16 @@ TEST(ApplyCombinerTest, QueuedTasksRunInArrivalOrderInOneTurn) {
 TEST(ApplyCombinerTest, ATurnRunsAtMostMaxTurnTasksThenHandsTheTurnToTheOldestCaller) {
   std::mutex serial;
   ApplyCombiner combiner(&serial, 2, 1);
-  std::vector<int> order;
-  std::vector<std::thread::id> ran_on(5);
-  std::vector<std::thread::id> caller(5);
-  std::vector<std::thread> threads;
-  std::unique_lock hold(serial);
-  for (int id = 0; id < 5; ++id) {
-    threads.emplace_back([&, id] {
-      caller[id] = std::this_thread::get_id();
-      combiner.Run([&, id] {
-        order.push_back(id);
-        ran_on[id] = std::this_thread::get_id();
-      });
-    });
-    ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
-  }
-  hold.unlock();
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  QueuedRun run = RunQueued(combiner, serial, 5);
+  ASSERT_TRUE(run.queued);
+  EXPECT_EQ(run.order, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(combiner.turns(), 3u);
   EXPECT_EQ(combiner.combined_tasks(), 2u);
-  EXPECT_EQ(ran_on[0], caller[0]);
-  EXPECT_EQ(ran_on[1], caller[0]);
-  EXPECT_EQ(ran_on[2], caller[2]);
-  EXPECT_EQ(ran_on[3], caller[2]);
-  EXPECT_EQ(ran_on[4], caller[4]);
+  EXPECT_EQ(run.ran_on[0], run.caller[0]);
+  EXPECT_EQ(run.ran_on[1], run.caller[0]);
+  EXPECT_EQ(run.ran_on[2], run.caller[2]);
+  EXPECT_EQ(run.ran_on[3], run.caller[2]);
+  EXPECT_EQ(run.ran_on[4], run.caller[4]);
 }
 
 // max_turn 1 (set after construction, as the master's --apply-turn-ops does): a FIFO lock, each
@@ -118,24 +127,10 @@ TEST(ApplyCombinerTest, WithMaxTurnOneEachCallerRunsOnlyItsOwnTaskInArrivalOrder
   std::mutex serial;
   ApplyCombiner combiner(&serial);
   combiner.set_limits(1, 1);
-  std::vector<int> order;
-  std::vector<std::thread::id> ran_on(4), caller(4);
-  std::vector<std::thread> threads;
-  std::unique_lock hold(serial);
-  for (int id = 0; id < 4; ++id) {
-    threads.emplace_back([&, id] {
-      caller[id] = std::this_thread::get_id();
-      combiner.Run([&, id] {
-        order.push_back(id);
-        ran_on[id] = std::this_thread::get_id();
-      });
-    });
-    ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
-  }
-  hold.unlock();
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
-  for (int id = 0; id < 4; ++id) EXPECT_EQ(ran_on[id], caller[id]) << id;
+  QueuedRun run = RunQueued(combiner, serial, 4);
+  ASSERT_TRUE(run.queued);
+  EXPECT_EQ(run.order, (std::vector<int>{0, 1, 2, 3}));
+  for (int id = 0; id < 4; ++id) EXPECT_EQ(run.ran_on[id], run.caller[id]) << id;
   EXPECT_EQ(combiner.turns(), 4u);
   EXPECT_EQ(combiner.combined_tasks(), 0u);
 }
@@ -147,31 +142,17 @@ TEST(ApplyCombinerTest, ATurnRunsOthersTasksOnlyWhileAtLeastMinWaitingWait) {
     SCOPED_TRACE(behind);
     std::mutex serial;
     ApplyCombiner combiner(&serial, 32, 3);
-    std::vector<int> order;
-    std::vector<std::thread::id> ran_on(behind + 1), caller(behind + 1);
-    std::vector<std::thread> threads;
-    std::unique_lock hold(serial);
-    for (int id = 0; id <= behind; ++id) {
-      threads.emplace_back([&, id] {
-        caller[id] = std::this_thread::get_id();
-        combiner.Run([&, id] {
-          order.push_back(id);
-          ran_on[id] = std::this_thread::get_id();
-        });
-      });
-      ASSERT_TRUE(WaitQueued(combiner, static_cast<size_t>(id) + 1));
-    }
-    hold.unlock();
-    for (auto& t : threads) t.join();
+    QueuedRun run = RunQueued(combiner, serial, behind + 1);
+    ASSERT_TRUE(run.queued);
     std::vector<int> expected;
     for (int id = 0; id <= behind; ++id) expected.push_back(id);
-    EXPECT_EQ(order, expected);
+    EXPECT_EQ(run.order, expected);
     if (behind == 2) {
-      for (int id = 0; id <= behind; ++id) EXPECT_EQ(ran_on[id], caller[id]) << id;
+      for (int id = 0; id <= behind; ++id) EXPECT_EQ(run.ran_on[id], run.caller[id]) << id;
       EXPECT_EQ(combiner.turns(), 3u);
       EXPECT_EQ(combiner.combined_tasks(), 0u);
     } else {
-      for (int id = 0; id <= behind; ++id) EXPECT_EQ(ran_on[id], caller[0]) << id;
+      for (int id = 0; id <= behind; ++id) EXPECT_EQ(run.ran_on[id], run.caller[0]) << id;
       EXPECT_EQ(combiner.turns(), 1u);
       EXPECT_EQ(combiner.combined_tasks(), 3u);
     }

@@ -69,12 +69,7 @@ OpResult MasterState::ApplyPrepared(Operation op, PreparedNodes* prepared) {
   combiner_.Run([&] {
     op.seq = last_seq_ + 1;
     op.now_ms = std::max(op.now_ms, last_now_ms_);
-    struct Unset {
-      PreparedNodes*& p;
-      ~Unset() { p = nullptr; }
-    } unset{prepared_};
-    prepared_ = prepared;
-    result = ApplyLocked(op);
+    result = ApplyLocked(op, prepared);
   });
   tls_last_seq = op.seq;
   tls_applied++;
@@ -104,7 +99,7 @@ uint64_t MasterState::last_seq() const {
 uint64_t MasterState::LastSeqOnThisThread() { return tls_last_seq; }
 uint64_t MasterState::AppliedOnThisThread() { return tls_applied; }
 
-OpResult MasterState::ApplyLocked(const Operation& op) {
+OpResult MasterState::ApplyLocked(const Operation& op, PreparedNodes* prepared) {
   last_seq_ = op.seq;
   last_now_ms_ = op.now_ms;
   const int64_t now = op.now_ms;
@@ -114,7 +109,7 @@ OpResult MasterState::ApplyLocked(const Operation& op) {
           [&](const UnmountSegmentOp& o) -> OpResult { return ApplyUnmount(o, now); },
           [&](const PingOp& o) -> OpResult { return ApplyPing(o, now); },
           [&](const ExpireClientOp& o) -> OpResult { return ApplyExpireClient(o, now); },
-          [&](const PutStartOp& o) -> OpResult { return ApplyPutStart(o, now); },
+          [&](const PutStartOp& o) -> OpResult { return ApplyPutStart(o, now, prepared); },
           [&](const PutEndOp& o) -> OpResult { return ApplyPutEnd(o, now); },
           [&](const PutRevokeOp& o) -> OpResult { return ApplyPutRevoke(o, now); },
           [&](const GetReplicaListOp& o) -> OpResult { return ApplyGetReplicaList(o, now); },
@@ -211,7 +206,8 @@ std::vector<PutStartKeyResult> MasterState::PutStart(PutStartOp op) {
 // ---------------------------------------------------------------------------------------------
 // Writes
 
-std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, int64_t now) {
+std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, int64_t now,
+                                                        PreparedNodes* prepared) {
   std::vector<PutStartKeyResult> results(op.keys.size());
   if (op.keys.size() != op.sizes.size()) {
     Status bad(ErrorCode::INVALID_PARAMS, "keys and sizes differ in length");
@@ -237,7 +233,9 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
-      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now, first_gen);
+      ObjectMap::node_type* node =
+          prepared != nullptr && i < prepared->nodes.size() ? &prepared->nodes[i] : nullptr;
+      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now, first_gen, node);
     }
   }
   return results;
@@ -245,7 +243,8 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
 
 PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, uint64_t size,
                                         const PutStartOp& op, const SegmentTable::Placement& order,
-                                        size_t rotation, int64_t now, uint64_t op_first_gen) {
+                                        size_t rotation, int64_t now, uint64_t op_first_gen,
+                                        ObjectMap::node_type* node) {
   if (Status s = ValidateKey(key); !s.ok()) return {s, {}};
   if (size == 0) return {Status(ErrorCode::INVALID_PARAMS, "object size is 0"), {}};
   if (size > kMaxObjectBytes) {
@@ -257,11 +256,10 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   // One lookup: a new key's entry is made now (from the node PutStart made before the lock,
   // if it did) and erased again if the put fails.
   ObjectIter it;
-  if (prepared_ != nullptr && rotation < prepared_->nodes.size() &&
-      !prepared_->nodes[rotation].empty() && prepared_->nodes[rotation].key() == key) {
-    auto inserted = shard.objects.insert(std::move(prepared_->nodes[rotation]));
+  if (node != nullptr && !node->empty()) {
+    auto inserted = shard.objects.insert(std::move(*node));
     it = inserted.position;
-    if (!inserted.inserted) prepared_->nodes[rotation] = std::move(inserted.node);
+    if (!inserted.inserted) *node = std::move(inserted.node);
   } else {
     it = shard.objects.try_emplace(key).first;
   }

@@ -435,7 +435,8 @@ class MasterState {
     int64_t release_at_ms = 0;
   };
 
-  OpResult ApplyLocked(const Operation& op);  // caller holds apply_mu_
+  // Caller holds apply_mu_. prepared: PutStart's nodes for op's keys (nullptr: none).
+  OpResult ApplyLocked(const Operation& op, PreparedNodes* prepared = nullptr);
   size_t ShardOf(std::string_view key) const;
   // Key indices grouped by shard, so a batch takes each shard lock once: iterating gives
   // {shard, indices}, shards ascending, each shard's indices in the batch's order. Two flat
@@ -500,7 +501,8 @@ class MasterState {
   UnmountResult ApplyUnmount(const UnmountSegmentOp& op, int64_t now);
   PingResult ApplyPing(const PingOp& op, int64_t now);
   ExpireClientResult ApplyExpireClient(const ExpireClientOp& op, int64_t now);
-  std::vector<PutStartKeyResult> ApplyPutStart(const PutStartOp& op, int64_t now);
+  std::vector<PutStartKeyResult> ApplyPutStart(const PutStartOp& op, int64_t now,
+                                               PreparedNodes* prepared);
   std::vector<Status> ApplyPutEnd(const PutEndOp& op, int64_t now);
   std::vector<Status> ApplyPutRevoke(const PutRevokeOp& op, int64_t now);
   std::vector<ReadKeyResult> ApplyGetReplicaList(const GetReplicaListOp& op, int64_t now);
@@ -594,9 +596,12 @@ class MasterState {
   void NoteCopyCandidate(Shard& shard, ObjectIter it);
   // Drops every extent on segment_id from every object (its memory is gone).
   uint64_t DropSegmentReplicas(uint64_t segment_id);
+  // node: the entry PutStart made for this key before the lock (nullptr or empty: none); one
+  // not taken is left in it, to be freed after the lock.
   PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,
                              const PutStartOp& op, const SegmentTable::Placement& order,
-                             size_t rotation, int64_t now, uint64_t op_first_gen);
+                             size_t rotation, int64_t now, uint64_t op_first_gen,
+                             ObjectMap::node_type* node);
   // Removes the committed version of a complete object (remove, evict). Locked extents are freed
   // only once every read lock on them has expired.
   void DropCommitted(Shard& shard, ObjectIter it, int64_t now);
@@ -669,7 +674,6 @@ class MasterState {
   int64_t last_now_ms_ = 0;
   uint64_t next_put_gen_;  // from segment_id_base (at least 1)
   std::vector<uint64_t> candidates_scratch_;  // StartOne's placement order, under apply_mu_
-  PreparedNodes* prepared_ = nullptr;  // under apply_mu_: the applying PutStart's nodes, if any
   std::vector<Observer> observers_;
   // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
   // client are derived (the cap's check), the atomics are for metrics.
