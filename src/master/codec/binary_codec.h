@@ -19,7 +19,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/inline_vector.h"
 #include "common/rare_optional.h"
+#include "common/rare_vector.h"
 
 namespace granary::master {
 
@@ -33,6 +35,19 @@ template <typename T>
 struct IsOptionalField<RareOptional<T>> : std::true_type {};
 template <typename O>
 concept OptionalField = IsOptionalField<O>::value;
+
+// std::vector, RareVector and InlineVector fields: a count, then the items. All three encode to
+// the same bytes, so a field may move between them without a format change.
+template <typename V>
+struct IsVectorField : std::false_type {};
+template <typename T>
+struct IsVectorField<std::vector<T>> : std::true_type {};
+template <typename T>
+struct IsVectorField<RareVector<T>> : std::true_type {};
+template <typename T>
+struct IsVectorField<InlineVector<T>> : std::true_type {};
+template <typename V>
+concept VectorField = IsVectorField<V>::value;
 
 class Encoder {
  public:
@@ -52,8 +67,8 @@ class Encoder {
     PutVarint(v.size());
     out_.append(v);
   }
-  template <typename T>
-  void operator()(std::vector<T>& v) {
+  template <VectorField V>
+  void operator()(V& v) {
     PutVarint(v.size());
     for (auto& item : v) (*this)(item);
   }
@@ -119,8 +134,8 @@ class Decoder {
     v.assign(in_.substr(pos_, n));
     pos_ += n;
   }
-  template <typename T>
-  void operator()(std::vector<T>& v) {
+  template <VectorField V>
+  void operator()(V& v) {
     uint64_t n = GetVarint();
     // Every element takes at least one byte: a count beyond what is left is a lie.
     if (n > in_.size() - pos_) {

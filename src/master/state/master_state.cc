@@ -310,7 +310,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   pending.gen = next_put_gen_++;
   const uint64_t gen = pending.gen;
   pending.version.size = size;
-  pending.version.replicas = extents;
+  pending.version.replicas = InlineVector<Extent>(extents);
   pending.version.persistence = op.config.persistence;
   pending.version.want_replicas = static_cast<uint8_t>(wanted);
   pending.pin.hard = op.config.with_hard_pin;
@@ -421,8 +421,11 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
   ClearPending(shard, it);
   if (replaced) UncountCommitted(key, *replaced);
   meta.hard_pinned = pending.pin.hard;
-  meta.soft_pin_ttl_ms = pending.pin.soft ? pending.pin.soft_ttl_ms : 0;
-  meta.soft_pin_until_ms = pending.pin.soft ? SaturatingAdd(now, pending.pin.soft_ttl_ms) : 0;
+  if (pending.pin.soft) {
+    meta.soft_pin = SoftPin{SaturatingAdd(now, pending.pin.soft_ttl_ms), pending.pin.soft_ttl_ms};
+  } else {
+    meta.soft_pin.reset();
+  }
   meta.last_access_ms = now;
   NoteOffloadCandidate(shard, it);
   NoteCopyCandidate(shard, it);  // placed on fewer segments than it wants, or a draining one
@@ -517,11 +520,13 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     }
     meta.last_access_ms = now;
     if (meta.reads < kMaxQueueReads) meta.reads++;
-    if (meta.soft_pin_ttl_ms > 0) meta.soft_pin_until_ms = SaturatingAdd(now, meta.soft_pin_ttl_ms);
+    if (meta.soft_pin && meta.soft_pin->ttl_ms > 0) {
+      meta.soft_pin->until_ms = SaturatingAdd(now, meta.soft_pin->ttl_ms);
+    }
     out.size = meta.committed->size;
     out.checksum = meta.committed->checksum;
-    out.replicas = meta.committed->replicas;
-    out.disk = meta.committed->disk;
+    out.replicas = meta.committed->replicas.ToVector();
+    out.disk = meta.committed->disk.ToVector();
     out.version_gen = meta.committed->gen;
   });
   return results;
@@ -678,11 +683,11 @@ void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
   shard.objects.erase(it);
 }
 
-void MasterState::FreeExtents(const std::vector<Extent>& extents) {
+void MasterState::FreeExtents(std::span<const Extent> extents) {
   for (const auto& e : extents) segments_.Free(e);
 }
 
-void MasterState::FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms,
+void MasterState::FreeLater(std::span<const Extent> extents, int64_t release_at_ms,
                             int64_t now) {
   if (release_at_ms <= now) {
     FreeExtents(extents);

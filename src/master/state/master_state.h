@@ -573,7 +573,7 @@ class MasterState {
                                              int64_t now);
   // The disk must delete this copy: the record no longer names it (disk_mu_ is a leaf).
   void AddGarbage(uint64_t disk_id, const std::string& key, uint64_t location);
-  void AddGarbage(const std::string& key, const std::vector<DiskReplica>& copies);
+  void AddGarbage(const std::string& key, std::span<const DiskReplica> copies);
   // The object `key` if `node_id` is demoting its version `version_gen`; else why not
   // (INVALID_WRITE: no demotion; ILLEGAL_CLIENT: another node's or another version's).
   Result<ObjectIter> OwnDemotion(Shard& shard, const std::string& key, const std::string& node_id,
@@ -626,12 +626,12 @@ class MasterState {
     CountTenantSlow(TenantOfKey(key), bytes, objects, reserved);
   }
   void CountTenantSlow(std::string_view tenant, int64_t bytes, int64_t objects, int64_t reserved);
-  void FreeExtents(const std::vector<Extent>& extents);
+  void FreeExtents(std::span<const Extent> extents);
   // s3fifo ghost: remember a key evicted unread; Take answers whether it was remembered (and
   // forgets it).
   void GhostAdd(const std::string& key);
   bool GhostTake(const std::string& key);
-  void FreeLater(const std::vector<Extent>& extents, int64_t release_at_ms, int64_t now);
+  void FreeLater(std::span<const Extent> extents, int64_t release_at_ms, int64_t now);
   void EncodeLocked(Encoder& out) const;  // caller holds apply_mu_
 
   MasterPolicy policy_;

@@ -52,7 +52,7 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
       ObjectMeta& meta = it->second;
       auto current = it++;
       if (meta.committed) {
-        dropped += std::erase_if(meta.committed->replicas, on_segment);
+        dropped += erase_if(meta.committed->replicas, on_segment);
         // With no copy left in memory or on disk the object is gone.
         if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
           UncountCommitted(current->first, *meta.committed);
@@ -69,7 +69,7 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
         ClearPromotion(shard, current, /*free_extent=*/false);
       }
       if (meta.pending) {
-        dropped += std::erase_if(meta.pending->version.replicas, on_segment);
+        dropped += erase_if(meta.pending->version.replicas, on_segment);
         if (meta.pending->version.replicas.empty()) ClearPending(shard, current);
       }
       EraseIfEmpty(shard, current);
@@ -132,7 +132,7 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
       auto current = it++;
       ObjectMeta& meta = current->second;
       if (!meta.committed) continue;
-      disk_replica_count_ -= std::erase_if(
+      disk_replica_count_ -= erase_if(
           meta.committed->disk, [&](const DiskReplica& d) { return d.node_id == op.client_id; });
       if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
         UncountCommitted(current->first, *meta.committed);

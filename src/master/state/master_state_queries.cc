@@ -183,7 +183,7 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   const Version& shown = meta.committed ? *meta.committed : meta.pending->version;
   stat.size = shown.size;
   stat.checksum = shown.checksum;
-  stat.replicas = shown.replicas;
+  stat.replicas = shown.replicas.ToVector();
   for (const auto& lock_entry : meta.readers) {
     if (lock_entry.expiry_ms > now) stat.read_locks += lock_entry.count;
   }
@@ -191,7 +191,7 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   stat.soft_pinned = meta.IsSoftPinned(now);
   stat.idle_ms = meta.last_access_ms ? now - meta.last_access_ms : 0;
   stat.put_gen = meta.pending ? meta.pending->gen : 0;
-  stat.disk = shown.disk;
+  stat.disk = shown.disk.ToVector();
   stat.demoting = meta.demotion.has_value();
   stat.promoting = meta.promotion.has_value() && !meta.promotion->copy;
   stat.copying = meta.promotion.has_value() && meta.promotion->copy;

@@ -290,7 +290,7 @@ size_t MasterState::ExpireReservations(int64_t now) {
     const int64_t granted_ms = current->second.expires_ms - policy_.reservation_ttl_ms;
     const int64_t free_at = std::max(SaturatingAdd(now, policy_.write_quarantine_ms),
                                      SaturatingAdd(granted_ms, policy_.put_release_timeout_ms));
-    FreeLater({current->second.extent}, free_at, now);
+    FreeLater(std::span<const Extent>(&current->second.extent, 1), free_at, now);
     ForgetReservation(current);
     expired++;
   }

@@ -54,7 +54,7 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
       }
       meta.demotion = Demotion{op.node_id, v.gen, now, {}, 0, op.disk_id};
       shard.demoting_keys.insert(std::string_view(it->first));
-      out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas};
+      out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas.ToVector()};
     }
   }
   return results;
@@ -254,7 +254,7 @@ std::vector<Status> MasterState::ApplyDiskDrop(const DiskDropOp& op, int64_t now
         continue;
       }
       auto& disk = it->second.committed->disk;
-      size_t dropped = std::erase_if(disk, [&](const DiskReplica& d) {
+      size_t dropped = erase_if(disk, [&](const DiskReplica& d) {
         return d.node_id == op.node_id && d.location == op.locations[i];
       });
       if (dropped == 0) {
@@ -292,7 +292,7 @@ void MasterState::AddGarbage(uint64_t disk_id, const std::string& key, uint64_t 
   garbage_.Add(disk_id, key, location);
 }
 
-void MasterState::AddGarbage(const std::string& key, const std::vector<DiskReplica>& copies) {
+void MasterState::AddGarbage(const std::string& key, std::span<const DiskReplica> copies) {
   if (copies.empty()) return;
   std::lock_guard lock(disk_mu_);
   for (const auto& d : copies) garbage_.Add(d.disk_id, key, d.location);
@@ -494,7 +494,7 @@ void MasterState::ClearPromotion(Shard& shard, ObjectIter it, bool free_extent) 
   ObjectMeta& meta = it->second;
   if (!meta.promotion) return;
   // Nobody was ever named this space: no read lock can cover it.
-  if (free_extent) FreeExtents({meta.promotion->extent});
+  if (free_extent) FreeExtents(std::span<const Extent>(&meta.promotion->extent, 1));
   if (meta.promotion->copy) copies_in_flight_--;
   shard.promoting_keys.erase(std::string_view(it->first));
   meta.promotion.reset();

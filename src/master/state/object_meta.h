@@ -13,21 +13,28 @@
 #pragma once
 
 #include <algorithm>
+#include <initializer_list>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/inline_vector.h"
 #include "common/rare_optional.h"
+#include "common/rare_vector.h"
 #include "master/space/segment_table.h"
 
 namespace granary::master {
 
 // What extents occupy in their segments: the unit eviction counts in, the same as segment usage.
-inline uint64_t OccupiedBytes(const std::vector<Extent>& extents) {
+inline uint64_t OccupiedBytes(std::span<const Extent> extents) {
   uint64_t total = 0;
   for (const auto& e : extents) total += OffsetAllocator::AllocationSize(e.length);
   return total;
+}
+inline uint64_t OccupiedBytes(std::initializer_list<Extent> extents) {
+  return OccupiedBytes(std::span<const Extent>(extents.begin(), extents.size()));
 }
 
 // S3-FIFO's frequency cap: an object survives at most this many passes of the main queue unread.
@@ -84,8 +91,9 @@ struct Version {
   uint64_t size = 0;
   uint64_t checksum = 0;
   uint64_t gen = 0;               // the put generation that wrote it: names this version
-  std::vector<Extent> replicas;   // memory replicas
-  std::vector<DiskReplica> disk;  // disk replicas
+  // Memory replicas: almost always one, held inline. Disk replicas: most versions have none.
+  InlineVector<Extent> replicas;
+  RareVector<DiskReplica> disk;
   // A node's disk evicted a copy of this version: it is not offloaded again (with a disk smaller
   // than the memory, eager offload would otherwise rewrite what the disk just evicted, forever).
   bool offload_declined = false;
@@ -157,6 +165,13 @@ struct ReadLock {
   int64_t expiry_ms = 0;
 };
 
+// A soft pin (PlacementConfig.with_soft_pin): eviction takes the object last while now < until_ms;
+// each read renews it by ttl_ms.
+struct SoftPin {
+  int64_t until_ms = 0;
+  int64_t ttl_ms = 0;
+};
+
 struct ObjectMeta {
   std::optional<Version> committed;
   // Out of line: at any moment few objects are being written, demoted or promoted, and inline
@@ -164,9 +179,9 @@ struct ObjectMeta {
   RareOptional<PendingWrite> pending;
   RareOptional<Demotion> demotion;
   RareOptional<Promotion> promotion;
-  std::vector<ReadLock> readers;
-  int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this
-  int64_t soft_pin_ttl_ms = 0;    // renewed by each read
+  // Out of line for the same reason: most objects have no reader now and no soft pin.
+  RareVector<ReadLock> readers;
+  RareOptional<SoftPin> soft_pin;
   int64_t last_access_ms = 0;
   // For the s3fifo eviction policy (kept under both, so switching policy needs no migration).
   // queue_stamp orders each queue first in, first out: QueueStamp(time it entered, index in its op).
@@ -187,9 +202,9 @@ struct ObjectMeta {
     return latest;
   }
   void DropExpiredLocks(int64_t now_ms) {
-    std::erase_if(readers, [now_ms](const ReadLock& l) { return l.expiry_ms <= now_ms; });
+    erase_if(readers, [now_ms](const ReadLock& l) { return l.expiry_ms <= now_ms; });
   }
-  bool IsSoftPinned(int64_t now_ms) const { return soft_pin_until_ms > now_ms; }
+  bool IsSoftPinned(int64_t now_ms) const { return soft_pin && soft_pin->until_ms > now_ms; }
   // Eviction never takes an object being written, read or demoted, nor a hard-pinned one, nor one
   // with no memory to free; soft-pinned ones only when the caller has run out of everything else.
   bool IsEvictable(int64_t now_ms, bool allow_soft_pinned) const {

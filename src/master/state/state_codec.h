@@ -61,8 +61,16 @@ template <typename IO> void Fields(IO& io, ReadLock& l) {
   io(l.client_id); io(l.count); io(l.expiry_ms);
 }
 template <typename IO> void Fields(IO& io, ObjectMeta& m) {
-  io(m.committed); io(m.pending); io(m.demotion); io(m.promotion); io(m.readers); io(m.hard_pinned); io(m.soft_pin_until_ms);
-  io(m.soft_pin_ttl_ms); io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
+  io(m.committed); io(m.pending); io(m.demotion); io(m.promotion); io(m.readers); io(m.hard_pinned);
+  // The soft pin as two plain fields (0, 0 when absent), as before it moved out of line.
+  int64_t soft_pin_until_ms = m.soft_pin ? m.soft_pin->until_ms : 0;
+  int64_t soft_pin_ttl_ms = m.soft_pin ? m.soft_pin->ttl_ms : 0;
+  io(soft_pin_until_ms); io(soft_pin_ttl_ms);
+  if constexpr (IO::kDecoding) {
+    m.soft_pin.reset();
+    if (soft_pin_until_ms != 0 || soft_pin_ttl_ms != 0) m.soft_pin = SoftPin{soft_pin_until_ms, soft_pin_ttl_ms};
+  }
+  io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
 }
 
 // ---- operation bodies ----

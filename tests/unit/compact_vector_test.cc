@@ -1,0 +1,232 @@
+// RareVector and InlineVector keep their header promises (vector behaviour, empty means no
+// allocation, one element inline), and the master's records that hold them encode to the same
+// bytes as the std::vector fields they replaced (snapshot format unchanged).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/inline_vector.h"
+#include "common/rare_vector.h"
+#include "master/codec/binary_codec.h"
+#include "master/state/object_meta.h"
+#include "master/state/state_codec.h"
+
+namespace granary {
+namespace {
+
+using master::DiskReplica;
+using master::Extent;
+using master::ObjectMeta;
+using master::ReadLock;
+
+bool Inside(const void* p, const void* object, size_t size) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto o = reinterpret_cast<uintptr_t>(object);
+  return a >= o && a < o + size;
+}
+
+std::vector<int> Items(const RareVector<int>& v) { return std::vector<int>(v.begin(), v.end()); }
+std::vector<uint64_t> Offsets(const InlineVector<Extent>& v) {
+  std::vector<uint64_t> out;
+  for (const auto& e : v) out.push_back(e.offset);
+  return out;
+}
+Extent At(uint64_t offset) { return Extent{1, offset, 100, static_cast<uint32_t>(offset)}; }
+
+TEST(RareVectorTest, EmptyIsOnePointerAndNoAllocation) {
+  static_assert(sizeof(RareVector<ReadLock>) == sizeof(void*));
+  RareVector<int> v;
+  EXPECT_TRUE(v.empty());
+  EXPECT_EQ(v.data(), nullptr);
+  EXPECT_EQ(v.begin(), v.end());
+
+  v.push_back(1);
+  v.push_back(2);
+  EXPECT_NE(v.data(), nullptr);
+  v.erase(v.begin());
+  EXPECT_EQ(Items(v), std::vector<int>{2});
+  int* after = v.erase(v.begin());
+  EXPECT_EQ(after, v.end());
+  EXPECT_EQ(v.data(), nullptr) << "removing the last element frees the list";
+
+  v = {1, 2, 3};
+  EXPECT_EQ(erase_if(v, [](int x) { return x > 0; }), 3u);
+  EXPECT_EQ(v.data(), nullptr);
+  v = {1, 2};
+  v.resize(0);
+  EXPECT_EQ(v.data(), nullptr);
+  v = {1};
+  v.clear();
+  EXPECT_EQ(v.data(), nullptr);
+  EXPECT_EQ(RareVector<int>(std::vector<int>{}).data(), nullptr);
+}
+
+TEST(RareVectorTest, BehavesAsAVector) {
+  RareVector<int> v = {5, 6, 7, 8};
+  EXPECT_EQ(v.size(), 4u);
+  EXPECT_EQ(v.front(), 5);
+  EXPECT_EQ(v.back(), 8);
+  EXPECT_EQ(v[2], 7);
+  int* next = v.erase(v.begin() + 1, v.begin() + 3);
+  EXPECT_EQ(*next, 8);
+  EXPECT_EQ(Items(v), (std::vector<int>{5, 8}));
+  EXPECT_EQ(erase_if(v, [](int x) { return x == 5; }), 1u);
+  EXPECT_EQ(Items(v), std::vector<int>{8});
+  EXPECT_EQ(v.emplace_back(9), 9);
+  v.resize(4);
+  EXPECT_EQ(Items(v), (std::vector<int>{8, 9, 0, 0}));
+  EXPECT_EQ(v.ToVector(), (std::vector<int>{8, 9, 0, 0}));
+
+  RareVector<int> copy = v;
+  copy[0] = 1;
+  EXPECT_EQ(v[0], 8) << "copies are deep";
+  EXPECT_FALSE(copy == v);
+  copy[0] = 8;
+  EXPECT_TRUE(copy == v);
+  RareVector<int> moved = std::move(copy);
+  EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): the promise under test
+  EXPECT_TRUE(moved == v);
+  v = v;  // self-assignment keeps the elements
+  EXPECT_EQ(v.size(), 4u);
+}
+
+TEST(InlineVectorTest, OneElementLivesInline) {
+  static_assert(sizeof(InlineVector<Extent>) == sizeof(Extent) + 8);
+  InlineVector<Extent> v;
+  EXPECT_TRUE(v.empty());
+  v.push_back(At(64));
+  EXPECT_TRUE(Inside(v.data(), &v, sizeof(v))) << "one element needs no allocation";
+  v.push_back(At(128));
+  EXPECT_FALSE(Inside(v.data(), &v, sizeof(v))) << "two go to the heap";
+  EXPECT_EQ(Offsets(v), (std::vector<uint64_t>{64, 128}));
+  v.erase(v.begin());
+  EXPECT_TRUE(Inside(v.data(), &v, sizeof(v))) << "back to one: back inline";
+  EXPECT_EQ(Offsets(v), std::vector<uint64_t>{128});
+  v.erase(v.begin());
+  EXPECT_TRUE(v.empty());
+
+  InlineVector<Extent> many;
+  for (uint64_t i = 0; i < 100; ++i) many.push_back(At(i * 64));
+  ASSERT_EQ(many.size(), 100u);
+  for (uint64_t i = 0; i < 100; ++i) EXPECT_EQ(many[i].offset, i * 64);
+  EXPECT_EQ(erase_if(many, [](const Extent& e) { return e.offset != 640; }), 99u);
+  EXPECT_TRUE(Inside(many.data(), &many, sizeof(many)));
+  EXPECT_EQ(Offsets(many), std::vector<uint64_t>{640});
+  many.resize(3);
+  EXPECT_EQ(Offsets(many), (std::vector<uint64_t>{640, 0, 0}));
+  many.resize(1);
+  EXPECT_TRUE(Inside(many.data(), &many, sizeof(many)));
+  many.clear();
+  EXPECT_TRUE(many.empty());
+}
+
+TEST(InlineVectorTest, BehavesAsAVector) {
+  InlineVector<Extent> v = {At(0), At(64), At(128)};
+  // An element of the list itself, pushed while the list grows.
+  v.push_back(v[0]);
+  v.push_back(v[1]);
+  EXPECT_EQ(Offsets(v), (std::vector<uint64_t>{0, 64, 128, 0, 64}));
+  Extent* next = v.erase(v.begin() + 1, v.begin() + 3);
+  EXPECT_EQ(next->offset, 0u);
+  EXPECT_EQ(Offsets(v), (std::vector<uint64_t>{0, 0, 64}));
+  EXPECT_EQ(v.front().offset, 0u);
+  EXPECT_EQ(v.back().offset, 64u);
+
+  InlineVector<Extent> copy = v;
+  copy[0].offset = 4096;
+  EXPECT_EQ(v[0].offset, 0u) << "copies are deep";
+  InlineVector<Extent> one = {At(7 * 64)};
+  InlineVector<Extent> one_copy = one;
+  one_copy[0].offset = 0;
+  EXPECT_EQ(one[0].offset, 7u * 64);
+  InlineVector<Extent> moved = std::move(copy);
+  EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): the promise under test
+  EXPECT_EQ(moved.size(), 3u);
+  EXPECT_EQ(moved[0].offset, 4096u);
+  moved = one;
+  EXPECT_EQ(Offsets(moved), std::vector<uint64_t>{7 * 64});
+  moved = moved;  // self-assignment keeps the elements
+  EXPECT_EQ(moved.size(), 1u);
+  EXPECT_EQ(InlineVector<Extent>(std::vector<Extent>{At(0), At(64)}).ToVector().size(), 2u);
+}
+
+template <typename T>
+std::string Encode(T value) {
+  master::Encoder enc;
+  enc(value);
+  return enc.Take();
+}
+
+// The snapshot and the ordered history keep their format: each field that moved from
+// std::vector (or two plain integers) encodes to the bytes it did.
+TEST(CompactFieldsTest, EncodeAsTheFieldsTheyReplaced) {
+  std::vector<Extent> extents = {At(0), At(64)};
+  EXPECT_EQ(Encode(InlineVector<Extent>(extents)), Encode(extents));
+  EXPECT_EQ(Encode(InlineVector<Extent>(std::vector<Extent>{At(64)})),
+            Encode(std::vector<Extent>{At(64)}));
+  std::vector<ReadLock> locks = {{"a", 1, 5}, {"b", 2, 6}};
+  EXPECT_EQ(Encode(RareVector<ReadLock>(locks)), Encode(locks));
+  EXPECT_EQ(Encode(RareVector<ReadLock>()), Encode(std::vector<ReadLock>{}));
+
+  ObjectMeta meta;
+  meta.committed = master::Version{};
+  meta.committed->size = 100;
+  meta.committed->replicas.push_back(At(64));
+  meta.committed->disk.push_back(DiskReplica{"node", 9, 100, 3});
+  meta.readers.push_back({"reader", 2, 77});
+  meta.soft_pin = master::SoftPin{1234, 600};
+  meta.last_access_ms = 99;
+  meta.queue_stamp = 5;
+
+  // The layout before: vectors, and the soft pin as two integers after hard_pinned.
+  master::Encoder old;
+  old(meta.committed->size); old(meta.committed->checksum); old(meta.committed->gen);
+  std::vector<Extent> replicas = {At(64)};
+  old(replicas);
+  std::vector<DiskReplica> disk = {DiskReplica{"node", 9, 100, 3}};
+  old(disk);
+  old(meta.committed->offload_declined); old(meta.committed->persistence);
+  old(meta.committed->want_replicas);
+  std::string prefix = "\x01" + old.Take();
+  master::Encoder rest;
+  rest(meta.pending); rest(meta.demotion); rest(meta.promotion);
+  std::vector<ReadLock> readers = {{"reader", 2, 77}};
+  rest(readers); rest(meta.hard_pinned);
+  int64_t until = 1234, ttl = 600;
+  rest(until); rest(ttl);
+  rest(meta.last_access_ms); rest(meta.queue_stamp); rest(meta.reads); rest(meta.in_main);
+  const std::string bytes = Encode(meta);
+  EXPECT_EQ(bytes, prefix + rest.Take());
+
+  ObjectMeta decoded;
+  master::Decoder dec(bytes);
+  dec(decoded);
+  ASSERT_TRUE(dec.ok() && dec.done());
+  ASSERT_TRUE(decoded.soft_pin);
+  EXPECT_EQ(decoded.soft_pin->until_ms, 1234);
+  EXPECT_EQ(decoded.soft_pin->ttl_ms, 600);
+  EXPECT_EQ(Encode(decoded), bytes);
+
+  ObjectMeta unpinned;
+  const std::string plain = Encode(unpinned);
+  ObjectMeta plain_decoded;
+  master::Decoder plain_dec(plain);
+  plain_dec(plain_decoded);
+  ASSERT_TRUE(plain_dec.ok());
+  EXPECT_FALSE(plain_decoded.soft_pin) << "(0, 0) is no pin: nothing allocated";
+}
+
+// The point of the types: the record the master keeps for every key (issue 23, bytes/object).
+TEST(CompactFieldsTest, ObjectMetaIsSmall) {
+  EXPECT_LE(sizeof(ObjectMeta), 152u);
+  ObjectMeta meta;
+  EXPECT_FALSE(meta.IsSoftPinned(0));
+  meta.soft_pin = master::SoftPin{10, 5};
+  EXPECT_TRUE(meta.IsSoftPinned(9));
+  EXPECT_FALSE(meta.IsSoftPinned(10));
+}
+
+}  // namespace
+}  // namespace granary
