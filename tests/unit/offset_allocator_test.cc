@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "master/codec/binary_codec.h"
+
 namespace granary::master {
 namespace {
 
@@ -701,6 +703,48 @@ TEST(OffsetAllocatorTest, FragmentationFormula) {
   EXPECT_EQ(s.fragmentation(), 0.0);
   s.largest_free_block = 250;
   EXPECT_DOUBLE_EQ(s.fragmentation(), 0.75);
+}
+
+}  // namespace
+}  // namespace granary::master
+
+namespace granary::master {
+namespace {
+
+// A node keeps its state in the offset's top two bits (32 bytes a node, one per object in the
+// master): an encoded allocator whose node claims an offset that does not fit is refused, not
+// silently truncated into another block's place.
+TEST(OffsetAllocatorTest, DecodeRefusesAnOffsetPastTheNodesField) {
+  OffsetAllocator fresh(1 << 20);
+  Encoder genuine;
+  fresh.Encode(genuine);
+  const std::string bytes = genuine.Take();
+
+  // A fresh allocator has one node: the whole segment, free, alone in its list and by address.
+  auto node_tail = [](uint64_t offset) {
+    Encoder e;
+    uint64_t count = 1, size = (1 << 20) / kAlign;
+    uint32_t none = 0xFFFFFFFFu;
+    uint8_t state = 1;  // free
+    e(count); e(offset); e(size); e(none); e(none); e(none); e(none); e(state);
+    return e.Take();
+  };
+  const std::string tail = node_tail(0);
+  ASSERT_TRUE(bytes.ends_with(tail)) << "the encoding's layout changed: update this test";
+  const std::string prefix = bytes.substr(0, bytes.size() - tail.size());
+
+  OffsetAllocator decoded(0);
+  Decoder same(bytes);
+  ASSERT_TRUE(decoded.Decode(same));
+  EXPECT_EQ(decoded.GetStats().largest_free_block, uint64_t{1} << 20);
+
+  for (uint64_t offset : {uint64_t{1} << 62, ~uint64_t{0}}) {
+    const std::string hostile = prefix + node_tail(offset);
+    OffsetAllocator target(4096);
+    Decoder in(hostile);
+    EXPECT_FALSE(target.Decode(in)) << offset;
+    EXPECT_EQ(target.capacity(), 4096u) << "a refused decode leaves the allocator as it was";
+  }
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ uint32_t OffsetAllocator::FirstNonEmptyBinAtLeast(uint32_t bin) const {
 void OffsetAllocator::InsertFree(uint32_t node) {
   Node& n = nodes_[node];
   const uint32_t bin = FloorBin(n.size);
-  n.state = State::kFree;
+  n.set_state(State::kFree);
   n.list_prev = kNone;
   n.list_next = bin_head_[bin];
   if (n.list_next != kNone) nodes_[n.list_next].list_prev = node;
@@ -101,7 +101,7 @@ void OffsetAllocator::InsertFree(uint32_t node) {
 
 void OffsetAllocator::RemoveFree(uint32_t node) {
   Node& n = nodes_[node];
-  assert(n.state == State::kFree);
+  assert(n.state() == State::kFree);
   if (n.list_prev != kNone) {
     nodes_[n.list_prev].list_next = n.list_next;
   } else {
@@ -177,14 +177,14 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
     n.size = units;
     InsertFree(rest);
   }
-  n.state = State::kUsed;
+  n.set_state(State::kUsed);
   used_units_ += units;
   ++allocation_count_;
   return Allocation{n.offset * kUnit, units * kUnit, node};
 }
 
 void OffsetAllocator::Free(uint32_t handle) {
-  if (handle >= nodes_.size() || nodes_[handle].state != State::kUsed) {
+  if (handle >= nodes_.size() || nodes_[handle].state() != State::kUsed) {
     assert(false && "OffsetAllocator::Free: bogus handle or double free");
     return;  // release builds: ignore, the structures are untouched
   }
@@ -196,7 +196,7 @@ void OffsetAllocator::Free(uint32_t handle) {
   const uint32_t next = nodes_[node].phys_next;
   if (next != kNone) {
     ++probe_count_;
-    if (nodes_[next].state == State::kFree) {
+    if (nodes_[next].state() == State::kFree) {
       RemoveFree(next);
       nodes_[node].size += nodes_[next].size;
       nodes_[node].phys_next = nodes_[next].phys_next;
@@ -208,7 +208,7 @@ void OffsetAllocator::Free(uint32_t handle) {
   const uint32_t prev = nodes_[node].phys_prev;
   if (prev != kNone) {
     ++probe_count_;
-    if (nodes_[prev].state == State::kFree) {
+    if (nodes_[prev].state() == State::kFree) {
       RemoveFree(prev);
       nodes_[prev].size += nodes_[node].size;
       nodes_[prev].phys_next = nodes_[node].phys_next;
@@ -221,13 +221,13 @@ void OffsetAllocator::Free(uint32_t handle) {
 }
 
 bool OffsetAllocator::Shrink(uint32_t handle, uint64_t size) {
-  if (handle >= nodes_.size() || nodes_[handle].state != State::kUsed || size == 0) return false;
+  if (handle >= nodes_.size() || nodes_[handle].state() != State::kUsed || size == 0) return false;
   if (size > nodes_[handle].size * kUnit) return false;  // first: the round-up cannot overflow
   const uint64_t units = (size + kUnit - 1) / kUnit;
   const uint64_t tail = nodes_[handle].size - units;
   if (tail == 0) return true;
   const uint32_t next = nodes_[handle].phys_next;
-  if (next != kNone && nodes_[next].state == State::kFree) {
+  if (next != kNone && nodes_[next].state() == State::kFree) {
     // The free neighbour grows leftwards over the tail (its size class may change).
     ++probe_count_;
     RemoveFree(next);
@@ -278,7 +278,7 @@ std::vector<OffsetAllocator::Block> OffsetAllocator::FreeBlocks() const {
   std::vector<Block> out;
   out.reserve(free_block_count_);
   for (const Node& n : nodes_) {
-    if (n.state == State::kFree) out.push_back({n.offset * kUnit, n.size * kUnit});
+    if (n.state() == State::kFree) out.push_back({n.offset * kUnit, n.size * kUnit});
   }
   std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
   return out;
@@ -309,7 +309,7 @@ void OffsetAllocator::Encode(Encoder& out) const {
   for (const Node& n : nodes_) {
     uint64_t offset = n.offset, size = n.size;
     uint32_t lp = n.list_prev, ln = n.list_next, pp = n.phys_prev, pn = n.phys_next;
-    uint8_t state = static_cast<uint8_t>(n.state);
+    uint8_t state = static_cast<uint8_t>(n.state());
     out(offset);
     out(size);
     out(lp);
@@ -339,7 +339,10 @@ bool OffsetAllocator::Decode(Decoder& in) {
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
     Node n;
     uint8_t state = 0;
-    in(n.offset);
+    uint64_t offset = 0;
+    in(offset);
+    if (offset >= (uint64_t{1} << 62)) return false;  // past any segment, and past the field
+    n.offset = offset;
     in(n.size);
     in(n.list_prev);
     in(n.list_next);
@@ -347,8 +350,8 @@ bool OffsetAllocator::Decode(Decoder& in) {
     in(n.phys_next);
     in(state);
     if (state > static_cast<uint8_t>(State::kUsed)) return false;
-    n.state = static_cast<State>(state);
-    if (n.state != State::kUnused) units += n.size;
+    n.set_state(static_cast<State>(state));
+    if (n.state() != State::kUnused) units += n.size;
     a.nodes_.push_back(n);
   }
   if (!in.ok() || a.capacity_ % kUnit != 0 || units != a.capacity_ / kUnit) return false;

@@ -116,16 +116,21 @@ class OffsetAllocator {
   enum class State : uint8_t { kUnused, kFree, kUsed };
 
   // One block of the segment (free or allocated), or an unused slot. Offsets and sizes are in
-  // kAlignment units. A node's index is its handle.
+  // kAlignment units. A node's index is its handle. 32 bytes: one per object in the master, so
+  // the state rides in the offset's top bits (an offset in units is below 2^58).
   struct Node {
-    uint64_t offset = 0;
+    uint64_t offset : 62 = 0;
+    uint64_t state_bits : 2 = static_cast<uint64_t>(State::kUnused);
     uint64_t size = 0;
     uint32_t list_prev = kNone;  // free blocks: the bin's list; unused slots: list_next only
     uint32_t list_next = kNone;
     uint32_t phys_prev = kNone;  // neighbours by address, free or allocated
     uint32_t phys_next = kNone;
-    State state = State::kUnused;
+
+    State state() const { return static_cast<State>(state_bits); }
+    void set_state(State s) { state_bits = static_cast<uint64_t>(s); }
   };
+  static_assert(sizeof(Node) == 32);
 
   static uint32_t FloorBin(uint64_t units);
   static uint32_t CeilBin(uint64_t units);
