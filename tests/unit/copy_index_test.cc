@@ -27,8 +27,8 @@ constexpr uint64_t kMiB = 1 << 20;
 std::set<std::string> NeedingByWalk(const MasterState& state) {
   std::set<std::string> keys;
   for (size_t s = 0; s < state.shard_count(); ++s) {
-    state.ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
-      if (state.CopiesNeeded(meta) > 0) keys.insert(key);
+    state.ScanShard(s, [&](std::string_view key, const ObjectMeta& meta) {
+      if (state.CopiesNeeded(meta) > 0) keys.emplace(key);
     });
   }
   return keys;
@@ -36,9 +36,9 @@ std::set<std::string> NeedingByWalk(const MasterState& state) {
 
 std::set<std::string> NeedingByIndex(const MasterState& state) {
   std::set<std::string> keys;
-  state.ScanCopyCandidates([&](const std::string& key, const ObjectMeta& meta) {
+  state.ScanCopyCandidates([&](std::string_view key, const ObjectMeta& meta) {
     EXPECT_GT(state.CopiesNeeded(meta), 0u) << key << " was visited needing nothing";
-    EXPECT_TRUE(keys.insert(key).second) << key << " was visited twice";
+    EXPECT_TRUE(keys.emplace(key).second) << key << " was visited twice";
   });
   return keys;
 }

@@ -186,11 +186,11 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
             // objects are the likely candidates (the operation re-checks each).
             evictor.EvictBytes((64 + rng() % 256) * kKiB);
             for (size_t s = 0; s < state.shard_count() && keys.size() < 12; ++s) {
-              state.ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+              state.ScanShard(s, [&](std::string_view key, const ObjectMeta& meta) {
                 if (keys.size() >= 12 || !meta.committed || !meta.committed->replicas.empty()) return;
                 for (const auto& d : meta.committed->disk) {
                   if (d.node_id == node) {
-                    keys.push_back(key);
+                    keys.emplace_back(key);
                     break;
                   }
                 }
@@ -262,7 +262,7 @@ void DriveConcurrently(MasterState& state, ManualClock& clock, int threads, int 
 uint64_t CountExplicitPersistence(const MasterState& state) {
   uint64_t n = 0;
   for (size_t s = 0; s < state.shard_count(); ++s) {
-    state.ScanShard(s, [&](const std::string&, const ObjectMeta& meta) {
+    state.ScanShard(s, [&](std::string_view, const ObjectMeta& meta) {
       n += meta.committed && meta.committed->persistence != PutPersistence::kDefault;
     });
   }

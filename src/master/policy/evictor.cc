@@ -117,13 +117,13 @@ EvictResult Evictor::EvictOnShortSegment(uint64_t request, uint64_t budget) {
     spans.push_back({b.offset, b.size, INT64_MIN, 0});
   }
   for (size_t s = 0; s < state_->shard_count(); ++s) {
-    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+    state_->ScanShard(s, [&](std::string_view key, const ObjectMeta& meta) {
       if (!meta.IsEvictable(now, /*allow_soft_pinned=*/false)) return;
       for (const auto& e : meta.committed->replicas) {
         if (e.segment_id != segment) continue;
         spans.push_back({e.offset, OffsetAllocator::AllocationSize(e.length),
                          meta.last_access_ms, keys.size()});
-        keys.push_back(key);
+        keys.emplace_back(key);
       }
     });
   }
@@ -189,7 +189,7 @@ EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned,
   std::vector<std::pair<int64_t, uint64_t>> ages;  // (last access, bytes)
   uint64_t seen = 0;
   for (size_t s = 0; s < state_->shard_count(); ++s) {
-    state_->ScanShard(s, [&](const std::string&, const ObjectMeta& meta) {
+    state_->ScanShard(s, [&](std::string_view, const ObjectMeta& meta) {
       if (!meta.IsEvictable(now, allow_soft_pinned)) return;
       const uint64_t bytes = BytesIn(meta, segment);
       if (bytes == 0) return;
@@ -213,12 +213,12 @@ EvictResult Evictor::EvictPass(uint64_t target_bytes, bool allow_soft_pinned,
   std::vector<std::pair<std::string, uint64_t>> ties;
   uint64_t chosen = 0;
   for (size_t s = 0; s < state_->shard_count(); ++s) {
-    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+    state_->ScanShard(s, [&](std::string_view key, const ObjectMeta& meta) {
       if (!meta.IsEvictable(now, allow_soft_pinned) || meta.last_access_ms > threshold) return;
       const uint64_t bytes = BytesIn(meta, segment);
       if (bytes == 0) return;
       if (meta.last_access_ms < threshold) {
-        victims.push_back(key);
+        victims.emplace_back(key);
         chosen += bytes;
       } else {
         ties.emplace_back(key, bytes);
@@ -247,7 +247,7 @@ EvictResult Evictor::S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned,
   std::vector<Entry> small, main;
   uint64_t small_bytes = 0, total_bytes = 0;
   for (size_t s = 0; s < state_->shard_count(); ++s) {
-    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+    state_->ScanShard(s, [&](std::string_view key, const ObjectMeta& meta) {
       // Only what could go counts toward the queues' shares: pinned or locked bytes never leave
       // probation, and counting them would make every pass drain it first.
       if (!meta.IsEvictable(now, allow_soft_pinned)) return;
@@ -334,10 +334,10 @@ EvictResult Evictor::S3FifoPass(uint64_t target_bytes, bool allow_soft_pinned,
   op.allow_soft_pinned = allow_soft_pinned;
   std::unordered_map<uint64_t, std::string> requeue_keys;
   for (size_t s = 0; s < state_->shard_count(); ++s) {
-    state_->ScanShard(s, [&](const std::string& key, const ObjectMeta& meta) {
+    state_->ScanShard(s, [&](std::string_view key, const ObjectMeta& meta) {
       if (!meta.committed) return;
       const uint64_t hash = XXH3_64bits(key.data(), key.size());
-      if (victims.contains(hash)) op.keys.push_back(key);
+      if (victims.contains(hash)) op.keys.emplace_back(key);
       if (requeue.contains(hash)) requeue_keys.emplace(hash, key);
     });
   }

@@ -64,7 +64,7 @@ std::vector<std::string> OffloadPlanner::Plan(const std::string& node_id, size_t
   // worst kept, and a key is copied only when it gets in.
   using Candidate = std::tuple<int, int64_t, std::string, uint64_t>;
   std::priority_queue<Candidate> best;
-  auto visit = [&](uint64_t segment, const std::string& key, const ObjectMeta& meta) {
+  auto visit = [&](uint64_t segment, std::string_view key, const ObjectMeta& meta) {
     if (!meta.committed) return false;
     const Version& v = *meta.committed;
     if (v.offload_declined || v.persistence == PutPersistence::kNone) return false;

@@ -31,7 +31,7 @@ void ReplicaPlanner::ScanIfDue(int64_t now_ms) {
     draining_ids[u.identity->id] = u.identity->name;
     draining_nodes[u.identity->client_id] = u.identity->name;
   }
-  state_->ScanCopyCandidates([&](const std::string& key, const ObjectMeta& meta) {
+  state_->ScanCopyCandidates([&](std::string_view key, const ObjectMeta& meta) {
     work_found_ = true;
     const Version& v = *meta.committed;
     // Drain progress: every draining segment (or node's disk) the object is held on.
@@ -53,7 +53,7 @@ void ReplicaPlanner::ScanIfDue(int64_t now_ms) {
     }
     if (meta.promotion) return;  // a copy (or promotion) is under way: counted, not handed out
     if (v.replicas.empty() && v.disk.empty()) return;
-    Item item{key, v.size, {}};
+    Item item{std::string(key), v.size, {}};
     for (const Extent& e : v.replicas) {
       if (auto seg = state_->segments().Find(e.segment_id)) item.holders.push_back(seg->client_id);
     }

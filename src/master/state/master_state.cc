@@ -117,7 +117,7 @@ OpResult MasterState::ApplyLocked(const Operation& op, PreparedNodes* prepared) 
           [&](const RemoveOp& o) -> OpResult { return ApplyRemove(o, now); },
           [&](const RemoveByRegexOp& o) -> OpResult { return ApplyRemoveByRegex(o, now); },
           [&](const RemoveAllOp& o) -> OpResult {
-            return ApplyRemoveMatching([](const std::string&) { return true; }, o.force, now);
+            return ApplyRemoveMatching([](std::string_view) { return true; }, o.force, now);
           },
           [&](const EvictOp& o) -> OpResult { return ApplyEvict(o, now); },
           [&](const SweepOp& o) -> OpResult { return ApplySweep(o, now); },
@@ -189,7 +189,7 @@ MasterState::PreparedNodes MasterState::PrepareNodes(const std::vector<std::stri
   PreparedNodes prepared;
   prepared.nodes.reserve(keys.size());
   for (const std::string& key : keys) {
-    prepared.nodes.push_back(scratch.extract(scratch.try_emplace(key).first));
+    prepared.nodes.push_back(scratch.extract(scratch.try_emplace(ObjectKey(key)).first));
   }
   if (scratch.bucket_count() > 4096) scratch = ObjectMap();  // a huge batch's buckets go
   return prepared;
@@ -261,7 +261,7 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
     it = inserted.position;
     if (!inserted.inserted) *node = std::move(inserted.node);
   } else {
-    it = shard.objects.try_emplace(key).first;
+    it = shard.objects.try_emplace(ObjectKey(key)).first;
   }
   if (Status s = MayWrite(shard, it, op.upsert, now, op.client_id, op_first_gen); !s.ok()) {
     return {s, {}};
@@ -387,7 +387,7 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
                                 uint64_t checksum, size_t index, size_t batch_size,
                                 int64_t now) {
   ObjectMeta& meta = it->second;
-  const std::string& key = it->first;
+  const std::string_view key = it->first;
   std::optional<Version> replaced;  // what the old version counted, uncounted last
   if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
     disk_replica_count_ -= meta.committed->disk.size();
@@ -614,7 +614,7 @@ std::vector<Status> MasterState::ApplyRemove(const RemoveOp& op, int64_t now) {
 }
 
 RemoveCountResult MasterState::ApplyRemoveMatching(
-    const std::function<bool(const std::string&)>& match, bool force, int64_t now) {
+    const std::function<bool(std::string_view)>& match, bool force, int64_t now) {
   RemoveCountResult result;
   for (auto& shard_ptr : shards_) {
     Shard& shard = *shard_ptr;
@@ -623,7 +623,7 @@ RemoveCountResult MasterState::ApplyRemoveMatching(
     // and a replica of this state (snapshot-loaded) iterates its maps differently.
     std::vector<std::string> matched;
     for (const auto& [key, meta] : shard.objects) {
-      if (match(key)) matched.push_back(key);
+      if (match(key)) matched.push_back(key.str());
     }
     std::sort(matched.begin(), matched.end());
     for (const auto& key : matched) {
@@ -645,7 +645,7 @@ RemoveCountResult MasterState::ApplyRemoveByRegex(const RemoveByRegexOp& op, int
   if (!re.ok()) return {re.status(), 0, 0};
   const RE2& pattern = **re;
   return ApplyRemoveMatching(
-      [&](const std::string& key) { return RE2::PartialMatch(key, pattern); }, op.force, now);
+      [&](std::string_view key) { return RE2::PartialMatch(key, pattern); }, op.force, now);
 }
 
 // Eviction, the s3fifo ghost and the sweep: master_state_eviction.cc.

@@ -39,6 +39,7 @@
 #include "master/state/apply_combiner.h"
 #include "master/state/disk_garbage.h"
 #include "master/state/key_namespace.h"
+#include "master/state/object_key.h"
 #include "master/state/object_meta.h"
 #include "master/state/operations.h"
 #include "master/space/segment_table.h"
@@ -337,7 +338,7 @@ class MasterState {
   // that changes back (a new version, a copy attached there). Costs what the index
   // holds for those segments and classes, not the number of objects. Empty until a disk
   // registered (DiskRegisterOp): a master with no disk keeps no index.
-  using OffloadVisit = std::function<bool(uint64_t, const std::string&, const ObjectMeta&)>;
+  using OffloadVisit = std::function<bool(uint64_t, std::string_view, const ObjectMeta&)>;
   void ScanOffloadCandidates(std::span<const uint64_t> segments,
                              std::span<const PutPersistence> classes,
                              const OffloadVisit& fn) const;
@@ -352,13 +353,13 @@ class MasterState {
   // the first walk that finds it needs none. Costs what the index holds, except the first walk
   // after a drain began or a snapshot loaded: that one visits every object once, to list what
   // needs copies then (here, outside the apply path, so the drain does not stall the master).
-  using CopyVisit = std::function<void(const std::string&, const ObjectMeta&)>;
+  using CopyVisit = std::function<void(std::string_view, const ObjectMeta&)>;
   void ScanCopyCandidates(const CopyVisit& fn) const;
   // Entries of that index in all shards.
   size_t copy_index_size() const;
 
   // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
-  void ScanShard(size_t i, const std::function<void(const std::string&, const ObjectMeta&)>& fn) const;
+  void ScanShard(size_t i, const std::function<void(std::string_view, const ObjectMeta&)>& fn) const;
   size_t shard_count() const { return shards_.size(); }
 
   SegmentTable& segments() { return segments_; }
@@ -390,7 +391,7 @@ class MasterState {
     using is_transparent = void;
     size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
   };
-  using ObjectMap = std::unordered_map<std::string, ObjectMeta, KeyHash, std::equal_to<>>;
+  using ObjectMap = std::unordered_map<ObjectKey, ObjectMeta, KeyHash, std::equal_to<>>;
   // A PutStart's map nodes, one per key in the op's order, made before the apply lock; StartOne
   // inserts them. A node not taken (its key exists, or the put failed) is freed by the caller,
   // after the lock.
@@ -508,7 +509,7 @@ class MasterState {
   std::vector<ReadKeyResult> ApplyGetReplicaList(const GetReplicaListOp& op, int64_t now);
   std::vector<Status> ApplyFinishRead(const FinishReadOp& op, int64_t now);
   std::vector<Status> ApplyRemove(const RemoveOp& op, int64_t now);
-  RemoveCountResult ApplyRemoveMatching(const std::function<bool(const std::string&)>& match,
+  RemoveCountResult ApplyRemoveMatching(const std::function<bool(std::string_view)>& match,
                                         bool force, int64_t now);
   RemoveCountResult ApplyRemoveByRegex(const RemoveByRegexOp& op, int64_t now);
   RemoveCountResult ApplyRemoveScoped(const RemoveScopedOp& op, int64_t now);
@@ -573,7 +574,7 @@ class MasterState {
                                              int64_t now);
   // The disk must delete this copy: the record no longer names it (disk_mu_ is a leaf).
   void AddGarbage(uint64_t disk_id, const std::string& key, uint64_t location);
-  void AddGarbage(const std::string& key, std::span<const DiskReplica> copies);
+  void AddGarbage(std::string_view key, std::span<const DiskReplica> copies);
   // The object `key` if `node_id` is demoting its version `version_gen`; else why not
   // (INVALID_WRITE: no demotion; ILLEGAL_CLIENT: another node's or another version's).
   Result<ObjectIter> OwnDemotion(Shard& shard, const std::string& key, const std::string& node_id,
@@ -629,8 +630,8 @@ class MasterState {
   void FreeExtents(std::span<const Extent> extents);
   // s3fifo ghost: remember a key evicted unread; Take answers whether it was remembered (and
   // forgets it).
-  void GhostAdd(const std::string& key);
-  bool GhostTake(const std::string& key);
+  void GhostAdd(std::string_view key);
+  bool GhostTake(std::string_view key);
   void FreeLater(std::span<const Extent> extents, int64_t release_at_ms, int64_t now);
   void EncodeLocked(Encoder& out) const;  // caller holds apply_mu_
 

@@ -52,7 +52,7 @@ EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
   return result;
 }
 
-void MasterState::GhostAdd(const std::string& key) {
+void MasterState::GhostAdd(std::string_view key) {
   const uint64_t hash = XXH3_64bits(key.data(), key.size());
   GhostStripe& g = ghost_[hash >> 60];  // the shard takes the low bits
   std::lock_guard lock(g.mu);
@@ -71,7 +71,7 @@ void MasterState::GhostAdd(const std::string& key) {
   }
 }
 
-bool MasterState::GhostTake(const std::string& key) {
+bool MasterState::GhostTake(std::string_view key) {
   const uint64_t hash = XXH3_64bits(key.data(), key.size());
   GhostStripe& g = ghost_[hash >> 60];
   std::lock_guard lock(g.mu);

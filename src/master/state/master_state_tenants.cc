@@ -11,7 +11,7 @@ RemoveCountResult MasterState::ApplyRemoveScoped(const RemoveScopedOp& op, int64
   const KeyScope scope{op.prefix, op.every_namespace};
   if (op.pattern.empty()) {
     return ApplyRemoveMatching(
-        [&](const std::string& key) {
+        [&](std::string_view key) {
           std::string_view written;
           return scope.Contains(key, &written);
         },
@@ -21,7 +21,7 @@ RemoveCountResult MasterState::ApplyRemoveScoped(const RemoveScopedOp& op, int64
   if (!re.ok()) return {re.status(), 0, 0};
   const RE2& pattern = **re;
   return ApplyRemoveMatching(
-      [&](const std::string& key) {
+      [&](std::string_view key) {
         std::string_view written;
         return scope.Contains(key, &written) && RE2::PartialMatch(written, pattern);
       },

@@ -202,7 +202,7 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
                         "unknown key on a disk the master knows: removed or replaced since"));
           continue;
         }
-        if (it == shard.objects.end()) it = shard.objects.try_emplace(entry.key).first;
+        if (it == shard.objects.end()) it = shard.objects.try_emplace(ObjectKey(entry.key)).first;
         ObjectMeta& meta = it->second;
         meta.committed = Version{entry.size, entry.checksum, next_put_gen_++, {}, {}};
         meta.in_main = false;
@@ -292,7 +292,7 @@ void MasterState::AddGarbage(uint64_t disk_id, const std::string& key, uint64_t 
   garbage_.Add(disk_id, key, location);
 }
 
-void MasterState::AddGarbage(const std::string& key, std::span<const DiskReplica> copies) {
+void MasterState::AddGarbage(std::string_view key, std::span<const DiskReplica> copies) {
   if (copies.empty()) return;
   std::lock_guard lock(disk_mu_);
   for (const auto& d : copies) garbage_.Add(d.disk_id, key, d.location);

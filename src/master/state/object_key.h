@@ -1,0 +1,75 @@
+// master/state/object_key.h - a key of the master's object maps, in one pointer.
+//
+// Promise: holds a copy of the key's bytes (any length, any bytes) in one heap block after its
+// length (a varint: one byte below 128 bytes, so for keys of 16 bytes or more the block is as
+// large as a std::string's heap block of the same key); compares, hashes and views as that
+// std::string_view. Copies copy the bytes; moves hand the block over and leave the source empty
+// (the empty key). The bytes never move: a view of them stays valid until the key that holds the
+// block is destroyed (the shards' side sets keep such views). 8 bytes in each map node, where a
+// std::string takes 32: the master holds one per object.
+// Ownership: owns its block. Thread safety: as a plain value (the caller synchronises).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace granary::master {
+
+class ObjectKey {
+ public:
+  ObjectKey() = default;
+  explicit ObjectKey(std::string_view key) {
+    if (key.empty()) return;
+    size_t prefix = 1;
+    for (size_t n = key.size(); n >= 0x80; n >>= 7) ++prefix;
+    block_ = static_cast<char*>(::operator new(prefix + key.size()));
+    char* out = block_;
+    for (size_t n = key.size(); ; n >>= 7) {
+      *out++ = static_cast<char>(n < 0x80 ? n : (n & 0x7F) | 0x80);
+      if (n < 0x80) break;
+    }
+    std::memcpy(out, key.data(), key.size());
+  }
+  ObjectKey(const ObjectKey& other) : ObjectKey(other.view()) {}
+  ObjectKey(ObjectKey&& other) noexcept : block_(other.block_) { other.block_ = nullptr; }
+  ObjectKey& operator=(const ObjectKey& other) {
+    if (this != &other) *this = ObjectKey(other);
+    return *this;
+  }
+  ObjectKey& operator=(ObjectKey&& other) noexcept {
+    if (this != &other) {
+      ::operator delete(block_);
+      block_ = other.block_;
+      other.block_ = nullptr;
+    }
+    return *this;
+  }
+  ~ObjectKey() { ::operator delete(block_); }
+
+  std::string_view view() const {
+    if (!block_) return {};
+    size_t length = 0;
+    const char* in = block_;
+    for (int shift = 0;; shift += 7) {
+      const auto b = static_cast<unsigned char>(*in++);
+      length |= static_cast<size_t>(b & 0x7F) << shift;
+      if (b < 0x80) break;
+    }
+    return {in, length};
+  }
+  size_t size() const { return view().size(); }
+  const char* data() const { return block_ ? view().data() : ""; }
+  operator std::string_view() const { return view(); }  // NOLINT: a key reads as its bytes
+  std::string str() const { return std::string(view()); }
+
+  friend bool operator==(const ObjectKey& a, const ObjectKey& b) { return a.view() == b.view(); }
+  friend bool operator==(const ObjectKey& a, std::string_view b) { return a.view() == b; }
+  friend bool operator<(const ObjectKey& a, const ObjectKey& b) { return a.view() < b.view(); }
+
+ private:
+  char* block_ = nullptr;  // [length, LEB128][bytes]; null for the empty key
+};
+
+}  // namespace granary::master
