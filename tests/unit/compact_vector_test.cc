@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -218,9 +219,54 @@ TEST(CompactFieldsTest, EncodeAsTheFieldsTheyReplaced) {
   EXPECT_FALSE(plain_decoded.soft_pin) << "(0, 0) is no pin: nothing allocated";
 }
 
+TEST(CompactFieldsTest, OptionalVersionBehavesAsOptional) {
+  static_assert(sizeof(master::OptionalVersion) == sizeof(master::Version));
+  master::OptionalVersion v;
+  EXPECT_FALSE(v);
+  EXPECT_FALSE(v.has_value());
+  master::Version version;
+  version.size = 5;
+  version.replicas.push_back(At(64));
+  version.replicas.push_back(At(128));
+  v = version;
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->size, 5u);
+  EXPECT_EQ((*v).replicas.size(), 2u);
+  master::OptionalVersion copy = v;
+  EXPECT_TRUE(copy);
+  copy->size = 6;
+  EXPECT_EQ(v->size, 5u) << "copies are deep";
+  v.reset();
+  EXPECT_FALSE(v);
+  EXPECT_TRUE(v->replicas.empty()) << "reset lets the replica list go";
+  master::OptionalVersion none = std::nullopt;
+  EXPECT_FALSE(none);
+  none.emplace().gen = 9;
+  EXPECT_TRUE(none);
+  EXPECT_EQ(none->gen, 9u);
+  none = std::nullopt;
+  EXPECT_FALSE(none);
+  master::OptionalVersion moved = std::move(copy);
+  EXPECT_TRUE(moved);
+  EXPECT_EQ(moved->size, 6u);
+
+  // Encodes as the std::optional<Version> it replaced, held or not, and decodes back.
+  std::optional<master::Version> plain = *moved;
+  EXPECT_EQ(Encode(moved), Encode(plain));
+  EXPECT_EQ(Encode(master::OptionalVersion()), Encode(std::optional<master::Version>()));
+  master::OptionalVersion decoded;
+  const std::string bytes = Encode(moved);
+  master::Decoder dec(bytes);
+  dec(decoded);
+  ASSERT_TRUE(dec.ok() && dec.done());
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(decoded->size, 6u);
+  EXPECT_EQ(decoded->replicas.size(), 2u);
+}
+
 // The point of the types: the record the master keeps for every key (issue 23, bytes/object).
 TEST(CompactFieldsTest, ObjectMetaIsSmall) {
-  EXPECT_LE(sizeof(ObjectMeta), 152u);
+  EXPECT_LE(sizeof(ObjectMeta), 144u);
   ObjectMeta meta;
   EXPECT_FALSE(meta.IsSoftPinned(0));
   meta.soft_pin = master::SoftPin{10, 5};

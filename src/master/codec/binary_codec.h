@@ -25,14 +25,18 @@
 
 namespace granary::master {
 
-// std::optional and RareOptional fields: a presence byte, then the value. Both kinds encode to
-// the same bytes, so a field may move between them without a format change.
+// std::optional and RareOptional fields, and any type that says it behaves as one (a member type
+// OptionalFieldTag): a presence byte, then the value. All encode to the same bytes, so a field may
+// move between them without a format change.
 template <typename O>
 struct IsOptionalField : std::false_type {};
 template <typename T>
 struct IsOptionalField<std::optional<T>> : std::true_type {};
 template <typename T>
 struct IsOptionalField<RareOptional<T>> : std::true_type {};
+template <typename O>
+  requires requires { typename O::OptionalFieldTag; }
+struct IsOptionalField<O> : std::true_type {};
 template <typename O>
 concept OptionalField = IsOptionalField<O>::value;
 

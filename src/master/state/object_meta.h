@@ -103,7 +103,47 @@ struct Version {
   // (a node died or is draining) gets copies made (ReplicaCopyStartOp). Eviction of its memory
   // sets it to 0: the cache let those go, nothing was lost.
   uint8_t want_replicas = 0;
+  // Whether the OptionalVersion holding it holds a version; used by OptionalVersion only, in
+  // what would be padding. Not part of the state: never encoded.
+  bool held_by_optional = false;
 };
+
+// std::optional<Version> without optional's flag and the 7 bytes of padding after it (80 bytes,
+// not 88: every object has one): whether it holds a version is Version::held_by_optional.
+// Promise: behaves as std::optional<Version> for the calls it offers.
+class OptionalVersion {
+ public:
+  using OptionalFieldTag = void;  // encodes as std::optional<Version> (binary_codec.h)
+  OptionalVersion() = default;
+  OptionalVersion(std::nullopt_t) {}  // NOLINT: as std::optional
+  OptionalVersion(Version v) : value_(std::move(v)) { value_.held_by_optional = true; }  // NOLINT
+  OptionalVersion& operator=(std::nullopt_t) {
+    reset();
+    return *this;
+  }
+  OptionalVersion& operator=(Version v) {
+    value_ = std::move(v);
+    value_.held_by_optional = true;
+    return *this;
+  }
+  Version& emplace() {
+    value_ = Version{};
+    value_.held_by_optional = true;
+    return value_;
+  }
+  void reset() { value_ = Version{}; }  // frees the replica lists now, as optional would
+
+  bool has_value() const { return value_.held_by_optional; }
+  explicit operator bool() const { return has_value(); }
+  Version& operator*() { return value_; }
+  const Version& operator*() const { return value_; }
+  Version* operator->() { return &value_; }
+  const Version* operator->() const { return &value_; }
+
+ private:
+  Version value_;
+};
+static_assert(sizeof(OptionalVersion) == sizeof(Version));
 
 // The committed version `version_gen` being copied to `node_id`'s disk.
 struct Demotion {
@@ -173,7 +213,7 @@ struct SoftPin {
 };
 
 struct ObjectMeta {
-  std::optional<Version> committed;
+  OptionalVersion committed;
   // Out of line: at any moment few objects are being written, demoted or promoted, and inline
   // these three were ~340 of the ~530 bytes every object paid (issue 23, bytes per object).
   RareOptional<PendingWrite> pending;
