@@ -17,6 +17,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <new>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -54,6 +55,7 @@ class InlineVector {
 
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
+  static constexpr size_t max_size() { return UINT32_MAX; }  // the count is 32 bits
   T* data() { return capacity_ ? heap_ : &one_; }
   const T* data() const { return capacity_ ? heap_ : &one_; }
   T* begin() { return data(); }
@@ -74,7 +76,10 @@ class InlineVector {
       return;
     }
     const T copy = value;  // value may live in this list, which Grow moves
-    if (size_ >= Capacity()) Grow(std::max<uint32_t>(4, size_ * 2));
+    if (size_ == max_size()) throw std::length_error("InlineVector past 2^32 - 1 elements");
+    if (size_ >= Capacity()) {
+      Grow(std::min<size_t>(max_size(), std::max<size_t>(4, size_ * size_t{2})));
+    }
     heap_[size_++] = copy;
   }
   template <typename... Args>
@@ -99,7 +104,8 @@ class InlineVector {
     size_ = 0;
   }
   void resize(size_t n) {
-    if (n > Capacity()) Grow(static_cast<uint32_t>(n));
+    if (n > max_size()) throw std::length_error("InlineVector past 2^32 - 1 elements");
+    if (n > Capacity()) Grow(n);
     for (size_t i = size_; i < n; ++i) data()[i] = T{};
     size_ = static_cast<uint32_t>(n);
     ShrinkInline();
@@ -120,29 +126,40 @@ class InlineVector {
  private:
   size_t Capacity() const { return capacity_ ? capacity_ : 1; }
   void Assign(const T* items, size_t n) {
+    if (n > max_size()) throw std::length_error("InlineVector past 2^32 - 1 elements");
     size_ = 0;
     capacity_ = 0;
-    if (n > 1) Grow(static_cast<uint32_t>(n));
-    std::memcpy(static_cast<void*>(data()), items, n * sizeof(T));
+    if (n == 1) {
+      one_ = items[0];
+    } else if (n > 1) {
+      Grow(n);
+      std::memcpy(static_cast<void*>(heap_), items, n * sizeof(T));
+    }
     size_ = static_cast<uint32_t>(n);
   }
   void Steal(InlineVector& other) {
-    std::memcpy(static_cast<void*>(this), &other, sizeof(InlineVector));
+    size_ = other.size_;
+    capacity_ = other.capacity_;
+    if (capacity_) {
+      heap_ = other.heap_;
+    } else if (size_) {
+      one_ = other.one_;
+    }
     other.size_ = 0;
     other.capacity_ = 0;
   }
-  void Grow(uint32_t capacity) {
+  void Grow(size_t capacity) {
     T* grown = static_cast<T*>(::operator new(capacity * sizeof(T)));
-    std::memcpy(static_cast<void*>(grown), data(), size_ * sizeof(T));
+    if (size_ > 0) std::memcpy(static_cast<void*>(grown), data(), size_ * sizeof(T));
     Release();
     heap_ = grown;
-    capacity_ = capacity;
+    capacity_ = static_cast<uint32_t>(capacity);
   }
   // Back inline at one element or none.
   void ShrinkInline() {
     if (capacity_ == 0 || size_ > 1) return;
     T* heap = heap_;
-    if (size_ == 1) std::memcpy(static_cast<void*>(&one_), heap, sizeof(T));
+    if (size_ == 1) one_ = heap[0];  // a trivial assignment makes one_ the live member
     ::operator delete(heap);
     capacity_ = 0;
   }

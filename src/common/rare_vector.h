@@ -36,13 +36,16 @@ class RareVector {
       : list_(other.list_ ? std::make_unique<std::vector<T>>(*other.list_) : nullptr) {}
   RareVector(RareVector&& other) noexcept = default;
   RareVector& operator=(const RareVector& other) {
-    if (this != &other) list_ = other.list_ ? std::make_unique<std::vector<T>>(*other.list_) : nullptr;
+    if (this != &other) {
+      list_ = other.list_ ? std::make_unique<std::vector<T>>(*other.list_) : nullptr;
+    }
     return *this;
   }
   RareVector& operator=(RareVector&& other) noexcept = default;
 
   bool empty() const { return list_ == nullptr; }
   size_t size() const { return list_ ? list_->size() : 0; }
+  size_t max_size() const { return std::vector<T>().max_size(); }
   T* data() { return list_ ? list_->data() : nullptr; }
   const T* data() const { return list_ ? list_->data() : nullptr; }
   T* begin() { return data(); }
@@ -59,8 +62,11 @@ class RareVector {
   void push_back(T value) { emplace_back(std::move(value)); }
   template <typename... Args>
   T& emplace_back(Args&&... args) {
-    if (!list_) list_ = std::make_unique<std::vector<T>>();
-    return list_->emplace_back(std::forward<Args>(args)...);
+    if (list_) return list_->emplace_back(std::forward<Args>(args)...);
+    auto first = std::make_unique<std::vector<T>>();  // kept only once it holds the element
+    first->emplace_back(std::forward<Args>(args)...);
+    list_ = std::move(first);
+    return list_->back();
   }
   // As std::vector::erase; the returned iterator is end() when the list became empty.
   T* erase(const T* first, const T* last) {
@@ -81,8 +87,12 @@ class RareVector {
       list_.reset();
       return;
     }
-    if (!list_) list_ = std::make_unique<std::vector<T>>();
-    list_->resize(n);
+    if (list_) {
+      list_->resize(n);
+      return;
+    }
+    auto grown = std::make_unique<std::vector<T>>(n);
+    list_ = std::move(grown);
   }
   std::vector<T> ToVector() const { return list_ ? *list_ : std::vector<T>{}; }
 

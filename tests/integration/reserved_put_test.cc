@@ -98,7 +98,9 @@ TEST_F(ReservedPutTest, ObjectsOfManyNearbySizesShareReservedSpaceAndKeepOnlyThe
       // The pool refills in the background; a loaded machine may lag it behind the puts. Wait
       // (bounded) for it to hold space: one class for the 120 sizes is what is checked, and
       // with a class per size nothing held would fit the next size anyway.
-      WaitUntil([&] { return writer->Stats().reservations_held > 0; }, Millis(2000), Millis(2));
+      ASSERT_TRUE(WaitUntil([&] { return writer->Stats().reservations_held > 0; }, Millis(2000),
+                            Millis(2)))
+          << "the pool never refilled after put " << i;
     }
     EXPECT_GE(writer->Stats().reserved_puts, 110u) << "120 sizes, one class: most put in one call";
     for (const auto& [key, value] : written) {

@@ -705,12 +705,6 @@ TEST(OffsetAllocatorTest, FragmentationFormula) {
   EXPECT_DOUBLE_EQ(s.fragmentation(), 0.75);
 }
 
-}  // namespace
-}  // namespace granary::master
-
-namespace granary::master {
-namespace {
-
 // A node keeps its state in the offset's top two bits (32 bytes a node, one per object in the
 // master): an encoded allocator whose node claims an offset that does not fit is refused, not
 // silently truncated into another block's place.

@@ -142,7 +142,7 @@ class Decoder {
   void operator()(V& v) {
     uint64_t n = GetVarint();
     // Every element takes at least one byte: a count beyond what is left is a lie.
-    if (n > in_.size() - pos_) {
+    if (n > in_.size() - pos_ || n > v.max_size()) {
       Fail();
       return;
     }

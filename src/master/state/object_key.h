@@ -1,12 +1,12 @@
 // master/state/object_key.h - a key of the master's object maps, in one pointer.
 //
 // Promise: holds a copy of the key's bytes (any length, any bytes) in one heap block after its
-// length (a varint: one byte below 128 bytes, so for keys of 16 bytes or more the block is as
-// large as a std::string's heap block of the same key); compares, hashes and views as that
+// length (a varint: one byte below 128, so for keys of 16-127 bytes the block is the size of a
+// std::string's heap block, and one byte more beyond); compares, hashes and views as that
 // std::string_view. Copies copy the bytes; moves hand the block over and leave the source empty
-// (the empty key). The bytes never move: a view of them stays valid until the key that holds the
-// block is destroyed (the shards' side sets keep such views). 8 bytes in each map node, where a
-// std::string takes 32: the master holds one per object.
+// (the empty key). The bytes never move: a view of them stays valid until the key that holds
+// the block is destroyed or assigned to (the shards' side sets keep such views). 8 bytes in each
+// map node, where a std::string takes 32: the master holds one per object.
 // Ownership: owns its block. Thread safety: as a plain value (the caller synchronises).
 #pragma once
 

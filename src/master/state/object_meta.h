@@ -103,9 +103,15 @@ struct Version {
   // (a node died or is draining) gets copies made (ReplicaCopyStartOp). Eviction of its memory
   // sets it to 0: the cache let those go, nothing was lost.
   uint8_t want_replicas = 0;
-  // Whether the OptionalVersion holding it holds a version; used by OptionalVersion only, in
-  // what would be padding. Not part of the state: never encoded.
-  bool held_by_optional = false;
+  // Whether the OptionalVersion holding it holds a version, in what would be padding. It belongs
+  // to the slot, not the value: copies start unset, and assigning a Version leaves it alone, so
+  // `*meta.committed = v` keeps the object's version held. Never encoded.
+  struct SlotFlag {
+    bool set = false;
+    SlotFlag() = default;
+    SlotFlag(const SlotFlag&) {}
+    SlotFlag& operator=(const SlotFlag&) { return *this; }
+  } held_by_optional;
 };
 
 // std::optional<Version> without optional's flag and the 7 bytes of padding after it (80 bytes,
@@ -116,24 +122,41 @@ class OptionalVersion {
   using OptionalFieldTag = void;  // encodes as std::optional<Version> (binary_codec.h)
   OptionalVersion() = default;
   OptionalVersion(std::nullopt_t) {}  // NOLINT: as std::optional
-  OptionalVersion(Version v) : value_(std::move(v)) { value_.held_by_optional = true; }  // NOLINT
+  OptionalVersion(Version v) : value_(std::move(v)) { Hold(true); }  // NOLINT: as std::optional
+  OptionalVersion(const OptionalVersion& other) : value_(other.value_) { Hold(other.has_value()); }
+  OptionalVersion(OptionalVersion&& other) noexcept : value_(std::move(other.value_)) {
+    Hold(other.has_value());
+  }
+  OptionalVersion& operator=(const OptionalVersion& other) {
+    value_ = other.value_;
+    Hold(other.has_value());
+    return *this;
+  }
+  OptionalVersion& operator=(OptionalVersion&& other) noexcept {
+    value_ = std::move(other.value_);
+    Hold(other.has_value());
+    return *this;
+  }
   OptionalVersion& operator=(std::nullopt_t) {
     reset();
     return *this;
   }
   OptionalVersion& operator=(Version v) {
     value_ = std::move(v);
-    value_.held_by_optional = true;
+    Hold(true);
     return *this;
   }
   Version& emplace() {
     value_ = Version{};
-    value_.held_by_optional = true;
+    Hold(true);
     return value_;
   }
-  void reset() { value_ = Version{}; }  // frees the replica lists now, as optional would
+  void reset() {  // frees the replica lists now, as optional would
+    value_ = Version{};
+    Hold(false);
+  }
 
-  bool has_value() const { return value_.held_by_optional; }
+  bool has_value() const { return value_.held_by_optional.set; }
   explicit operator bool() const { return has_value(); }
   Version& operator*() { return value_; }
   const Version& operator*() const { return value_; }
@@ -141,6 +164,7 @@ class OptionalVersion {
   const Version* operator->() const { return &value_; }
 
  private:
+  void Hold(bool held) { value_.held_by_optional.set = held; }
   Version value_;
 };
 static_assert(sizeof(OptionalVersion) == sizeof(Version));

@@ -68,7 +68,9 @@ template <typename IO> void Fields(IO& io, ObjectMeta& m) {
   io(soft_pin_until_ms); io(soft_pin_ttl_ms);
   if constexpr (IO::kDecoding) {
     m.soft_pin.reset();
-    if (soft_pin_until_ms != 0 || soft_pin_ttl_ms != 0) m.soft_pin = SoftPin{soft_pin_until_ms, soft_pin_ttl_ms};
+    if (soft_pin_until_ms != 0 || soft_pin_ttl_ms != 0) {
+      m.soft_pin = SoftPin{soft_pin_until_ms, soft_pin_ttl_ms};
+    }
   }
   io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
 }

@@ -1,10 +1,12 @@
 // RareVector and InlineVector keep their header promises (vector behaviour, empty means no
-// allocation, one element inline), and the master's records that hold them encode to the same
-// bytes as the std::vector fields they replaced (snapshot format unchanged).
+// allocation, one element inline); OptionalVersion behaves as an optional; and the master's
+// records that hold them encode to the bytes of the fields they replaced (snapshot format
+// unchanged).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,16 @@ TEST(RareVectorTest, EmptyIsOnePointerAndNoAllocation) {
   EXPECT_EQ(RareVector<int>(std::vector<int>{}).data(), nullptr);
 }
 
+TEST(RareVectorTest, AFailedFirstElementLeavesNoAllocation) {
+  struct Refuses {
+    explicit Refuses(int) { throw std::runtime_error("refused"); }
+  };
+  RareVector<Refuses> v;
+  EXPECT_THROW(v.emplace_back(1), std::runtime_error);
+  EXPECT_TRUE(v.empty());
+  EXPECT_EQ(v.data(), nullptr);
+}
+
 TEST(RareVectorTest, BehavesAsAVector) {
   RareVector<int> v = {5, 6, 7, 8};
   EXPECT_EQ(v.size(), 4u);
@@ -121,6 +133,16 @@ TEST(InlineVectorTest, OneElementLivesInline) {
   EXPECT_TRUE(Inside(many.data(), &many, sizeof(many)));
   many.clear();
   EXPECT_TRUE(many.empty());
+}
+
+// Its count is 32 bits: a size past it is refused whole, never truncated (a decoded count is
+// checked against max_size first).
+TEST(InlineVectorTest, RefusesASizePastItsCount) {
+  InlineVector<Extent> v = {At(0)};
+  EXPECT_THROW(v.resize(size_t{1} << 32), std::length_error);
+  EXPECT_EQ(Offsets(v), std::vector<uint64_t>{0}) << "a refused resize changes nothing";
+  EXPECT_EQ(InlineVector<Extent>::max_size(), 0xFFFFFFFFu);
+  EXPECT_TRUE(InlineVector<Extent>(std::vector<Extent>{}).empty());
 }
 
 TEST(InlineVectorTest, BehavesAsAVector) {
@@ -262,6 +284,57 @@ TEST(CompactFieldsTest, OptionalVersionBehavesAsOptional) {
   ASSERT_TRUE(decoded);
   EXPECT_EQ(decoded->size, 6u);
   EXPECT_EQ(decoded->replicas.size(), 2u);
+  // The held flag belongs to the slot: assigning a version through it keeps it held, and a
+  // version copied out of it is a plain value.
+  *moved = master::Version{};
+  EXPECT_TRUE(moved) << "*committed = v keeps the version held";
+  moved->size = 6;
+  master::Version out = *moved;
+  master::OptionalVersion empty;
+  *empty = out;
+  EXPECT_FALSE(empty) << "assigning through an empty slot does not make it held";
+  master::OptionalVersion assigned;
+  assigned = moved;
+  EXPECT_TRUE(assigned);
+  assigned = master::OptionalVersion();
+  EXPECT_FALSE(assigned);
+}
+
+std::string Hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+// The same records encoded by a build of a0e38e5, before these fields changed type (std::vector,
+// std::optional<Version>, the soft pin as two integers): the codec's own templates cannot vouch
+// for themselves.
+TEST(CompactFieldsTest, EncodeToTheBytesOfTheBuildBefore) {
+  ObjectMeta meta;
+  meta.committed = master::Version{};
+  meta.committed->size = 100;
+  meta.committed->replicas.push_back(Extent{1, 64, 100, 64});
+  meta.committed->disk.push_back(DiskReplica{"node", 9, 100, 3});
+  meta.readers.push_back({"reader", 2, 77});
+  meta.soft_pin = master::SoftPin{1234, 600};
+  meta.last_access_ms = 99;
+  meta.queue_stamp = 5;
+  EXPECT_EQ(Hex(Encode(meta)),
+            "01640000010140644001046e6f64650964030000000000000106726561646572029a0100a413b009c6"
+            "010a0000");
+
+  ObjectMeta two;
+  two.committed = master::Version{};
+  two.committed->size = 7;
+  two.committed->gen = 3;
+  two.committed->replicas.push_back(Extent{1, 0, 7, 0});
+  two.committed->replicas.push_back(Extent{2, 128, 7, 5});
+  two.in_main = true;
+  EXPECT_EQ(Hex(Encode(two)), "0107000302010007000280010705000000000000000000000000000001");
 }
 
 // The point of the types: the record the master keeps for every key (issue 23, bytes/object).
