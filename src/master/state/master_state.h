@@ -359,7 +359,8 @@ class MasterState {
   size_t copy_index_size() const;
 
   // Calls fn(key, meta) for every object of shard i, under that shard's lock. For the evictor.
-  void ScanShard(size_t i, const std::function<void(std::string_view, const ObjectMeta&)>& fn) const;
+  void ScanShard(size_t i,
+                 const std::function<void(std::string_view, const ObjectMeta&)>& fn) const;
   size_t shard_count() const { return shards_.size(); }
 
   SegmentTable& segments() { return segments_; }

@@ -44,7 +44,9 @@ namespace {
 template <typename Map, typename Hash>
 bool BucketIsHashModCount() {
   Map map;
-  for (int i = 0; i < 1000; ++i) map.try_emplace(typename Map::key_type("bucket-check/" + std::to_string(i)));
+  for (int i = 0; i < 1000; ++i) {
+    map.try_emplace(typename Map::key_type("bucket-check/" + std::to_string(i)));
+  }
   for (const auto& [key, value] : map) {
     if (map.bucket(key) != Hash{}(key) % map.bucket_count()) return false;
   }
@@ -225,8 +227,8 @@ Result<QueryResult> MasterState::QueryByRegex(const std::string& pattern, size_t
   return result;
 }
 
-void MasterState::ScanShard(size_t i,
-                            const std::function<void(std::string_view, const ObjectMeta&)>& fn) const {
+void MasterState::ScanShard(
+    size_t i, const std::function<void(std::string_view, const ObjectMeta&)>& fn) const {
   const Shard& shard = *shards_[i];
   std::lock_guard lock(shard.mu);
   for (const auto& [key, meta] : shard.objects) fn(key, meta);

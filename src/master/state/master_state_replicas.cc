@@ -182,7 +182,8 @@ std::vector<ReplicaCopyKeyResult> MasterState::ApplyReplicaCopyStart(
         holder->count++;
         holder->expiry_ms = now + policy_.lease_ttl_ms;
       }
-      out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas.ToVector(), v.disk.ToVector(), *extent};
+      out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas.ToVector(), v.disk.ToVector(),
+             *extent};
     }
   }
   return results;
