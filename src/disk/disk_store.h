@@ -72,7 +72,7 @@ struct DiskStoreOptions {
   // preallocates a file of this size (an existing file keeps its size).
   uint64_t disk_size = 0;
   EvictionPolicy eviction = EvictionPolicy::kFifo;
-  // A bucket closes at this much data (and at 1/512 of the budget, not below 4 MiB)...
+  // A bucket closes at this much data (and at BucketBytes' share of the budget)...
   uint64_t bucket_max_bytes = 256ull << 20;
   uint32_t bucket_max_keys = 500;            // ...or this many objects
   uint64_t max_object_size = 1ull << 30;     // larger values are refused (INVALID_PARAMS)
@@ -81,6 +81,13 @@ struct DiskStoreOptions {
   // Test hook: called by Read() after it has pinned the files it will read, before any I/O.
   std::function<void()> test_hook_after_pin;
 };
+
+// The data a bucket holds at most on a disk of `capacity` bytes: bucket_max_bytes, and at most
+// 1/kBucketShare of the budget (not below kMinBucketBytes), so that bucket-grained eviction frees
+// the disk in small steps and keeps close to per-object eviction (why these: disk_store.cc).
+inline constexpr uint64_t kBucketShare = 1024;
+inline constexpr uint64_t kMinBucketBytes = 2 << 20;
+uint64_t BucketBytes(uint64_t capacity, uint64_t bucket_max_bytes);
 
 struct ObjectWrite {
   std::string_view key;

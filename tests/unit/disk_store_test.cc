@@ -213,13 +213,17 @@ TEST_P(DiskStoreTest, WritesAndReadsBatchesByteExact) {
   EXPECT_LE(usage.used, usage.capacity);
 }
 
-// A bucket holds at most 1/512 of the budget (not below 4 MiB), whatever bucket_max_bytes says:
-// on a small disk eviction then frees space in small steps.
-TEST_P(DiskStoreTest, ABucketHoldsAtMostA512thOfTheBudget) {
+// A bucket holds at most 1/1024 of the budget (not below 2 MiB), whatever bucket_max_bytes
+// says: on a small disk eviction then frees space in small steps.
+TEST_P(DiskStoreTest, ABucketHoldsAtMostAShareOfTheBudget) {
   if (GetParam().backend != DiskBackend::kBucket) GTEST_SKIP() << "buckets only";
+  EXPECT_EQ(BucketBytes(1ull << 30, 256ull << 20), 2u << 20) << "the floor";
+  EXPECT_EQ(BucketBytes(4ull << 30, 256ull << 20), 4u << 20);
+  EXPECT_EQ(BucketBytes(4ull << 40, 256ull << 20), 256u << 20) << "bucket_max_bytes";
+  EXPECT_EQ(BucketBytes(4ull << 30, 64u << 10), 64u << 10);
   const std::vector<size_t> sizes(96, 64 * 1024);  // 6 MiB in one batch
-  for (const auto& [budget, files] : {std::pair<uint64_t, uint64_t>{1ull << 30, 2},   // 4 MiB
-                                      std::pair<uint64_t, uint64_t>{4ull << 30, 1}}) {  // 8 MiB
+  for (const auto& [budget, files] : {std::pair<uint64_t, uint64_t>{1ull << 30, 3},  // 32 a bucket
+                                      std::pair<uint64_t, uint64_t>{4ull << 30, 2}}) {  // 64
     TempDir dir;
     DiskStoreOptions o = Options();
     o.dir = dir.path();
@@ -232,6 +236,17 @@ TEST_P(DiskStoreTest, ABucketHoldsAtMostA512thOfTheBudget) {
     EXPECT_EQ(store->Usage().files, files) << "budget " << budget;
     ExpectReadable(*store, objects);
   }
+  // An object larger than a bucket's share still gets a bucket of its own.
+  TempDir dir;
+  DiskStoreOptions o = Options();
+  o.dir = dir.path();
+  o.disk_size = 1ull << 30;
+  auto store = Open(o);
+  ASSERT_TRUE(store);
+  auto large = WriteAll(*store, "large", {3 << 20, 3 << 20});
+  ASSERT_EQ(large.size(), 2u);
+  EXPECT_EQ(store->Usage().files, 2u);
+  ExpectReadable(*store, large);
 }
 
 TEST_P(DiskStoreTest, SameGenerationIsWrittenOnceNewGenerationReplaces) {
