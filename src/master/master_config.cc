@@ -53,9 +53,10 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
   schema.AddBool("allow_evict_soft_pinned", &p.allow_evict_soft_pinned,
                  "evict soft-pinned objects once nothing else is left");
   schema.AddString("eviction_policy", &c->eviction_policy,
-                   "s3fifo (probation queue, main queue, ghost), prefix (s3fifo that lets a put "
-                   "batch's tail and long batches leave probation first: +5% in memory alone, "
-                   "-2% with a disk tier; docs/eviction.md) or lru (least recently read first)");
+                   "prefix (the default: s3fifo that lets a put batch's tail and long batches "
+                   "leave probation first, and copies no unread tail to disk; docs/eviction.md), "
+                   "s3fifo (probation queue, main queue, ghost) or lru (least recently read "
+                   "first)");
   schema.AddDouble("eviction_small_ratio", &p.eviction_small_ratio,
                    "s3fifo: share of the evictable bytes the probation queue keeps", 0.0, 1.0);
   schema.AddDouble("eviction_ghost_ratio", &p.eviction_ghost_ratio,

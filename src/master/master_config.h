@@ -30,7 +30,7 @@ struct MasterConfig {
   uint64_t apply_combine_waiting = 4;
   uint64_t shard_count = 1024;
   std::string history_file;        // empty: no history file
-  std::string eviction_policy = "s3fifo";  // s3fifo, prefix or lru; see EvictionPolicy
+  std::string eviction_policy = "prefix";  // prefix, s3fifo or lru; see EvictionPolicy
   MasterPolicy policy;             // policy.shard_count and eviction_policy are taken from above
   // The SSD tier: which memory objects nodes with a disk copy to it (see OffloadPlanner).
   std::string persistence = "lazy";  // eager, lazy or none

@@ -137,7 +137,9 @@ TEST_F(MasterDiskTest, EagerOffloadNamesEveryObjectOnTheNodesSegmentOnce) {
 }
 
 TEST_F(MasterDiskTest, LazyOffloadWaitsForTheWatermarkAndTakesTheLeastRecentlyReadFirst) {
-  ASSERT_TRUE(StartMaster({"--offload-watermark", "0.5"}));  // lazy is the default
+  // Lazy is the default. The order is s3fifo's and lru's (prefix follows its queues instead:
+  // prefix_eviction_test.cc).
+  ASSERT_TRUE(StartMaster({"--offload-watermark", "0.5", "--eviction-policy", "s3fifo"}));
   MasterClient node = Client("node-1");
   ASSERT_EQ(node.Mount("seg-1", 1 * MiB, "127.0.0.1:7001").code(), code::kOk);
   Register("node-1", {});

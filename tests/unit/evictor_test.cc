@@ -360,9 +360,9 @@ TEST_F(S3FifoTest, ReplayingTheOperationsGivesTheSameQueues) {
   }
 }
 
-TEST(EvictionPolicyConfig, S3FifoByDefaultLruOnRequestNothingElse) {
+TEST(EvictionPolicyConfig, PrefixByDefaultLruOnRequestNothingElse) {
   MasterConfig config;
-  EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kS3Fifo);
+  EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kPrefix);
   config.eviction_policy = "lru";
   EXPECT_TRUE(ValidateMasterConfig(config).ok());
   EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kLru);

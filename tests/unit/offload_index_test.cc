@@ -59,8 +59,8 @@ std::vector<std::string> PlanByWalk(const MasterState& state, const OffloadPolic
       if (wanted == Persistence::kEager) {
         candidates.emplace_back(0, meta.queue_stamp, key, v.size);
       } else {
-        const auto [rank, order] = LazyOffloadOrder(meta, state.policy().eviction_policy);
-        candidates.emplace_back(rank, order, key, v.size);
+        const auto place = LazyOffloadOrder(meta, state.policy().eviction_policy);
+        if (place) candidates.emplace_back(place->first, place->second, key, v.size);
       }
     });
   }

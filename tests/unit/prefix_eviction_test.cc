@@ -173,7 +173,7 @@ TEST_F(PrefixEvictionTest, ASnapshotKeepsThePolicyAndAnUnknownOneIsRefused) {
   EXPECT_FALSE(MasterState::SnapshotPolicy(unknown).ok());
 }
 
-TEST_F(PrefixEvictionTest, LazyOffloadFollowsTheQueuesAndLeavesTailsLast) {
+TEST_F(PrefixEvictionTest, LazyOffloadFollowsTheQueuesAndCopiesNoUnreadTail) {
   EXPECT_TRUE(state_.DiskRegister({"node", {}, /*disk_id=*/42, true}).empty());  // node has a disk
   PutBatch({"m"});
   ASSERT_EQ(evictor_.EvictBytes(kMiB).objects, 1u);
@@ -187,10 +187,27 @@ TEST_F(PrefixEvictionTest, LazyOffloadFollowsTheQueuesAndLeavesTailsLast) {
   for (int i = 7; i >= 0; --i) want.push_back("mid" + std::to_string(i));    // class 2
   want.insert(want.end(), {"short1", "short0"});                           // class 3
   want.push_back("m");                                                     // main
-  want.insert(want.end(), {"short2", "long33", "mid8"});                   // tails
+  // The tails (short2, long33, mid8) are not copied: memory eviction drops them.
   EXPECT_EQ(planner.Plan("node", 1000, 1ull << 40), want);
   EXPECT_EQ(planner.Plan("node", 3, 1ull << 40),
             (std::vector<std::string>{"long32", "long31", "long30"}));
+  // A tail that is read (it goes to the main queue at eviction's next pass) is copied with the
+  // main queue's objects.
+  ASSERT_TRUE(state_.GetReplicaList({"r", {"short2"}})[0].status.ok());
+  ASSERT_TRUE(state_.FinishRead({"r", {"short2"}})[0].ok());
+  want.push_back("short2");
+  EXPECT_EQ(planner.Plan("node", 1000, 1ull << 40), want);
+  // An eager put's tail is copied all the same: the put asked for it.
+  PlacementConfig eager;
+  eager.persistence = PutPersistence::kEager;
+  auto started = state_.PutStart({"w", {"e0", "e1"}, {kMiB, kMiB}, eager, false});
+  ASSERT_EQ(started.size(), 2u);
+  ASSERT_TRUE(started[1].status.ok());
+  for (const Status& s : state_.PutEnd({"w", {"e0", "e1"}, {0, 0}, Gens(started)})) {
+    ASSERT_TRUE(s.ok());
+  }
+  const std::vector<std::string> plan = planner.Plan("node", 2, 1ull << 40);
+  EXPECT_EQ(plan, (std::vector<std::string>{"e0", "e1"})) << "eager first, tail included";
 }
 
 TEST_F(PrefixEvictionTest, AHistoryOfS3FifoLoadsUnderPrefixAndTheOtherWayButNotUnderLru) {
@@ -227,7 +244,10 @@ TEST_F(PrefixEvictionTest, AHistoryOfS3FifoLoadsUnderPrefixAndTheOtherWayButNotU
 
 TEST(PrefixEvictionConfig, PrefixIsAcceptedByName) {
   MasterConfig config;
-  EXPECT_EQ(MasterPolicy{}.eviction_policy, config.EffectivePolicy().eviction_policy);
+  // The master's default is prefix; a state machine built with no policy (tests, the benches'
+  // in-process states) keeps s3fifo, the order those were written against.
+  EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kPrefix);
+  EXPECT_EQ(MasterPolicy{}.eviction_policy, EvictionPolicy::kS3Fifo);
   config.eviction_policy = "prefix";
   EXPECT_TRUE(ValidateMasterConfig(config).ok());
   EXPECT_EQ(config.EffectivePolicy().eviction_policy, EvictionPolicy::kPrefix);

@@ -12,7 +12,7 @@
 //   lazy:  only while the node's segments are above `offload_watermark` of their capacity, in
 //          the order eviction will reach them (LazyOffloadOrder), so that eviction demotes them
 //          instead of dropping them: the least recently read first; under the prefix eviction
-//          policy, in its own queue order, a put batch's tail last.
+//          policy, in its own queue order, and a put batch's tail not while it is unread.
 //   none:  never (memory eviction drops it).
 // Eager objects come before lazy ones in a plan. While no committed object has a persistence of
 // its own, a policy of none (or lazy below the watermark) answers without scanning.
@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,8 +57,10 @@ Result<Persistence> ParsePersistence(const std::string& name);
 
 // A lazy object's place in a plan, lower first: (1, last read) under lru and s3fifo. Under
 // prefix, memory eviction's order: probation classes 1-3 (object_meta.h PrefixQueueStamp), then
-// the main queue, then batches' tails (class 0: about 1% are read again), each by queue stamp.
-std::pair<int, int64_t> LazyOffloadOrder(const ObjectMeta& meta, EvictionPolicy policy);
+// the main queue, each by queue stamp; none (not copied) for a batch's unread tail on probation
+// (class 0: about 1% are read again). A tail once read is copied as one of the main queue's.
+std::optional<std::pair<int, int64_t>> LazyOffloadOrder(const ObjectMeta& meta,
+                                                        EvictionPolicy policy);
 
 // What the planner does with a version of persistence `put` under the master's `policy`.
 Persistence EffectivePersistence(PutPersistence put, Persistence policy);
