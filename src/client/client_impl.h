@@ -490,7 +490,9 @@ class ClientImpl final : public Client {
                               const ReplicateConfig& config, bool upsert,
                               DeviceMemory* device = nullptr);
   // Puts into space reserved ahead: one copy and one commit call. The keys it did not settle
-  // (no reservation ready, or the reservation turned out unusable) are left in `rest`.
+  // are left in `rest`: all of them unless a reservation was ready for every key (a batch is
+  // never split between the two ways before its writes), or those whose reservation turned out
+  // unusable.
   std::vector<Status> PutReserved(const std::vector<std::string>& keys,
                                   const std::vector<std::vector<ByteSpan>>& parts,
                                   const ReplicateConfig& config, bool upsert,

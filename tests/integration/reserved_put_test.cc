@@ -115,6 +115,68 @@ TEST_F(ReservedPutTest, ObjectsOfManyNearbySizesShareReservedSpaceAndKeepOnlyThe
   }
 }
 
+// Keys the master's /metrics counts as carried by `method`'s calls (-1 if it did not answer).
+int64_t RpcKeys(StoreCluster& cluster, const std::string& method) {
+  const std::string body = HttpGet(cluster.master().http_port(), "/metrics").body;
+  const std::string name = "granary_master_rpc_keys_total{method=\"" + method + "\"} ";
+  size_t at = body.find(name);
+  if (at == std::string::npos) return -1;
+  return std::stoll(body.substr(at + name.size()));
+}
+
+// A batch goes to the master in one operation, whichever way: all of it into reserved space, or
+// (when the pool cannot cover every key) all of it the two-call way, never split between them.
+// The prefix eviction policy reads a batch's tail and length from that operation.
+TEST_F(ReservedPutTest, ABatchIsNeverSplitBetweenReservedSpaceAndTheTwoCallPut) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
+  ClientOptions options;
+  options.reserve_bytes = 4 * 64 * KiB;  // a stock of four 64 KiB reservations at most
+  auto writer = cluster_.MakeClient(true, options);
+  auto reader = cluster_.MakeClient(false);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  std::vector<std::pair<std::string, Bytes>> written;
+  PutUntilReserved(*writer, "warm/", 64 * KiB, 2, written);
+  auto batch_put = [&](const std::string& prefix, int n) {
+    std::vector<std::string> keys;
+    std::vector<Bytes> values;
+    std::vector<ByteSpan> spans;
+    for (int i = 0; i < n; ++i) {
+      keys.push_back(prefix + std::to_string(i));
+      values.push_back(testdata::Pattern(keys.back(), 64 * KiB));
+    }
+    for (const auto& v : values) spans.push_back(Span(v));
+    for (const Status& s : writer->BatchPut(keys, spans)) ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int i = 0; i < n; ++i) written.emplace_back(keys[i], values[i]);
+  };
+  auto stocked = [&](uint64_t n) {
+    return WaitUntil([&] { return writer->Stats().reservations_held >= n; }, Millis(5000),
+                     Millis(10));
+  };
+  // Six keys against a stock of at most four: all six the two-call way.
+  ASSERT_TRUE(stocked(2)) << "the pool never refilled";
+  const uint64_t reserved = writer->Stats().reserved_puts;
+  const int64_t committed = RpcKeys(cluster_, "BatchPutCommit");
+  const int64_t ended = RpcKeys(cluster_, "BatchPutEnd");
+  ASSERT_GE(committed, 0);
+  ASSERT_GE(ended, 0);
+  batch_put("six/", 6);
+  EXPECT_EQ(writer->Stats().reserved_puts, reserved);
+  EXPECT_EQ(RpcKeys(cluster_, "BatchPutCommit"), committed);
+  EXPECT_EQ(RpcKeys(cluster_, "BatchPutEnd"), ended + 6);
+  // Two keys the stock covers: both in one commit.
+  ASSERT_TRUE(stocked(2)) << "the pool never refilled";
+  batch_put("two/", 2);
+  EXPECT_EQ(writer->Stats().reserved_puts, reserved + 2);
+  EXPECT_EQ(RpcKeys(cluster_, "BatchPutCommit"), committed + 2);
+  EXPECT_EQ(RpcKeys(cluster_, "BatchPutEnd"), ended + 6);
+  for (const auto& [key, value] : written) {
+    auto got = reader->Get(key);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status().ToString();
+    EXPECT_LT(testdata::FirstDifference(*got, value), 0) << "wrong bytes for " << key;
+  }
+}
+
 TEST_F(ReservedPutTest, ClosingAClientGivesItsReservationsBack) {
   ASSERT_TRUE(cluster_.Start(1, 64 * MiB));
   auto observer = cluster_.MakeClient(false);
