@@ -72,6 +72,81 @@ TEST(TraceSimulation, ReferencesMatchTheHandAndPoliciesStayBelowBelady) {
   EXPECT_NE(output.find("belady"), std::string::npos) << output;
 }
 
+// Two prompts of two full blocks each, taking turns 10 s apart: memory holds one prompt (1,024
+// tokens), so each turn evicts the other and memory alone never hits. A disk tier of 4,096 tokens
+// (four copies with their metadata) gets both copied (lazy offload: memory is above 80% between
+// turns), so from the third request
+// on every block is a hit, from disk or memory: what an infinite cache hits, 3,072 of 5,120
+// tokens.
+constexpr const char* kTurnsTrace =
+    "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
+    "{\"timestamp\": 10000, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n"
+    "{\"timestamp\": 20000, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n"
+    "{\"timestamp\": 30000, \"input_length\": 1024, \"hash_ids\": [3, 4]}\n"
+    "{\"timestamp\": 40000, \"input_length\": 1024, \"hash_ids\": [1, 2]}\n";
+
+std::map<std::string, nlohmann::json> SimulateByPolicy(const std::string& args, std::string* output) {
+  TempDir dir("granary-trace-sim");
+  const std::string trace = dir.WriteFile("turns.jsonl", kTurnsTrace);
+  const std::string json = dir.File("sim.json");
+  std::map<std::string, nlohmann::json> rows;
+  const int rc = RunCommand(BinaryPath("granary-bench") + " trace --simulate all --trace " + trace +
+                                " --capacity-tokens 1024 --json " + json + " " + args,
+                            output);
+  if (rc != 0) return rows;
+  std::ifstream in(json);
+  for (const auto& row : nlohmann::json::parse(in)) rows[row["policy"]] = row;
+  return rows;
+}
+
+TEST(TraceSimulation, ADiskTierKeepsWhatMemoryEvicts) {
+  std::string output;
+  auto memory = SimulateByPolicy("", &output);
+  ASSERT_EQ(memory.size(), 5u) << output;
+  auto disk = SimulateByPolicy("--disk-tokens 4096", &output);
+  ASSERT_EQ(disk.size(), 5u) << output;
+  EXPECT_DOUBLE_EQ(disk["infinite"]["hit_rate"].get<double>(), 3072.0 / 5120);
+  EXPECT_DOUBLE_EQ(disk["belady"]["hit_rate"].get<double>(), 3072.0 / 5120)
+      << "belady's cache is memory and disk together";
+  for (const char* policy : {"lru", "s3fifo", "prefix"}) {
+    EXPECT_DOUBLE_EQ(memory[policy]["hit_rate"].get<double>(), 0.0) << policy;
+    EXPECT_EQ(memory[policy]["disk_offloaded"], 0u) << policy;
+    EXPECT_GE(disk[policy]["disk_offloaded"].get<uint64_t>(), 4u) << policy;
+    // Requests 3 and 5 read blocks 1-2 from disk (and request 4 those of 3-4 the housekeeping
+    // tick demoted).
+    EXPECT_GE(disk[policy]["disk_reads"].get<uint64_t>(), 4u) << policy;
+    EXPECT_EQ(disk[policy]["disk_evicted"], 0u) << policy;
+    EXPECT_EQ(disk[policy]["disk_tokens"], 4096u) << policy;
+  }
+  for (const char* policy : {"lru", "s3fifo"}) {
+    EXPECT_DOUBLE_EQ(disk[policy]["hit_rate"].get<double>(), 3072.0 / 5120) << policy << output;
+  }
+  // prefix copies no unread tail of a batch (offload_planner.h): blocks 2 and 4 leave memory
+  // uncopied, so requests 3 and 4 hit only their first block, and put the second alone (a
+  // batch of one has no tail), which is copied: request 5 hits both. 512 + 512 + 1,024 tokens.
+  EXPECT_DOUBLE_EQ(disk["prefix"]["hit_rate"].get<double>(), 2048.0 / 5120) << output;
+  EXPECT_NE(output.find("read from disk"), std::string::npos) << output;
+}
+
+TEST(TraceSimulation, AFullDiskEvictsAndTellsTheMaster) {
+  // Room on disk for one prompt's two copies, not both: the second prompt's offload evicts the
+  // first's unit, and the master, told (DiskDrop), stops naming those copies: the third request
+  // misses instead of reading a copy the disk no longer has.
+  std::string output;
+  auto rows = SimulateByPolicy("--disk-tokens 1536 --disk-eviction fifo", &output);
+  ASSERT_EQ(rows.size(), 5u) << output;
+  for (const char* policy : {"lru", "s3fifo", "prefix"}) {
+    EXPECT_GT(rows[policy]["disk_evicted"].get<uint64_t>(), 0u) << policy << output;
+    EXPECT_LT(rows[policy]["hit_rate"].get<double>(), 3072.0 / 5120) << policy << output;
+  }
+  output.clear();
+  EXPECT_NE(RunCommand(BinaryPath("granary-bench") +
+                           " trace --simulate lru --disk-tokens 2048 --disk-eviction mru",
+                       &output),
+            0);
+  EXPECT_NE(output.find("mru"), std::string::npos) << output;
+}
+
 TEST(TraceSimulation, AMalformedTraceOrUnknownPolicyIsAClearError) {
   TempDir dir("granary-trace-sim");
   const std::string bad = dir.WriteFile("bad.jsonl", "{\"timestamp\": 0, \"hash_ids\": \"x\"}\n");

@@ -134,6 +134,14 @@ struct TraceBenchOptions {
   // each capacity, in process (trace_sim.cc).
   std::vector<std::string> simulate;
   std::vector<uint64_t> capacity_tokens = {1'000'000, 3'000'000};
+  // With --simulate, a node's SSD tier beside memory (trace_sim_disk.h); 0: none. Its periodic
+  // work is spaced by --speed in trace time.
+  uint64_t disk_tokens = 0;
+  std::string disk_eviction = "lru";    // the node's --disk-eviction
+  std::string disk_backend = "bucket";  // bucket (500-copy units) or file (one copy a unit)
+  uint64_t disk_bucket_bytes = 0;       // a bucket's data at most; 0: the store's (BucketBytes)
+  int64_t offload_interval_ms = 100;    // the node's --offload-interval (bench/disk.sh's)
+  uint32_t promote_after = 2;           // the master's --promote-after
 };
 int RunTraceBench(const TraceBenchOptions& options);
 int RunTraceSimulation(const TraceBenchOptions& options);

@@ -146,6 +146,23 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{512}, uint64_t{1} << 40));
+  trace->add_option("--disk-tokens", tro.disk_tokens,
+                    "with --simulate: a disk tier of this many tokens beside memory (0: none)")
+      ->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
+  trace->add_option("--disk-eviction", tro.disk_eviction, "with --disk-tokens: lru or fifo")
+      ->capture_default_str()->check(CLI::IsMember({"lru", "fifo"}));
+  trace->add_option("--disk-backend", tro.disk_backend,
+                    "with --disk-tokens: bucket (units of 500 copies) or file (one copy a unit)")
+      ->capture_default_str()->check(CLI::IsMember({"bucket", "file"}));
+  trace->add_option("--disk-bucket-bytes", tro.disk_bucket_bytes,
+                    "with --disk-backend bucket: a bucket's data at most (0: the store's rule)")
+      ->capture_default_str();
+  trace->add_option("--offload-interval-ms", tro.offload_interval_ms,
+                    "with --disk-tokens: the node's offload interval, in its own time")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{600000}));
+  trace->add_option("--promote-after", tro.promote_after,
+                    "with --disk-tokens: the master's --promote-after (0: no promotion)")
+      ->capture_default_str();
 
   DiskBenchOptions dko;
   auto* disk = app.add_subcommand("disk", "the disk tier in process: write and batched read GB/s");

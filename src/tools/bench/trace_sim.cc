@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <string>
@@ -26,6 +28,7 @@
 #include "master/state/master_state.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/trace_file.h"
+#include "tools/bench/trace_sim_disk.h"
 
 namespace granary::bench {
 namespace {
@@ -43,6 +46,7 @@ struct SimResult {
   uint64_t put_blocks = 0;
   uint64_t evicted = 0;       // objects evicted (master policies)
   uint64_t put_failures = 0;  // blocks that found no space even after eviction (not cached)
+  SimDiskCounters disk;       // with a disk tier
   double seconds = 0;
 
   double hit_rate() const { return input_tokens ? double(hit_tokens) / input_tokens : 0; }
@@ -53,8 +57,17 @@ struct SimResult {
   }
 };
 
+// A time in the trace's milliseconds, for `real_ms` of the store's own time at `speed`.
+uint64_t TraceMs(int64_t real_ms, double speed) {
+  return std::max<uint64_t>(1, static_cast<uint64_t>(real_ms * std::max(speed, 1.0)));
+}
+
+// disk: the SSD tier beside memory (nullptr: memory only). speed: the replay's pace, by which the
+// store's periodic work (the master's housekeeping tick, the node's offload interval) is spaced
+// in trace time.
 SimResult SimulateMaster(const std::vector<TraceRequest>& trace, master::EvictionPolicy policy,
-                         const std::string& name, uint64_t capacity_blocks, uint64_t block_bytes) {
+                         const std::string& name, uint64_t capacity_blocks, uint64_t block_bytes,
+                         const SimDiskOptions* disk, double speed, int64_t offload_interval_ms) {
   SimResult result{name, capacity_blocks};
   master::MasterPolicy p;
   p.eviction_policy = policy;
@@ -69,15 +82,31 @@ SimResult SimulateMaster(const std::vector<TraceRequest>& trace, master::Evictio
     std::fprintf(stderr, "granary-bench trace: %s\n", mounted.status.ToString().c_str());
     std::exit(1);
   }
+  std::unique_ptr<SimDiskTier> tier;
+  if (disk != nullptr) {
+    tier = std::make_unique<SimDiskTier>(&state, "sim-node", *disk);
+    if (Status s = tier->Register(); !s.ok()) {
+      std::fprintf(stderr, "granary-bench trace: disk: %s\n", s.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  const uint64_t tick_ms = TraceMs(kHousekeepingTickMs, disk ? speed : 1.0);
+  const uint64_t offload_ms = TraceMs(offload_interval_ms, speed);
   const std::string client = "sim-engine";
   const auto start = Clock::now();
-  uint64_t trace_ms = 0, last_tick_ms = 0;
+  uint64_t trace_ms = 0, last_tick_ms = 0, last_offload_ms = 0;
   for (const TraceRequest& r : trace) {
     if (r.timestamp_ms > trace_ms) {
       clock.Advance(std::chrono::milliseconds(r.timestamp_ms - trace_ms));
       trace_ms = r.timestamp_ms;
     }
-    if (trace_ms - last_tick_ms >= kHousekeepingTickMs) {
+    // Both due at once: the offload first, so that a watermark eviction can demote what the
+    // round copied (in the store the two run on their own timers).
+    if (tier && trace_ms - last_offload_ms >= offload_ms) {
+      last_offload_ms = trace_ms;
+      tier->OffloadInterval();
+    }
+    if (trace_ms - last_tick_ms >= tick_ms) {
       last_tick_ms = trace_ms;
       result.evicted += evictor.RunIfAboveWatermark().objects;
     }
@@ -94,6 +123,7 @@ SimResult SimulateMaster(const std::vector<TraceRequest>& trace, master::Evictio
       std::vector<std::string> got(keys.begin(), keys.begin() + prefix);
       auto read = state.GetReplicaList({client, got});
       while (hit < prefix && read[hit].status.ok()) ++hit;
+      if (tier) tier->NoteReads(got, read, hit);
       state.FinishRead({client, std::move(got)});
     }
     for (size_t i = hit; i < prefix; ++i) exists[i] = 0;
@@ -136,6 +166,7 @@ SimResult SimulateMaster(const std::vector<TraceRequest>& trace, master::Evictio
     }
     result.Count(r, hit);
   }
+  if (tier) result.disk = tier->counters();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;
 }
@@ -225,22 +256,37 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
   std::printf("trace %s: %zu requests, simulated: the master's policies in its own state machine "
               "(no nodes, no bytes), blocks of %llu B\n",
               o.trace_path.c_str(), trace->size(), (unsigned long long)block_bytes);
+  std::optional<SimDiskOptions> disk;
+  if (o.disk_tokens > 0) {
+    disk.emplace();
+    disk->capacity_bytes = o.disk_tokens * o.bytes_per_token;  // as bench/disk.sh sizes the disk
+    disk->lru = o.disk_eviction == "lru";
+    disk->unit_max_keys = o.disk_backend == "bucket" ? 500 : 1;
+    disk->unit_max_bytes = o.disk_bucket_bytes;
+    disk->promote_after = o.promote_after;
+    std::printf("with a disk tier of %llu tokens (%s, disk eviction %s), offload every %lld ms "
+                "at %gx the trace's pace (belady: memory and disk as one cache)\n",
+                (unsigned long long)o.disk_tokens, o.disk_backend.c_str(),
+                o.disk_eviction.c_str(), (long long)o.offload_interval_ms, std::max(o.speed, 1.0));
+  }
   std::printf("%-9s %12s %9s %10s %10s %10s %9s %8s %8s\n", "policy", "capacity", "hit rate",
               "of belady", "hit blks", "put blks", "evicted", "no space", "wall s");
   nlohmann::json json = nlohmann::json::array();
   for (uint64_t tokens : o.capacity_tokens) {
     const uint64_t blocks = tokens / kTokensPerBlock;
+    const uint64_t belady_blocks = (tokens + (disk ? o.disk_tokens : 0)) / kTokensPerBlock;
     std::vector<SimResult> results;
     for (const std::string& policy : policies) {
       if (policy == "belady") {
-        results.push_back(SimulateBelady(*trace, blocks));
+        results.push_back(SimulateBelady(*trace, belady_blocks));
       } else if (policy == "infinite") {
         results.push_back(SimulateInfinite(*trace));
       } else {
         master::MasterConfig config;  // the master's own reading of --eviction-policy
         config.eviction_policy = policy;
         results.push_back(SimulateMaster(*trace, config.EffectivePolicy().eviction_policy, policy,
-                                         blocks, block_bytes));
+                                         blocks, block_bytes, disk ? &*disk : nullptr, o.speed,
+                                         o.offload_interval_ms));
       }
     }
     // Belady's figure is computed even when not asked for: every row reads as a share of it.
@@ -248,13 +294,19 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
     for (const auto& r : results) {
       if (r.policy == "belady") belady = r.hit_rate();
     }
-    if (belady == 0) belady = SimulateBelady(*trace, blocks).hit_rate();
+    if (belady == 0) belady = SimulateBelady(*trace, belady_blocks).hit_rate();
     for (const auto& r : results) {
       const double share = belady > 0 ? r.hit_rate() / belady : 0;
       std::printf("%-9s %12s %9.4f %9.0f%% %10llu %10llu %9llu %8llu %8.2f\n", r.policy.c_str(),
                   (std::to_string(tokens / 1000) + "k tok").c_str(), r.hit_rate(), share * 100,
                   (unsigned long long)r.hit_blocks, (unsigned long long)r.put_blocks,
                   (unsigned long long)r.evicted, (unsigned long long)r.put_failures, r.seconds);
+      if (disk && r.disk.rounds > 0) {
+        std::printf("%-9s %12s   disk: %llu offloaded, %llu evicted from disk, %llu read from disk, "
+                    "%llu promoted\n", "", "", (unsigned long long)r.disk.offloaded,
+                    (unsigned long long)r.disk.disk_evicted, (unsigned long long)r.disk.disk_reads,
+                    (unsigned long long)r.disk.promoted);
+      }
       json.push_back({{"trace", o.trace_path},
                       {"label", o.label},
                       {"policy", r.policy},
@@ -268,6 +320,11 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
                       {"put_blocks", r.put_blocks},
                       {"evicted", r.evicted},
                       {"put_failures", r.put_failures},
+                      {"disk_tokens", disk ? o.disk_tokens : 0},
+                      {"disk_offloaded", r.disk.offloaded},
+                      {"disk_evicted", r.disk.disk_evicted},
+                      {"disk_reads", r.disk.disk_reads},
+                      {"disk_promoted", r.disk.promoted},
                       {"seconds", r.seconds}});
     }
   }

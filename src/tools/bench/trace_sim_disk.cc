@@ -1,0 +1,228 @@
+// The simulator's SSD tier (trace_sim_disk.h): node/disk_tier.cc's offload round and the bucket
+// store's eviction, with no bytes.
+#include "tools/bench/trace_sim_disk.h"
+
+#include <algorithm>
+
+#include "disk/disk_store.h"
+
+namespace granary::bench {
+
+namespace {
+constexpr uint32_t kSlotBits = 24;  // a location: unit id << 24 | slot (as the bucket layout's)
+// master_service_disk.cc's bounds on what one OffloadStart answer names.
+constexpr size_t kMaxGarbagePerReply = 1024;
+constexpr size_t kMaxGarbageKeyBytesPerReply = 1 << 20;
+constexpr size_t kMaxPromotionsPerRound = 256;
+constexpr uint64_t kBlock = 4096;
+// What the node reserves for a copy before writing it (disk_tier.cc's CopyFootprint), and what
+// the bucket backend then uses: the value 4 KiB-aligned, its metadata entry and key.
+uint64_t Footprint(uint64_t size) { return disk::DiskStore::ReadBufferSize(size) + kBlock; }
+uint64_t Used(const std::string& key, uint64_t size) {
+  return disk::DiskStore::ReadBufferSize(size) + 64 + key.size();
+}
+}  // namespace
+
+SimDiskTier::SimDiskTier(master::MasterState* state, std::string node_id, SimDiskOptions options)
+    : state_(state),
+      node_id_(std::move(node_id)),
+      options_(options),
+      unit_max_bytes_(options.unit_max_bytes
+                          ? options.unit_max_bytes
+                          : disk::BucketBytes(options.capacity_bytes, disk::DiskStoreOptions{}.bucket_max_bytes)),
+      planner_(state, master::OffloadPolicy{options.persistence, 0.80}),
+      promotions_(options.promote_after) {}
+
+Status SimDiskTier::Register() {
+  std::vector<Status> done = state_->DiskRegister({node_id_, {}, kDiskId, true});
+  for (const Status& s : done) {
+    if (!s.ok()) return s;
+  }
+  return state_->DiskKnown(kDiskId) ? Status::Ok()
+                                     : Status(ErrorCode::INTERNAL_ERROR, "disk not registered");
+}
+
+void SimDiskTier::OffloadInterval() {
+  for (int round = 0; round < kRoundsPerInterval; ++round) {
+    if (OffloadOnce() == 0) break;
+  }
+}
+
+void SimDiskTier::NoteReads(const std::vector<std::string>& keys,
+                            const std::vector<master::ReadKeyResult>& answers, size_t n) {
+  for (size_t i = 0; i < n && i < answers.size(); ++i) {
+    const master::ReadKeyResult& r = answers[i];
+    if (!r.status.ok()) continue;
+    promotions_.NoteRead(keys[i], r);
+    // The client reads a memory replica when there is one; else the node reads its disk.
+    if (!r.replicas.empty() || r.disk.empty()) continue;
+    counters_.disk_reads++;
+    Touch(r.disk.front().location);
+  }
+}
+
+size_t SimDiskTier::OffloadOnce() {
+  counters_.rounds++;
+  ++round_;
+  open_unit_ = 0;
+  size_t done = DeleteGarbage();
+  done += Promote();
+  std::vector<std::string> plan =
+      planner_.Plan(node_id_, options_.round_max_keys, options_.round_max_bytes);
+  if (plan.empty()) return done;
+  std::vector<master::DemoteStartKeyResult> started =
+      state_->DemoteStart({node_id_, plan, kDiskId});
+  uint64_t bytes = 0;
+  for (const auto& r : started) {
+    if (r.status.ok()) bytes += Footprint(r.size);
+  }
+  MakeRoom(bytes);
+  master::DemoteEndOp end{node_id_, {}, {}, {}, kDiskId};
+  master::DemoteAbortOp abort{node_id_, {}, {}};
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const master::DemoteStartKeyResult& r = started[i];
+    if (!r.status.ok()) continue;  // changed since the plan: skipped
+    // The estimate fell short (a unit's header): one more eviction sized from it, as the node's
+    // retry does.
+    if (used_ + Used(plan[i], r.size) > options_.capacity_bytes) MakeRoom(2 * Footprint(r.size));
+    if (used_ + Used(plan[i], r.size) > options_.capacity_bytes) {
+      abort.keys.push_back(plan[i]);
+      abort.version_gens.push_back(r.version_gen);
+      continue;
+    }
+    end.keys.push_back(plan[i]);
+    end.version_gens.push_back(r.version_gen);
+    end.locations.push_back(Write(plan[i], r.size));
+  }
+  if (!abort.keys.empty()) state_->DemoteAbort(abort);
+  if (end.keys.empty()) return done;
+  const std::vector<std::string> keys = end.keys;
+  const std::vector<uint64_t> locations = end.locations;
+  std::vector<Status> ended = state_->DemoteEnd(std::move(end));
+  for (size_t i = 0; i < ended.size(); ++i) {
+    if (ended[i].ok()) {
+      counters_.offloaded++;
+      done++;
+    } else {
+      Forget(keys[i], locations[i]);  // replaced or removed meanwhile: the node removes its copy
+    }
+  }
+  return done;
+}
+
+size_t SimDiskTier::DeleteGarbage() {
+  std::vector<master::GarbageEntry> garbage =
+      state_->DiskGarbageOf(kDiskId, kMaxGarbagePerReply, kMaxGarbageKeyBytesPerReply);
+  if (garbage.empty()) return 0;
+  master::DiskGarbageAckOp ack{node_id_, kDiskId, {}};
+  for (const master::GarbageEntry& g : garbage) {
+    if (g.location != 0) Forget(g.key, g.location);
+    ack.ids.push_back(g.id);
+  }
+  state_->DiskGarbageAck(std::move(ack));
+  return garbage.size();
+}
+
+size_t SimDiskTier::Promote() {
+  if (!promotions_.enabled()) return 0;
+  std::vector<std::string> due = promotions_.Take(node_id_, kMaxPromotionsPerRound);
+  if (due.empty() && state_->PromotionsOf(node_id_) == 0) return 0;
+  std::vector<master::PromoteStartKeyResult> started =
+      state_->PromoteStart({node_id_, due, kDiskId, round_});
+  master::PromoteEndOp end{node_id_, round_, {}, {}, {}};
+  for (size_t i = 0; i < due.size(); ++i) {
+    const master::PromoteStartKeyResult& r = started[i];
+    if (!r.status.ok()) continue;
+    auto copy = index_.find(due[i]);
+    const bool readable = copy != index_.end() && copy->second == r.location;
+    if (readable) Touch(r.location);
+    end.keys.push_back(due[i]);
+    end.version_gens.push_back(r.version_gen);
+    end.copied.push_back(readable ? 1 : 0);
+  }
+  if (end.keys.empty()) return 0;
+  std::vector<Status> ended = state_->PromoteEnd(end);
+  size_t promoted = 0;
+  for (size_t i = 0; i < ended.size(); ++i) promoted += ended[i].ok() && end.copied[i];
+  counters_.promoted += promoted;
+  return promoted;
+}
+
+// DiskTier::MakeRoom: whole units by the policy until the estimate fits; the master stops
+// naming their copies (DiskDrop) before the space is reused.
+void SimDiskTier::MakeRoom(uint64_t bytes) {
+  const uint64_t free_bytes = options_.capacity_bytes > used_ ? options_.capacity_bytes - used_ : 0;
+  if (free_bytes >= bytes) return;
+  uint64_t needed = bytes - free_bytes, freed = 0;
+  master::DiskDropOp drop{node_id_, {}, {}};
+  while (freed < needed && !order_.empty()) {
+    const uint64_t id = order_.begin()->second;
+    order_.erase(order_.begin());
+    Unit& unit = units_[id];
+    for (auto& [key, location] : unit.live) {
+      auto copy = index_.find(key);
+      if (copy != index_.end() && copy->second == location) index_.erase(copy);
+      drop.keys.push_back(std::move(key));
+      drop.locations.push_back(location);
+    }
+    counters_.disk_evicted += unit.live.size();
+    freed += unit.bytes;
+    used_ -= unit.bytes;
+    if (id == open_unit_) open_unit_ = 0;
+    units_.erase(id);
+  }
+  if (!drop.keys.empty()) state_->DiskDrop(std::move(drop));
+}
+
+uint64_t SimDiskTier::Write(const std::string& key, uint64_t size) {
+  // A round's copies go into units of at most unit_max_keys, as one Write() fills buckets.
+  if (auto old = index_.find(key); old != index_.end()) Forget(key, old->second);
+  const uint64_t aligned = disk::DiskStore::ReadBufferSize(size);
+  if (open_unit_ == 0 || units_[open_unit_].slots >= options_.unit_max_keys ||
+      (units_[open_unit_].slots > 0 &&
+       units_[open_unit_].data_bytes + aligned > unit_max_bytes_)) {
+    open_unit_ = next_unit_++;
+    units_[open_unit_].bytes = kBlock;  // the unit's metadata header
+    used_ += kBlock;
+    units_[open_unit_].stamp = ++clock_;
+    order_.emplace(clock_, open_unit_);
+  }
+  Unit& unit = units_[open_unit_];
+  const uint64_t location = (open_unit_ << kSlotBits) | unit.slots++;
+  unit.data_bytes += aligned;
+  unit.live.emplace_back(key, location);
+  const uint64_t used = Used(key, size);
+  unit.bytes += used;
+  used_ += used;
+  index_[key] = location;
+  return location;
+}
+
+void SimDiskTier::Forget(const std::string& key, uint64_t location) {
+  auto copy = index_.find(key);
+  if (copy == index_.end() || copy->second != location) return;
+  index_.erase(copy);
+  auto unit = units_.find(location >> kSlotBits);
+  if (unit == units_.end()) return;
+  auto& live = unit->second.live;
+  live.erase(std::remove_if(live.begin(), live.end(),
+                            [&](const auto& kl) { return kl.second == location; }),
+             live.end());
+  // The space stays until the unit goes, unless nothing in it is live any more.
+  if (live.empty() && unit->first != open_unit_) {
+    order_.erase({unit->second.stamp, unit->first});
+    used_ -= unit->second.bytes;
+    units_.erase(unit);
+  }
+}
+
+void SimDiskTier::Touch(uint64_t location) {
+  if (!options_.lru) return;
+  auto unit = units_.find(location >> kSlotBits);
+  if (unit == units_.end()) return;
+  order_.erase({unit->second.stamp, unit->first});
+  unit->second.stamp = ++clock_;
+  order_.emplace(clock_, unit->first);
+}
+
+}  // namespace granary::bench

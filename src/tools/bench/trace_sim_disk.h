@@ -1,0 +1,104 @@
+// granary-bench trace --simulate with --disk-tokens: a storage node's SSD tier as the simulator
+// needs it, driven against the master's own code (MasterState, OffloadPlanner, PromotionTracker).
+//
+// Promise: what the master sees is what a real node makes it see, in the same order. Each
+// offload interval runs up to kRoundsPerInterval rounds back to back, each as node/disk_tier.cc's
+// OffloadOnce does: garbage named by the master is deleted and acknowledged, due promotions are
+// started (PromoteStart) and ended (PromoteEnd, copied), the planner's keys are demoted
+// (DemoteStart), room is made on the disk by its eviction policy with DiskDrop told to the master
+// before the space is reused, and the copies are reported (DemoteEnd). A read answered from disk
+// touches the copy's unit (lru) and is counted by the promotion tracker, as the service counts it.
+// What is not modelled: bytes, I/O time and the offload bandwidth. A round takes no trace time,
+// so this is the pace at which offload keeps up, not a flat-out replay.
+// The disk: units of up to unit_max_keys copies written together (the bucket backend's bucket,
+// or 1 for file-per-key); a removed copy's space comes back only with its unit, as in a bucket.
+// Ownership: borrows the state for its lifetime. Thread safety: one thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "granary/status.h"
+#include "master/policy/offload_planner.h"
+#include "master/policy/promotion_tracker.h"
+#include "master/state/master_state.h"
+
+namespace granary::bench {
+
+struct SimDiskOptions {
+  uint64_t capacity_bytes = 0;
+  bool lru = true;                  // the node's --disk-eviction: lru, else fifo
+  uint32_t unit_max_keys = 500;     // bucket backend: 500 (disk_store.h); file-per-key: 1
+  uint64_t unit_max_bytes = 0;      // of values; 0: the bucket backend's for this capacity
+  uint32_t round_max_keys = 500;    // DiskTierOptions::offload_max_keys
+  uint64_t round_max_bytes = 256ull << 20;
+  uint32_t promote_after = 2;       // the master's --promote-after (0: never)
+  master::Persistence persistence = master::Persistence::kLazy;  // the master's --persistence
+};
+
+struct SimDiskCounters {
+  uint64_t rounds = 0;
+  uint64_t offloaded = 0;     // copies written and accepted (DemoteEnd OK)
+  uint64_t disk_evicted = 0;  // copies dropped by the disk's eviction
+  uint64_t promoted = 0;
+  uint64_t disk_reads = 0;    // reads answered from disk only
+};
+
+class SimDiskTier {
+ public:
+  static constexpr int kRoundsPerInterval = 8;  // DiskTier::OffloadLoop
+
+  SimDiskTier(master::MasterState* state, std::string node_id, SimDiskOptions options);
+
+  // Registers the (empty) disk with the master: the SSD tier is in use from here on.
+  Status Register();
+  // One offload interval: rounds until one does nothing, at most kRoundsPerInterval.
+  void OffloadInterval();
+  // The answers a GetReplicaList gave for keys[0..n), as the service and the node see them.
+  void NoteReads(const std::vector<std::string>& keys,
+                 const std::vector<master::ReadKeyResult>& answers, size_t n);
+
+  const SimDiskCounters& counters() const { return counters_; }
+  uint64_t used_bytes() const { return used_; }
+
+ private:
+  struct Unit {
+    uint64_t bytes = 0;                                   // all its copies, live or removed
+    uint32_t slots = 0;                                   // copies written into it
+    uint64_t data_bytes = 0;                              // their values, 4 KiB-aligned
+    std::vector<std::pair<std::string, uint64_t>> live;   // (key, location) still indexed
+    uint64_t stamp = 0;                                   // order of eviction, lowest first
+  };
+  // Returns the number of copies written, promoted or deleted (0: an idle round).
+  size_t OffloadOnce();
+  size_t DeleteGarbage();
+  size_t Promote();
+  void MakeRoom(uint64_t bytes);
+  uint64_t Write(const std::string& key, uint64_t size);  // the copy's location
+  void Forget(const std::string& key, uint64_t location);
+  void Touch(uint64_t location);
+
+  master::MasterState* state_;
+  const std::string node_id_;
+  const SimDiskOptions options_;
+  const uint64_t unit_max_bytes_;
+  master::OffloadPlanner planner_;
+  master::PromotionTracker promotions_;
+  static constexpr uint64_t kDiskId = 1;
+  uint64_t round_ = 0;
+  uint64_t used_ = 0;
+  uint64_t next_unit_ = 1;
+  uint64_t clock_ = 0;
+  uint64_t open_unit_ = 0;  // the unit this round writes into (0: none yet)
+  std::map<uint64_t, Unit> units_;
+  std::set<std::pair<uint64_t, uint64_t>> order_;  // (stamp, unit id)
+  std::unordered_map<std::string, uint64_t> index_;  // key -> its copy's location
+  SimDiskCounters counters_;
+};
+
+}  // namespace granary::bench
