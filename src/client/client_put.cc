@@ -41,25 +41,22 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
   std::vector<Status> results(n);
   std::vector<std::optional<Held>> held(n);
   std::vector<size_t> taken;
-  // A key repeated in the batch: the first occurrence wins, so one after an occurrence left to
-  // the two-call way goes that way too (committed here, it would settle first).
-  std::unordered_set<std::string_view> left;
-  for (size_t i = 0; i < n; ++i) {
-    if (!left.contains(keys[i])) held[i] = reservations_.Take(TotalSize(parts[i]));
-    if (!held[i]) left.insert(keys[i]);
-    if (held[i]) {
-      taken.push_back(i);
-    } else {
-      rest.push_back(i);
-    }
-  }
-  if (taken.empty()) return results;
   // All of a batch or none of it: split between a commit and a two-call put, it would reach the
   // master as two operations, and the prefix eviction policy reads a put batch's shape (its
   // last key, its length) from the operation (object_meta.h PrefixQueueStamp). A split made a
-  // false tail and two shorter batches: 2-5% of the trace's hits with a disk tier.
-  if (!rest.empty()) {
-    for (size_t i : taken) reservations_.Return(std::move(*held[i]));
+  // false tail and two shorter batches: 5% of the trace's hits with a disk tier. A batch longer
+  // than one size's whole stock (kMaxPerSize) is not tried: of one size, it is never covered.
+  const bool coverable = n <= client::ReservationPool::kMaxPerSize;
+  for (size_t i = 0; coverable && i < n; ++i) {
+    held[i] = reservations_.Take(TotalSize(parts[i]));
+    if (!held[i]) break;
+    taken.push_back(i);
+  }
+  if (taken.size() < n) {
+    // Back in reverse: the pool puts a returned one first, so its order is what it was.
+    for (auto i = taken.rbegin(); i != taken.rend(); ++i) {
+      reservations_.Return(std::move(*held[*i]));
+    }
     rest.resize(n);
     for (size_t i = 0; i < n; ++i) rest[i] = i;
     return results;

@@ -86,7 +86,7 @@ struct DiskStoreOptions {
 // 1/kBucketShare of the budget (not below kMinBucketBytes), so that bucket-grained eviction frees
 // the disk in small steps and keeps close to per-object eviction (why these: disk_store.cc).
 inline constexpr uint64_t kBucketShare = 1024;
-inline constexpr uint64_t kMinBucketBytes = 2 << 20;
+inline constexpr uint64_t kMinBucketBytes = 2ull << 20;
 uint64_t BucketBytes(uint64_t capacity, uint64_t bucket_max_bytes);
 
 struct ObjectWrite {

@@ -725,8 +725,9 @@ TEST_F(MasterApiTest, FullStoreEvictsTheLeastRecentlyUsedOnPutStart) {
 }
 
 TEST_F(MasterApiTest, DefaultPolicyEvictsAnUnreadNewcomerBeforeAnOlderObjectThatWasRead) {
-  // The default policy (s3fifo) through the real binary: o1 is the oldest and the least recently
-  // used (lru would take it), but it was read; o2..o4 were never read, so o2 goes first.
+  // The default policy (prefix: s3fifo's queues; single-key puts share one class) through the
+  // real binary: o1 is the oldest and the least recently used (lru would take it), but it was
+  // read; o2..o4 were never read, so o2 goes first.
   ASSERT_TRUE(StartMaster({"--eviction-high-watermark", "1.0"}));
   MasterClient node = Client("node-a");
   ASSERT_EQ(node.Mount("seg-a", 4 * 64 * KiB + 4 * KiB).code(), code::kOk);

@@ -142,12 +142,27 @@ TEST_P(OffloadIndexTest, PlansEqualAWalkOverEveryObject) {
     const std::string key = Key(static_cast<uint32_t>(pick(200)));
     switch (pick(12)) {
       case 0:
-      case 1: {  // a put or an upsert, of any persistence and 1-2 replicas
+      case 1: {  // a put or an upsert of 1-3 keys, of any persistence and 1-2 replicas (under
+                 // prefix a batch's last key is its tail, which lazy offload skips until read)
         PlacementConfig c;
         c.persistence = static_cast<PutPersistence>(pick(4));
         c.replica_num = 1 + static_cast<uint32_t>(pick(2));
-        auto s = state_.PutStart({"w", {key}, {(1 + pick(32)) * 4 * kKiB}, c, pick(2) == 0})[0];
-        if (s.status.ok()) state_.PutEnd({"w", {key}, {step_}, {s.put_gen}});
+        std::vector<std::string> batch = {key};
+        for (uint64_t extra = pick(3); extra > 0; --extra) {
+          std::string other = Key(static_cast<uint32_t>(pick(200)));
+          if (std::find(batch.begin(), batch.end(), other) == batch.end()) batch.push_back(other);
+        }
+        std::vector<uint64_t> sizes;
+        for (size_t i = 0; i < batch.size(); ++i) sizes.push_back((1 + pick(32)) * 4 * kKiB);
+        auto started = state_.PutStart({"w", batch, sizes, c, pick(2) == 0});
+        PutEndOp end{"w", {}, {}, {}};
+        for (size_t i = 0; i < started.size(); ++i) {
+          if (!started[i].status.ok()) continue;
+          end.keys.push_back(batch[i]);
+          end.checksums.push_back(step_);
+          end.put_gens.push_back(started[i].put_gen);
+        }
+        if (!end.keys.empty()) state_.PutEnd(std::move(end));
         break;
       }
       case 2:

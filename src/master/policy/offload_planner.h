@@ -18,7 +18,8 @@
 // its own, a policy of none (or lazy below the watermark) answers without scanning.
 // Cost: it walks the state's offload index (MasterState::ScanOffloadCandidates) for the node's
 // segments and the persistences due now, not every object, and keeps the best max_keys in a
-// heap: a node whose memory is all on its disk already pays for no object.
+// heap: a node whose memory is all on its disk already pays for no object, except, under
+// prefix, an unread tail, which stays listed (and visited) while lazy offload is due.
 // Thread safety: any thread; Plan holds shard locks one at a time, like the evictor's scans.
 #pragma once
 

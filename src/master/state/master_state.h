@@ -78,9 +78,9 @@ struct MasterPolicy {
   double eviction_high_watermark = 0.90;
   double eviction_ratio = 0.05;
   bool allow_evict_soft_pinned = true;
-  // s3fifo by default: it doubles lru's prefix hit rate on a conversation trace at 1M tokens
-  // (docs/trace-replay.md). prefix adds 5% to it in memory alone but loses 2% with a disk tier
-  // at the trace's pace x20, so it is not the default (docs/eviction.md).
+  // s3fifo when built with no policy (tests, in-process benches). The master's own default
+  // (MasterConfig) is prefix, which adds 3-5% to s3fifo's hits in memory and with a disk tier
+  // (docs/eviction.md); s3fifo doubles lru's (docs/trace-replay.md).
   EvictionPolicy eviction_policy = EvictionPolicy::kS3Fifo;
   double eviction_small_ratio = 0.10;  // s3fifo: probation queue's share of the evictable bytes
   double eviction_ghost_ratio = 4.0;   // s3fifo: keys remembered after eviction, x objects held

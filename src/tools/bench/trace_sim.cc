@@ -260,7 +260,7 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
   if (o.disk_tokens > 0) {
     disk.emplace();
     disk->capacity_bytes = o.disk_tokens * o.bytes_per_token;  // as bench/disk.sh sizes the disk
-    disk->lru = o.disk_eviction == "lru";
+    disk->lru_eviction = o.disk_eviction == "lru";
     disk->unit_max_keys = o.disk_backend == "bucket" ? 500 : 1;
     disk->unit_max_bytes = o.disk_bucket_bytes;
     disk->promote_after = o.promote_after;
@@ -302,10 +302,11 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
                   (unsigned long long)r.hit_blocks, (unsigned long long)r.put_blocks,
                   (unsigned long long)r.evicted, (unsigned long long)r.put_failures, r.seconds);
       if (disk && r.disk.rounds > 0) {
-        std::printf("%-9s %12s   disk: %llu offloaded, %llu evicted from disk, %llu read from disk, "
-                    "%llu promoted\n", "", "", (unsigned long long)r.disk.offloaded,
-                    (unsigned long long)r.disk.disk_evicted, (unsigned long long)r.disk.disk_reads,
-                    (unsigned long long)r.disk.promoted);
+        std::printf("%-9s %12s   disk: %llu offloaded, %llu evicted from disk, %llu read from "
+                    "disk, %llu promoted, %llu lost\n", "", "",
+                    (unsigned long long)r.disk.offloaded, (unsigned long long)r.disk.disk_evicted,
+                    (unsigned long long)r.disk.disk_reads, (unsigned long long)r.disk.promoted,
+                    (unsigned long long)r.disk.lost);
       }
       json.push_back({{"trace", o.trace_path},
                       {"label", o.label},
@@ -325,6 +326,7 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
                       {"disk_evicted", r.disk.disk_evicted},
                       {"disk_reads", r.disk.disk_reads},
                       {"disk_promoted", r.disk.promoted},
+                      {"disk_lost", r.disk.lost},
                       {"seconds", r.seconds}});
     }
   }

@@ -18,7 +18,7 @@ constexpr uint64_t kBlock = 4096;
 // What the node reserves for a copy before writing it (disk_tier.cc's CopyFootprint), and what
 // the bucket backend then uses: the value 4 KiB-aligned, its metadata entry and key.
 uint64_t Footprint(uint64_t size) { return disk::DiskStore::ReadBufferSize(size) + kBlock; }
-uint64_t Used(const std::string& key, uint64_t size) {
+uint64_t StoredBytes(const std::string& key, uint64_t size) {
   return disk::DiskStore::ReadBufferSize(size) + 64 + key.size();
 }
 }  // namespace
@@ -29,8 +29,10 @@ SimDiskTier::SimDiskTier(master::MasterState* state, std::string node_id, SimDis
       options_(options),
       unit_max_bytes_(options.unit_max_bytes
                           ? options.unit_max_bytes
-                          : disk::BucketBytes(options.capacity_bytes, disk::DiskStoreOptions{}.bucket_max_bytes)),
-      planner_(state, master::OffloadPolicy{options.persistence, 0.80}),
+                          : disk::BucketBytes(options.capacity_bytes,
+                                              disk::DiskStoreOptions{}.bucket_max_bytes)),
+      planner_(state, master::OffloadPolicy{options.persistence,
+                                            master::OffloadPolicy{}.offload_watermark}),
       promotions_(options.promote_after) {}
 
 Status SimDiskTier::Register() {
@@ -57,7 +59,13 @@ void SimDiskTier::NoteReads(const std::vector<std::string>& keys,
     // The client reads a memory replica when there is one; else the node reads its disk.
     if (!r.replicas.empty() || r.disk.empty()) continue;
     counters_.disk_reads++;
-    Touch(r.disk.front().location);
+    const uint64_t location = r.disk.front().location;
+    auto copy = index_.find(keys[i]);
+    if (copy == index_.end() || copy->second != location) {
+      counters_.lost++;
+      continue;
+    }
+    Touch(location);
   }
 }
 
@@ -65,6 +73,7 @@ size_t SimDiskTier::OffloadOnce() {
   counters_.rounds++;
   ++round_;
   open_unit_ = 0;
+  round_first_unit_ = next_unit_;
   size_t done = DeleteGarbage();
   done += Promote();
   std::vector<std::string> plan =
@@ -84,8 +93,9 @@ size_t SimDiskTier::OffloadOnce() {
     if (!r.status.ok()) continue;  // changed since the plan: skipped
     // The estimate fell short (a unit's header): one more eviction sized from it, as the node's
     // retry does.
-    if (used_ + Used(plan[i], r.size) > options_.capacity_bytes) MakeRoom(2 * Footprint(r.size));
-    if (used_ + Used(plan[i], r.size) > options_.capacity_bytes) {
+    const uint64_t stored = StoredBytes(plan[i], r.size);
+    if (used_ + stored > options_.capacity_bytes) MakeRoom(2 * Footprint(r.size));
+    if (used_ + stored > options_.capacity_bytes) {
       abort.keys.push_back(plan[i]);
       abort.version_gens.push_back(r.version_gen);
       continue;
@@ -155,9 +165,13 @@ void SimDiskTier::MakeRoom(uint64_t bytes) {
   if (free_bytes >= bytes) return;
   uint64_t needed = bytes - free_bytes, freed = 0;
   master::DiskDropOp drop{node_id_, {}, {}};
-  while (freed < needed && !order_.empty()) {
-    const uint64_t id = order_.begin()->second;
-    order_.erase(order_.begin());
+  for (auto next = order_.begin(); freed < needed && next != order_.end();) {
+    const uint64_t id = next->second;
+    if (id >= round_first_unit_) {  // written this round, not yet reported: not evictable
+      ++next;
+      continue;
+    }
+    next = order_.erase(next);
     Unit& unit = units_[id];
     for (auto& [key, location] : unit.live) {
       auto copy = index_.find(key);
@@ -168,7 +182,6 @@ void SimDiskTier::MakeRoom(uint64_t bytes) {
     counters_.disk_evicted += unit.live.size();
     freed += unit.bytes;
     used_ -= unit.bytes;
-    if (id == open_unit_) open_unit_ = 0;
     units_.erase(id);
   }
   if (!drop.keys.empty()) state_->DiskDrop(std::move(drop));
@@ -184,14 +197,14 @@ uint64_t SimDiskTier::Write(const std::string& key, uint64_t size) {
     open_unit_ = next_unit_++;
     units_[open_unit_].bytes = kBlock;  // the unit's metadata header
     used_ += kBlock;
-    units_[open_unit_].stamp = ++clock_;
-    order_.emplace(clock_, open_unit_);
+    units_[open_unit_].stamp = ++use_tick_;
+    order_.emplace(use_tick_, open_unit_);
   }
   Unit& unit = units_[open_unit_];
   const uint64_t location = (open_unit_ << kSlotBits) | unit.slots++;
   unit.data_bytes += aligned;
   unit.live.emplace_back(key, location);
-  const uint64_t used = Used(key, size);
+  const uint64_t used = StoredBytes(key, size);
   unit.bytes += used;
   used_ += used;
   index_[key] = location;
@@ -209,7 +222,8 @@ void SimDiskTier::Forget(const std::string& key, uint64_t location) {
                             [&](const auto& kl) { return kl.second == location; }),
              live.end());
   // The space stays until the unit goes, unless nothing in it is live any more.
-  if (live.empty() && unit->first != open_unit_) {
+  if (live.empty()) {
+    if (unit->first == open_unit_) open_unit_ = 0;
     order_.erase({unit->second.stamp, unit->first});
     used_ -= unit->second.bytes;
     units_.erase(unit);
@@ -217,12 +231,12 @@ void SimDiskTier::Forget(const std::string& key, uint64_t location) {
 }
 
 void SimDiskTier::Touch(uint64_t location) {
-  if (!options_.lru) return;
+  if (!options_.lru_eviction) return;
   auto unit = units_.find(location >> kSlotBits);
   if (unit == units_.end()) return;
   order_.erase({unit->second.stamp, unit->first});
-  unit->second.stamp = ++clock_;
-  order_.emplace(clock_, unit->first);
+  unit->second.stamp = ++use_tick_;
+  order_.emplace(use_tick_, unit->first);
 }
 
 }  // namespace granary::bench

@@ -1,15 +1,18 @@
 // granary-bench trace --simulate with --disk-tokens: a storage node's SSD tier as the simulator
 // needs it, driven against the master's own code (MasterState, OffloadPlanner, PromotionTracker).
 //
-// Promise: what the master sees is what a real node makes it see, in the same order. Each
-// offload interval runs up to kRoundsPerInterval rounds back to back, each as node/disk_tier.cc's
-// OffloadOnce does: garbage named by the master is deleted and acknowledged, due promotions are
-// started (PromoteStart) and ended (PromoteEnd, copied), the planner's keys are demoted
-// (DemoteStart), room is made on the disk by its eviction policy with DiskDrop told to the master
-// before the space is reused, and the copies are reported (DemoteEnd). A read answered from disk
+// Promise: the master sees the operations a real node sends it. Each offload interval runs up to
+// kRoundsPerInterval rounds back to back, each as node/disk_tier.cc's OffloadOnce does, in this
+// order: garbage named by the master is deleted and acknowledged (the real node acknowledges in
+// its next round), due promotions are started and ended (PromoteStart, PromoteEnd: the real node
+// ends them after its offload answer), the planner's keys are demoted (DemoteStart), room is made
+// on the disk by its eviction policy, never taking a unit of this round (the store's committing
+// ones), with DiskDrop told to the master before the space is reused, and the copies are reported
+// (DemoteEnd). A read answered from disk
 // touches the copy's unit (lru) and is counted by the promotion tracker, as the service counts it.
 // What is not modelled: bytes, I/O time and the offload bandwidth. A round takes no trace time,
-// so this is the pace at which offload keeps up, not a flat-out replay.
+// so this is the pace at which offload keeps up, not a flat-out replay. The caller runs the
+// intervals (trace_sim.cc: at request arrivals, at most one per arrival).
 // The disk: units of up to unit_max_keys copies written together (the bucket backend's bucket,
 // or 1 for file-per-key); a removed copy's space comes back only with its unit, as in a bucket.
 // Ownership: borrows the state for its lifetime. Thread safety: one thread.
@@ -32,7 +35,7 @@ namespace granary::bench {
 
 struct SimDiskOptions {
   uint64_t capacity_bytes = 0;
-  bool lru = true;                  // the node's --disk-eviction: lru, else fifo
+  bool lru_eviction = true;         // the node's --disk-eviction: lru, else fifo
   uint32_t unit_max_keys = 500;     // bucket backend: 500 (disk_store.h); file-per-key: 1
   uint64_t unit_max_bytes = 0;      // of values; 0: the bucket backend's for this capacity
   uint32_t round_max_keys = 500;    // DiskTierOptions::offload_max_keys
@@ -47,6 +50,7 @@ struct SimDiskCounters {
   uint64_t disk_evicted = 0;  // copies dropped by the disk's eviction
   uint64_t promoted = 0;
   uint64_t disk_reads = 0;    // reads answered from disk only
+  uint64_t lost = 0;          // disk reads of a copy the disk no longer holds: always 0
 };
 
 class SimDiskTier {
@@ -93,7 +97,8 @@ class SimDiskTier {
   uint64_t round_ = 0;
   uint64_t used_ = 0;
   uint64_t next_unit_ = 1;
-  uint64_t clock_ = 0;
+  uint64_t use_tick_ = 0;   // orders units by their last write or read
+  uint64_t round_first_unit_ = 0;  // units from this id on were written this round
   uint64_t open_unit_ = 0;  // the unit this round writes into (0: none yet)
   std::map<uint64_t, Unit> units_;
   std::set<std::pair<uint64_t, uint64_t>> order_;  // (stamp, unit id)
