@@ -125,7 +125,7 @@ done
 
 echo "== 4. trace: DRAM 1M tokens + disk 20M tokens (64 KiB blocks) =="
 if [ -r "$TRACE" ]; then
-  # bucket evicts whole buckets (up to 500 blocks), offset one record at a time.
+  # bucket evicts whole buckets (1/1024 of the disk: about 38 blocks), offset one record at a time.
   # Flat out (speed 0: offload bandwidth bounds what reaches the disk), then the lru settings
   # again at 20x the trace's own pace (offload keeps up, as in service).
   for setting in bucket:lru:0 bucket:fifo:0 offset:lru:0 offset:fifo:0 bucket:lru:20 offset:lru:20; do

@@ -191,7 +191,7 @@ if want 4; then
 echo "== suite 4: trace replay =="
 # One fresh store per capacity (in tokens): a node whose segment holds exactly that many tokens at
 # $TRACE_BYTES_PER_TOKEN bytes each (128: 64 KiB blocks of 512 tokens, as Mooncake was replayed).
-# Each capacity with the default policy (s3fifo), prefix and lru, for comparison in the same run.
+# Each capacity with s3fifo, prefix (the default) and lru, for comparison in the same run.
 # First the offline simulator (docs/eviction.md): the master's policies next to Belady, on the
 # conversation trace and on a synthetic one of another shape (bench/synth_trace.py), in seconds.
 if "$BIN/granary-bench" trace --help > "$WORK/trace-help.txt" 2>&1; then
