@@ -202,6 +202,10 @@ if "$BIN/granary-bench" trace --help > "$WORK/trace-help.txt" 2>&1; then
     echo "$BIN/granary-bench trace --simulate all --trace $sim_file" >> "$WORK/commands.txt"
     run_bounded 300 "$BIN/granary-bench" trace --simulate all --trace "$sim_file" \
       --label "$sim_trace" --json "$WORK/trace-sim-$sim_trace.json"
+    # The same with a disk tier of 20M tokens beside 1M of memory, at x20 the trace's pace.
+    sim_disk=(--capacity-tokens 1000000 --disk-tokens 20000000 --speed 20)
+    run_bounded 300 "$BIN/granary-bench" trace --simulate all --trace "$sim_file" "${sim_disk[@]}" \
+      --label "$sim_trace, disk" --json "$WORK/trace-sim-${sim_trace}_disk.json"
   done
   for policy in s3fifo prefix lru; do
   for tokens in 1000000 3000000; do
