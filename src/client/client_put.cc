@@ -46,20 +46,20 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
   // last key, its length) from the operation (object_meta.h PrefixQueueStamp). A split made a
   // false tail and two shorter batches: 5% of the trace's hits with a disk tier. A batch longer
   // than one size's whole stock (kMaxPerSize) is not tried: of one size, it is never covered.
-  const bool coverable = n <= client::ReservationPool::kMaxPerSize;
-  for (size_t i = 0; coverable && i < n; ++i) {
-    held[i] = reservations_.Take(TotalSize(parts[i]));
-    if (!held[i]) break;
-    taken.push_back(i);
+  std::optional<std::vector<Held>> all;
+  if (n <= client::ReservationPool::kMaxPerSize) {
+    std::vector<uint64_t> sizes(n);
+    for (size_t i = 0; i < n; ++i) sizes[i] = TotalSize(parts[i]);
+    all = reservations_.TakeAll(sizes);
   }
-  if (taken.size() < n) {
-    // Back in reverse: the pool puts a returned one first, so its order is what it was.
-    for (auto i = taken.rbegin(); i != taken.rend(); ++i) {
-      reservations_.Return(std::move(*held[*i]));
-    }
+  if (!all) {
     rest.resize(n);
     for (size_t i = 0; i < n; ++i) rest[i] = i;
     return results;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    held[i] = std::move((*all)[i]);
+    taken.push_back(i);
   }
   std::vector<ChecksumStream> hashes(taken.size());
   std::vector<Status> wrote(taken.size());

@@ -42,7 +42,32 @@ std::optional<ReservationPool::Held> ReservationPool::Take(uint64_t size) {
   if (max_bytes_ == 0 || size == 0) return std::nullopt;
   std::lock_guard lock(mu_);
   if (closing_) return std::nullopt;
+  return TakeLocked(size, Clock::now());
+}
+
+std::optional<std::vector<ReservationPool::Held>> ReservationPool::TakeAll(
+    std::span<const uint64_t> sizes) {
+  if (max_bytes_ == 0 || sizes.empty()) return std::nullopt;
+  std::lock_guard lock(mu_);
+  if (closing_) return std::nullopt;
   const Clock::time_point now = Clock::now();
+  std::vector<Held> taken;
+  taken.reserve(sizes.size());
+  for (uint64_t size : sizes) {
+    std::optional<Held> held = size == 0 ? std::nullopt : TakeLocked(size, now);
+    if (!held) {
+      // Back in reverse, each first in its class: the stock is as it was.
+      for (auto h = taken.rbegin(); h != taken.rend(); ++h) ReturnLocked(std::move(*h));
+      taken_ -= taken.size();
+      return std::nullopt;
+    }
+    taken.push_back(std::move(*held));
+  }
+  return taken;
+}
+
+std::optional<ReservationPool::Held> ReservationPool::TakeLocked(uint64_t size,
+                                                                 Clock::time_point now) {
   SizeClass& cls = sizes_[exact_only_ ? size : ClassOf(size)];
   cls.last_use = now;
   cls.reserve_size = std::max(cls.reserve_size, size);
@@ -82,7 +107,6 @@ std::optional<ReservationPool::Held> ReservationPool::Take(uint64_t size) {
 }
 
 void ReservationPool::Return(Held held) {
-  const uint64_t size = held.replica.length();
   std::unique_lock lock(mu_);
   if (closing_) {
     lock.unlock();
@@ -91,6 +115,11 @@ void ReservationPool::Return(Held held) {
     Release(std::move(one));
     return;
   }
+  ReturnLocked(std::move(held));
+}
+
+void ReservationPool::ReturnLocked(Held held) {
+  const uint64_t size = held.replica.length();
   SizeClass& cls = sizes_[exact_only_ ? size : ClassOf(size)];
   cls.reserve_size = std::max(cls.reserve_size, size);
   cls.ready.push_front(std::move(held));  // the oldest lease goes first

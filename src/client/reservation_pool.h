@@ -28,8 +28,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/master_link.h"
 #include "granary/proto/master.pb.h"
@@ -66,6 +68,10 @@ class ReservationPool {
   ReservationPool& operator=(const ReservationPool&) = delete;
 
   std::optional<Held> Take(uint64_t size);
+  // One reservation for each of `sizes` (as Take hands them out), or none at all: then those it
+  // took go back, first in their classes, and only the miss is counted (a miss asks for more).
+  // Under one lock, so that concurrent batches cannot each take part of the stock and all miss.
+  std::optional<std::vector<Held>> TakeAll(std::span<const uint64_t> sizes);
   // The class of a size: it and every size down to 1/8 below it share reservations.
   static uint64_t ClassOf(uint64_t size);
   // The master refused an object smaller than its reservation: exact sizes from now on.
@@ -87,6 +93,8 @@ class ReservationPool {
     Clock::time_point retry_after{};
     Clock::duration backoff{};
   };
+  std::optional<Held> TakeLocked(uint64_t size, Clock::time_point now);  // mu_ held
+  void ReturnLocked(Held held);                                          // mu_ held
   void Run();
   // One pass: release what is stale, then reserve what is wanted. Takes mu_ briefly, calls the
   // master without it.

@@ -96,6 +96,31 @@ TEST_F(ReservationPoolTest, AMissRefillsInTheBackgroundAndEachIsHandedOutOnce) {
 
 // Steady puts of one size: the stock deepens, so a Reserve call serves many puts (one per put
 // before, when the target stayed at 2).
+// TakeAll hands out one for every size or none: a batch the stock cannot cover takes nothing
+// (what it took goes back, and only its miss counts), one it can gets distinct reservations.
+TEST_F(ReservationPoolTest, TakeAllTakesEveryOneOrNone) {
+  ReservationPool pool(link_.get(), "c", 4 * kSize);  // four 64 KiB reservations at most
+  ASSERT_TRUE(TakeSoon(pool, kSize));
+  const auto end = steady_clock::now() + milliseconds(3000);
+  while (pool.stats().held < 2 && steady_clock::now() < end) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ASSERT_GE(pool.stats().held, 2u) << "the pool never refilled";
+  const ReservationPool::Stats before = pool.stats();
+  const std::vector<uint64_t> five(5, kSize);
+  EXPECT_FALSE(pool.TakeAll(five)) << "five from a pool of four at most";
+  EXPECT_EQ(pool.stats().taken, before.taken) << "what it took went back";
+  EXPECT_EQ(pool.stats().missed, before.missed + 1);
+  const std::vector<uint64_t> two(2, kSize);
+  auto taken = pool.TakeAll(two);
+  ASSERT_TRUE(taken);
+  ASSERT_EQ(taken->size(), 2u);
+  EXPECT_NE((*taken)[0].name, (*taken)[1].name);
+  EXPECT_EQ(pool.stats().taken, before.taken + 2);
+  pool.Close();
+  EXPECT_FALSE(pool.TakeAll(two)) << "closed";
+}
+
 TEST_F(ReservationPoolTest, SteadyTakesOfOneSizeRefillInBatches) {
   ReservationPool pool(link_.get(), "c", 64 << 20);
   Counter* reserves = ReserveCalls();
