@@ -39,8 +39,6 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
   using Held = client::ReservationPool::Held;
   const size_t n = keys.size();
   std::vector<Status> results(n);
-  std::vector<std::optional<Held>> held(n);
-  std::vector<size_t> taken;
   // All of a batch or none of it: split between a commit and a two-call put, it would reach the
   // master as two operations, and the prefix eviction policy reads a put batch's shape (its
   // last key, its length) from the operation (object_meta.h PrefixQueueStamp). A split made a
@@ -57,55 +55,51 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
     for (size_t i = 0; i < n; ++i) rest[i] = i;
     return results;
   }
-  for (size_t i = 0; i < n; ++i) {
-    held[i] = std::move((*all)[i]);
-    taken.push_back(i);
-  }
-  std::vector<ChecksumStream> hashes(taken.size());
-  std::vector<Status> wrote(taken.size());
-  std::vector<char> late(taken.size(), 0);  // not written: past its hand-out time when its turn came
-  auto write = [&](size_t k) {
+  std::vector<Held>& held = *all;  // held[i]: key i's reservation
+  std::vector<ChecksumStream> hashes(n);
+  std::vector<Status> wrote(n);
+  std::vector<char> late(n, 0);  // not written: past its hand-out time when its turn came
+  auto write = [&](size_t i) {
     // The lease is checked before each copy, not once per batch: a long batch's last copies
     // would otherwise start into reservations near the end of their lease.
-    if (client::ReservationPool::Clock::now() >= held[taken[k]]->good_until) {
-      late[k] = 1;
+    if (client::ReservationPool::Clock::now() >= held[i].good_until) {
+      late[i] = 1;
       return;
     }
     // The object may be up to 1/8 smaller than its reservation (ReservationPool::ClassOf): it
     // is written at the reservation's start, and the commit trims the rest.
-    proto::Replica replica = held[taken[k]]->replica;
-    replica.set_length(TotalSize(parts[taken[k]]));
-    wrote[k] = io_.Write(replica, parts[taken[k]], &hashes[k], device);
+    proto::Replica replica = held[i].replica;
+    replica.set_length(TotalSize(parts[i]));
+    wrote[i] = io_.Write(replica, parts[i], &hashes[i], device);
   };
-  if (taken.size() == 1) {
+  if (n == 1) {
     write(0);  // no hand-off to a worker for the common single put
   } else {
-    pool_.ParallelFor(taken.size(), write);
+    pool_.ParallelFor(n, write);
   }
   proto::BatchPutCommitRequest commit;
   commit.set_client_id(client_id_);
   commit.set_upsert(upsert);
   *commit.mutable_config() = ToProto(config);
   std::vector<size_t> committing;
-  for (size_t k = 0; k < taken.size(); ++k) {
-    const size_t i = taken[k];
-    if (late[k]) {  // never written: the pool releases it as stale
-      reservations_.Return(std::move(*held[i]));
+  for (size_t i = 0; i < n; ++i) {
+    if (late[i]) {  // never written: the pool releases it as stale
+      reservations_.Return(std::move(held[i]));
       rest.push_back(i);
       continue;
     }
     // A failed write may still have bytes on their way: the reservation is left to expire (the
     // master quarantines it then) and the key goes the two-call way.
-    if (!wrote[k].ok()) {
+    if (!wrote[i].ok()) {
       rest.push_back(i);
       continue;
     }
     commit.add_keys(keys[i]);
-    commit.add_reservations(held[i]->name);
+    commit.add_reservations(held[i].name);
     commit.add_sizes(TotalSize(parts[i]));
-    commit.add_checksums(hashes[k].Digest());
-    commit.add_segment_ids(held[i]->replica.segment_id());
-    commit.add_offsets(held[i]->replica.offset());
+    commit.add_checksums(hashes[i].Digest());
+    commit.add_segment_ids(held[i].replica.segment_id());
+    commit.add_offsets(held[i].replica.offset());
     committing.push_back(i);
   }
   if (!committing.empty()) {
@@ -128,11 +122,11 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
       switch (st.code()) {
         case ErrorCode::INVALID_PARAMS:
           // A master older than the trim at commit refuses a smaller object, in these words.
-          if (TotalSize(parts[i]) < held[i]->replica.length() &&
+          if (TotalSize(parts[i]) < held[i].replica.length() &&
               st.message().find("is not the reservation's") != std::string::npos) {
             // Refused before anything was written there: still ours, for an exact-size put.
             reservations_.ExactSizesOnly();
-            reservations_.Return(std::move(*held[i]));
+            reservations_.Return(std::move(held[i]));
           }
           [[fallthrough]];
         case ErrorCode::INVALID_WRITE:   // not held (any more): expired, or its segment went
@@ -141,7 +135,7 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
           rest.push_back(i);
           break;
         default:  // refused for the key's own reason: the reservation is still ours, unused
-          reservations_.Return(std::move(*held[i]));
+          reservations_.Return(std::move(held[i]));
           results[i] = st.code() == ErrorCode::OBJECT_ALREADY_EXISTS && !upsert ? Status::Ok() : st;
       }
     }

@@ -21,9 +21,6 @@ namespace granary::node {
 namespace {
 constexpr size_t kRegisterBatch = 4096;  // keys per DiskRegister call
 
-// Disk bytes a copy of `size` value bytes takes, about: 4 KiB-aligned value plus a 4 KiB header.
-uint64_t CopyFootprint(uint64_t size) { return disk::DiskStore::ReadBufferSize(size) + 4096; }
-
 Status SyncPath(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
@@ -67,6 +64,8 @@ Result<uint64_t> LoadOrCreateDiskId(const std::string& dir) {
   return id;
 }
 }  // namespace
+
+uint64_t CopyFootprint(uint64_t size) { return disk::DiskStore::ReadBufferSize(size) + 4096; }
 
 Result<DiskTierOptions> MakeDiskTierOptions(const DiskTierSettings& settings,
                                             int rpc_timeout_ms) {

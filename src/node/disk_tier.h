@@ -80,6 +80,10 @@ struct DiskTierSettings {
 // INVALID_PARAMS naming the setting a parser refuses. An empty dir gives options without a tier.
 Result<DiskTierOptions> MakeDiskTierOptions(const DiskTierSettings& settings, int rpc_timeout_ms);
 
+// Disk bytes an offload round makes room for per copy of `size` value bytes, about: the value
+// 4 KiB-aligned plus a 4 KiB header.
+uint64_t CopyFootprint(uint64_t size);
+
 class DiskTier {
  public:
   // The node's current segment (a remount replaces it); called from the offload thread.

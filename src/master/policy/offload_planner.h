@@ -23,6 +23,7 @@
 // Thread safety: any thread; Plan holds shard locks one at a time, like the evictor's scans.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,6 +35,13 @@
 namespace granary::master {
 
 enum class Persistence { kEager, kLazy, kNone };
+
+// What one OffloadStart answer names at most (master_service_disk.cc): keys to copy, disk
+// garbage to delete (entries and their key bytes), promotions.
+inline constexpr uint32_t kMaxOffloadKeys = 4096;
+inline constexpr size_t kMaxGarbagePerReply = 1024;
+inline constexpr size_t kMaxGarbageKeyBytesPerReply = 1 << 20;
+inline constexpr size_t kMaxPromotionsPerRound = 256;
 
 struct OffloadPolicy {
   Persistence persistence = Persistence::kLazy;

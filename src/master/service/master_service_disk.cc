@@ -9,15 +9,9 @@
 
 namespace granary::master {
 
-namespace {
-constexpr uint32_t kMaxOffloadKeys = 4096;
-// Garbage named per OffloadStart answer: well inside a message, and a node deletes them in about
-// an interval; the rest follows in the next rounds.
-constexpr size_t kMaxGarbagePerReply = 1024;
-constexpr size_t kMaxGarbageKeyBytesPerReply = 1 << 20;
-// Promotions per round: the node reads them one by one from its disk, between offload rounds.
-constexpr size_t kMaxPromotionsPerRound = 256;
-}  // namespace
+// The bounds of one answer (offload_planner.h): garbage well inside a message, which a node
+// deletes in about an interval, the rest following in the next rounds; promotions the node reads
+// one by one from its disk, between offload rounds.
 
 grpc::Status MasterService::DiskRegister(Ctx* ctx, const proto::DiskRegisterRequest* req,
                                          proto::BatchStatusResponse* resp) {

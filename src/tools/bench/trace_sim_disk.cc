@@ -5,19 +5,14 @@
 #include <algorithm>
 
 #include "disk/disk_store.h"
+#include "node/disk_tier.h"
 
 namespace granary::bench {
 
 namespace {
 constexpr uint32_t kSlotBits = 24;  // a location: unit id << 24 | slot (as the bucket layout's)
-// master_service_disk.cc's bounds on what one OffloadStart answer names.
-constexpr size_t kMaxGarbagePerReply = 1024;
-constexpr size_t kMaxGarbageKeyBytesPerReply = 1 << 20;
-constexpr size_t kMaxPromotionsPerRound = 256;
 constexpr uint64_t kBlock = 4096;
-// What the node reserves for a copy before writing it (disk_tier.cc's CopyFootprint), and what
-// the bucket backend then uses: the value 4 KiB-aligned, its metadata entry and key.
-uint64_t Footprint(uint64_t size) { return disk::DiskStore::ReadBufferSize(size) + kBlock; }
+// What the bucket backend uses for a copy: the value 4 KiB-aligned, its metadata entry and key.
 uint64_t StoredBytes(const std::string& key, uint64_t size) {
   return disk::DiskStore::ReadBufferSize(size) + 64 + key.size();
 }
@@ -83,7 +78,7 @@ size_t SimDiskTier::OffloadOnce() {
       state_->DemoteStart({node_id_, plan, kDiskId});
   uint64_t bytes = 0;
   for (const auto& r : started) {
-    if (r.status.ok()) bytes += Footprint(r.size);
+    if (r.status.ok()) bytes += node::CopyFootprint(r.size);
   }
   MakeRoom(bytes);
   master::DemoteEndOp end{node_id_, {}, {}, {}, kDiskId};
@@ -94,7 +89,7 @@ size_t SimDiskTier::OffloadOnce() {
     // The estimate fell short (a unit's header): one more eviction sized from it, as the node's
     // retry does.
     const uint64_t stored = StoredBytes(plan[i], r.size);
-    if (used_ + stored > options_.capacity_bytes) MakeRoom(2 * Footprint(r.size));
+    if (used_ + stored > options_.capacity_bytes) MakeRoom(2 * node::CopyFootprint(r.size));
     if (used_ + stored > options_.capacity_bytes) {
       abort.keys.push_back(plan[i]);
       abort.version_gens.push_back(r.version_gen);
@@ -122,7 +117,8 @@ size_t SimDiskTier::OffloadOnce() {
 
 size_t SimDiskTier::DeleteGarbage() {
   std::vector<master::GarbageEntry> garbage =
-      state_->DiskGarbageOf(kDiskId, kMaxGarbagePerReply, kMaxGarbageKeyBytesPerReply);
+      state_->DiskGarbageOf(kDiskId, master::kMaxGarbagePerReply,
+                            master::kMaxGarbageKeyBytesPerReply);
   if (garbage.empty()) return 0;
   master::DiskGarbageAckOp ack{node_id_, kDiskId, {}};
   for (const master::GarbageEntry& g : garbage) {
@@ -135,7 +131,7 @@ size_t SimDiskTier::DeleteGarbage() {
 
 size_t SimDiskTier::Promote() {
   if (!promotions_.enabled()) return 0;
-  std::vector<std::string> due = promotions_.Take(node_id_, kMaxPromotionsPerRound);
+  std::vector<std::string> due = promotions_.Take(node_id_, master::kMaxPromotionsPerRound);
   if (due.empty() && state_->PromotionsOf(node_id_) == 0) return 0;
   std::vector<master::PromoteStartKeyResult> started =
       state_->PromoteStart({node_id_, due, kDiskId, round_});
