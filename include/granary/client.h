@@ -93,7 +93,7 @@ struct ClientOptions {
   std::string disk_dir;
   uint64_t disk_size = 0;          // 0: 80% of the free space of disk_dir's filesystem at start
   std::string disk_backend;        // bucket (default), file or offset
-  std::string disk_eviction;       // lru (default) or fifo
+  std::string disk_eviction;       // lru (default), lru-units or fifo
   std::string disk_io;             // auto (default), uring or posix
   int64_t offload_interval_ms = 0; // how often it asks the master what to copy (default 1s)
                                    // < 0: never (no offload, no garbage deletion)

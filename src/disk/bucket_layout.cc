@@ -11,12 +11,14 @@
 // without metadata, or a .tmp: recovery deletes both. A data file shorter than its metadata says
 // (truncated) is discarded whole. Destroy removes the metadata first, for the same reason.
 //
-// A copy removed (or replaced) while its bucket keeps other live copies stays in the bucket's
-// files, so a tombstone naming it (record_format.h) is appended to <dir>/buckets/tombstones
+// A copy removed, replaced or evicted while its bucket keeps other live copies stays listed in
+// the bucket's metadata, so a tombstone naming it (record_format.h) is appended to <dir>/buckets/tombstones
 // before Remove returns: recovery skips every copy a tombstone names, deletes a bucket whose
 // copies all are, and rewrites the log without the tombstones of buckets that are gone. A torn
 // or damaged record (a crash mid-append) is ignored. The log is also rewritten while the store
 // runs once most of it names deleted buckets, so it stays proportional to the live tombstones.
+// Once its tombstone is written, the copy's value range can be punched out of the data file
+// (ReleaseSpace, where the filesystem supports it): its space goes back while the bucket stays.
 //
 // Location: tag 1 in bits 60..63 | bucket id in bits 24..59 | the object's index in the bucket
 // in bits 0..23 (bucket_max_keys is capped at 2^24 - 1 accordingly).
@@ -28,6 +30,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -52,6 +55,7 @@ constexpr uint64_t kSlotMask = (1ull << kSlotBits) - 1;
 constexpr uint64_t kTombReserve = 64ull << 10;
 // Records of deleted buckets the log may carry beyond the live ones before it is rewritten.
 constexpr uint64_t kTombSlack = 1024;
+constexpr off_t kHoleProbeOffset = off_t{1} << 30;  // where Init tries a hole: past the log
 constexpr size_t kTombReadChunk = kTombstoneBytes * 21845;  // ~1 MiB of whole records
 
 // 0 or an errno; a write that makes no progress is ENOSPC.
@@ -81,6 +85,11 @@ class BucketLayout final : public Layout {
     int fd = ::open(TombPath().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoStatus(errno, "opening " + TombPath(), ErrorCode::INVALID_PARAMS);
     tomb_file_ = std::make_unique<FileHandle>(fd);
+    // Whether this filesystem punches holes: a hole past the log's end changes nothing there.
+    punches_holes_ = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kHoleProbeOffset,
+                                 static_cast<off_t>(kBlockSize)) == 0;
+    // Eviction of whole buckets wants small ones; of copies, large ones write fastest.
+    bucket_bytes_ = ctx_.evict_copies && punches_holes_ ? ctx_.bucket_max_bytes : ctx_.bucket_unit_max_bytes;
     return Status::Ok();
   }
 
@@ -99,7 +108,7 @@ class BucketLayout final : public Layout {
       size_t end = begin;
       uint64_t data_bytes = 0;
       while (end < objects.size() && end - begin < ctx_.bucket_max_keys &&
-             (end == begin || data_bytes + AlignUp(objects[end].value.size()) <= ctx_.bucket_max_bytes)) {
+             (end == begin || data_bytes + AlignUp(objects[end].value.size()) <= bucket_bytes_)) {
         data_bytes += AlignUp(objects[end].value.size());
         ++end;
       }
@@ -157,6 +166,28 @@ class BucketLayout final : public Layout {
       if (Status rw = RewriteTombsLocked(); !rw.ok()) GLOG_WARN("disk tier: compacting tombstones: {}", rw.ToString());
     }
     return st;
+  }
+
+  bool ReleasesCopySpace() const override { return punches_holes_; }
+
+  uint64_t ReleaseSpace(uint64_t unit_id, std::span<const ValueRange> ranges) override {
+    if (!punches_holes_ || ranges.empty()) return 0;
+    int fd = ::open(DataPath(unit_id).c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno != ENOENT) GLOG_WARN("disk tier: opening {} to free space: {}", DataPath(unit_id), std::strerror(errno));
+      return 0;  // ENOENT: the bucket went meanwhile, and its space with it
+    }
+    FileHandle file(fd);
+    uint64_t freed = 0;
+    for (const ValueRange& r : ranges) {
+      if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(r.offset),
+                      static_cast<off_t>(r.length)) != 0) {
+        GLOG_WARN("disk tier: freeing {} bytes of {}: {}", r.length, DataPath(unit_id), std::strerror(errno));
+        continue;
+      }
+      freed += r.length;
+    }
+    return freed;
   }
 
   Status Forget(std::span<const ForgottenCopy> copies) override {
@@ -217,6 +248,8 @@ class BucketLayout final : public Layout {
   uint64_t tomb_end_ = 0;       // bytes of whole records: the next one goes here
   uint64_t tomb_reserved_ = 0;  // blocks allocated up to here
   bool tomb_reserve_works_ = true;
+  bool punches_holes_ = false;  // fallocate(PUNCH_HOLE) works here: ReleaseSpace frees copies
+  uint64_t bucket_bytes_ = 0;   // a bucket's data at most
   std::unordered_map<uint64_t, std::vector<Tombstone>> tombs_;  // by bucket, buckets on disk only
   uint64_t tomb_live_ = 0;                                      // tombstones in tombs_
 };
@@ -353,7 +386,8 @@ void BucketLayout::WriteBucket(std::span<const PreparedObject> objects, size_t b
     const BucketEntry& e = meta.entries[i - begin];
     uint64_t slot = i - begin;
     out->placements[i] = Placement{id, BucketLocation(id, slot), e.offset,
-                                   AlignUp(e.size) + kBucketEntryBytes + e.key.size()};
+                                   AlignUp(e.size) + kBucketEntryBytes + e.key.size(),
+                                   static_cast<uint32_t>(slot)};
   }
   out->units.push_back(WrittenUnit{id, meta.data_bytes + meta_bytes});
 }
@@ -469,13 +503,17 @@ Result<LayoutRecovery> BucketLayout::Recover() {
     }
     RecoveredUnit unit;
     unit.unit_id = id;
-    unit.bytes = static_cast<uint64_t>(data_st.st_size) + static_cast<uint64_t>(meta_st.st_size);
+    // What the data file holds on disk: the values eviction punched out of it no longer count.
+    const uint64_t data_bytes = std::min(static_cast<uint64_t>(data_st.st_size),
+                                         static_cast<uint64_t>(data_st.st_blocks) * 512);
+    unit.bytes = data_bytes + static_cast<uint64_t>(meta_st.st_size);
     for (size_t slot = 0; slot < meta->entries.size(); ++slot) {
       if (removed[slot]) continue;
       BucketEntry& e = meta->entries[slot];
       uint64_t length = AlignUp(e.size) + kBucketEntryBytes + e.key.size();
       unit.objects.push_back(RecoveredObject{std::move(e.key), e.gen, e.size, e.checksum,
-                                             Placement{id, BucketLocation(id, slot), e.offset, length}});
+                                             Placement{id, BucketLocation(id, slot), e.offset, length,
+                                                       static_cast<uint32_t>(slot)}});
     }
     rec.units.push_back(std::move(unit));
     if (!applied.empty()) {

@@ -41,26 +41,35 @@ Result<DiskBackend> ParseBackend(std::string_view text) {
                                                             "': expected bucket, file or offset");
 }
 
-// Why 1/1024 (not below 2 MiB): the conversation trace with a 2.56 GB disk at x20 its pace
-// (docs/eviction.md) gave 0.334 hit rate with buckets of 1/512 (4 MiB), 0.347 at 1/1024, 0.353
-// at 1/2048 and 1/8192; flat out, where offload falls behind, 0.29, 0.30-0.31, 0.27-0.28 and
-// 0.20: each bucket costs two file creations (0.5 ms each on this VM's ext4), so small buckets
-// write slowly. A bucket keeps one object at least.
-uint64_t BucketBytes(uint64_t capacity, uint64_t bucket_max_bytes) {
+// Why 1/1024 (not below 2 MiB) when eviction takes whole buckets: the conversation trace with a
+// 2.56 GB disk at x20 its pace (docs/eviction.md) gave 0.334 hit rate with buckets of 1/512
+// (4 MiB), 0.347 at 1/1024, 0.353 at 1/2048 and 1/8192; flat out, where offload falls behind,
+// 0.29, 0.30-0.31, 0.27-0.28 and 0.20: each bucket costs two file creations (0.5 ms each on this
+// VM's ext4), so small buckets write slowly. When eviction takes copies, the bucket's size no
+// longer decides what is kept, and large ones write fastest: flat out 0.30-0.31 at 1/1024,
+// 0.318-0.321 at 1/128, 0.322-0.326 with no share. A bucket keeps one object at least.
+uint64_t BucketBytes(uint64_t capacity, uint64_t bucket_max_bytes, bool evict_copies) {
+  if (evict_copies) return bucket_max_bytes;
   const uint64_t share = capacity / kBucketShare / kBlockSize * kBlockSize;
   return std::min(bucket_max_bytes, std::max(kMinBucketBytes, share));
 }
 
 std::string_view EvictionPolicyName(EvictionPolicy policy) {
-  return policy == EvictionPolicy::kFifo ? "fifo" : "lru";
+  switch (policy) {
+    case EvictionPolicy::kFifo: return "fifo";
+    case EvictionPolicy::kLru: return "lru";
+    case EvictionPolicy::kLruUnits: return "lru-units";
+  }
+  return "lru";
 }
 
 Result<EvictionPolicy> ParseEvictionPolicy(std::string_view text) {
   if (text == "fifo") return EvictionPolicy::kFifo;
   if (text == "lru") return EvictionPolicy::kLru;
+  if (text == "lru-units") return EvictionPolicy::kLruUnits;
   return Result<EvictionPolicy>(ErrorCode::INVALID_PARAMS, "unknown disk eviction policy '" +
                                                                std::string(text.substr(0, 64)) +
-                                                               "': expected fifo or lru");
+                                                               "': expected fifo, lru or lru-units");
 }
 
 namespace {
@@ -193,7 +202,9 @@ Result<std::unique_ptr<DiskStore>> DiskStore::Open(DiskStoreOptions options) {
   ctx.direct_io = direct_io;
   ctx.sync_writes = options.sync_writes;
   ctx.salt = *salt;
-  ctx.bucket_max_bytes = BucketBytes(capacity, options.bucket_max_bytes);
+  ctx.evict_copies = options.eviction == EvictionPolicy::kLru;
+  ctx.bucket_max_bytes = BucketBytes(capacity, options.bucket_max_bytes, true);
+  ctx.bucket_unit_max_bytes = BucketBytes(capacity, options.bucket_max_bytes, false);
   ctx.bucket_max_keys = options.bucket_max_keys;
   ctx.capacity = capacity;
   Result<std::unique_ptr<Layout>> layout = Status(ErrorCode::INTERNAL_ERROR, "no layout");

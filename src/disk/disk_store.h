@@ -23,10 +23,11 @@
 //     freed once no read is using it. When that durable step fails (an I/O error), the copy is
 //     still out of the index and the error says it may come back at the next open.
 //   - Eviction is two-phase, because the node must tell the master before bytes disappear:
-//     SelectVictims(bytes) picks whole files (a bucket, a key's file, an offset record) by the
-//     policy (fifo: oldest first; lru: least recently written or read first), drops
-//     their objects from the index without any I/O and returns them; ReclaimVictims(max_wait)
-//     then waits (bounded) for reads still using them, closes their handles and deletes them.
+//     SelectVictims(bytes) picks by the policy (fifo: oldest file first; lru: least recently
+//     written or read copy first; lru-units: file first), drops their objects from the index
+//     without any I/O and returns them; ReclaimVictims(max_wait) then waits (bounded) for reads
+//     still using them, closes their handles and deletes them, or, for a copy evicted from a
+//     bucket that keeps others, writes its tombstone and punches its value out of the file.
 //   - Open() on a directory that holds a store recovers it: ListObjects() then returns every
 //     intact object not removed or replaced (of two copies of a key a crash left, the higher
 //     generation, then the later write); torn writes (missing or inconsistent metadata, short
@@ -57,7 +58,10 @@ enum class DiskBackend { kBucket, kFilePerKey, kOffset };
 std::string_view BackendName(DiskBackend backend);             // "bucket", "file", "offset"
 Result<DiskBackend> ParseBackend(std::string_view text);       // also "file-per-key"
 
-enum class EvictionPolicy { kFifo, kLru };
+// lru: the least recently written or read copy first; on the bucket backend, where the
+// filesystem punches holes, a copy's space goes back while its bucket stays. lru-units: lru over
+// whole units (a bucket goes with all its copies), as every backend did before.
+enum class EvictionPolicy { kFifo, kLru, kLruUnits };
 std::string_view EvictionPolicyName(EvictionPolicy policy);
 Result<EvictionPolicy> ParseEvictionPolicy(std::string_view text);
 
@@ -82,12 +86,13 @@ struct DiskStoreOptions {
   std::function<void()> test_hook_after_pin;
 };
 
-// The data a bucket holds at most on a disk of `capacity` bytes: bucket_max_bytes, and at most
-// 1/kBucketShare of the budget (not below kMinBucketBytes), so that bucket-grained eviction frees
-// the disk in small steps and keeps close to per-object eviction (why these: disk_store.cc).
+// The data a bucket holds at most on a disk of `capacity` bytes: bucket_max_bytes, and unless
+// eviction takes copies (evict_copies), at most 1/kBucketShare of the budget (not below
+// kMinBucketBytes), so that bucket-grained eviction frees the disk in small steps and keeps close
+// to per-object eviction (why these: disk_store.cc).
 inline constexpr uint64_t kBucketShare = 1024;
 inline constexpr uint64_t kMinBucketBytes = 2ull << 20;
-uint64_t BucketBytes(uint64_t capacity, uint64_t bucket_max_bytes);
+uint64_t BucketBytes(uint64_t capacity, uint64_t bucket_max_bytes, bool evict_copies);
 
 struct ObjectWrite {
   std::string_view key;

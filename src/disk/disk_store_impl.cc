@@ -34,7 +34,8 @@ DiskStoreImpl::DiskStoreImpl(DiskStoreOptions options, std::unique_ptr<FileHandl
       io_(std::move(io)),
       layout_(std::move(layout)),
       capacity_(capacity),
-      direct_io_(direct_io) {}
+      direct_io_(direct_io),
+      evict_copies_(options_.eviction == EvictionPolicy::kLru && layout_->ReleasesCopySpace()) {}
 
 DiskStoreImpl::~DiskStoreImpl() {
   // No read can be in flight in a store being destroyed: delete what eviction and removes left,
@@ -89,11 +90,16 @@ Status DiskStoreImpl::LoadRecovery() {
       if (it != shard.entries.end()) {
         const Entry& old = it->second;
         losers.push_back(RecoveredObject{ro.key, old.gen, old.size, old.checksum, old.placement});
-        units_[old.placement.unit_id].live--;
+        Unit& old_unit = units_[old.placement.unit_id];
+        old_unit.live--;
+        EndCopyLocked(old_unit, old.placement.slot);
       }
       Unit& unit = units_[ru.unit_id];
       unit.live++;
-      unit.keys.push_back(ro.key);
+      const uint32_t slot = ro.placement.slot;
+      if (unit.keys.size() <= slot) unit.keys.resize(slot + 1);
+      unit.keys[slot] = ro.key;
+      NoteCopyLocked(unit, slot, ro.size, 1);  // recovered, unused since: first to go, oldest first
       shard.entries[ro.key] = Entry{ro.gen, ro.size, ro.checksum, ro.placement};
     }
   }
@@ -116,6 +122,11 @@ Status DiskStoreImpl::LoadRecovery() {
     }
   }
   (void)DestroyUnits(empty_units);  // they held only superseded copies (logged on failure)
+  if (evict_copies_) {
+    std::lock_guard units_lock(units_mu_);
+    read_tick_ = std::max<uint64_t>(read_tick_, 1);  // uses above 1 are newer than recovery's
+    for (const auto& [id, unit] : units_) OrderUnitLocked(id, unit);
+  }
   for (auto& shard : shards_) recovery_.objects += shard.entries.size();
   loaded_ = true;
   return Status::Ok();
@@ -204,7 +215,9 @@ std::vector<Result<StoredObject>> DiskStoreImpl::Write(std::span<const ObjectWri
     }
     Unit& unit = units_[placed->unit_id];
     unit.live++;
-    unit.keys.emplace_back(p.key);
+    if (unit.keys.size() <= placed->slot) unit.keys.resize(placed->slot + 1);
+    unit.keys[placed->slot] = std::string(p.key);
+    NoteCopyLocked(unit, placed->slot, p.value.size(), 1);  // its use is set at commit, below
     results[origin[j]] = ToStored(p.key, entry);
   }
   {
@@ -213,6 +226,10 @@ std::vector<Result<StoredObject>> DiskStoreImpl::Write(std::span<const ObjectWri
       Unit& unit = units_[wu.unit_id];
       unit.committing = false;
       unit.last_read = ++read_tick_;  // a write is a use: new units are not the first to go
+      for (CopySlot& c : unit.slots) {
+        if (c.last_use != 0) c.last_use = unit.last_read;
+      }
+      OrderUnitLocked(wu.unit_id, unit);
       // Every object of it replaced by a later one of the same batch: nothing left to keep.
       if (unit.live == 0 && DoomLocked(wu.unit_id, unit, true)) destroy.push_back(wu.unit_id);
     }
@@ -229,7 +246,10 @@ std::vector<Result<StoredObject>> DiskStoreImpl::Write(std::span<const ObjectWri
 bool DiskStoreImpl::DoomLocked(uint64_t unit_id, Unit& unit, bool destroy_now) {
   if (!unit.doomed) {
     unit.doomed = true;
-    reclaiming_ += unit.bytes;
+    // Its queued holes go with it: the whole unit is being reclaimed now.
+    reclaiming_ += unit.bytes - unit.hole_bytes;
+    unit.holes.clear();
+    unit.hole_bytes = 0;
   }
   if (destroy_now && unit.readers == 0 && !unit.destroying) {
     unit.destroying = true;
@@ -238,11 +258,12 @@ bool DiskStoreImpl::DoomLocked(uint64_t unit_id, Unit& unit, bool destroy_now) {
   return false;
 }
 
-bool DiskStoreImpl::ReleaseEntryLocked(uint64_t unit_id) {
+bool DiskStoreImpl::ReleaseEntryLocked(uint64_t unit_id, uint32_t slot) {
   auto it = units_.find(unit_id);
   if (it == units_.end()) return false;
   Unit& unit = it->second;
   if (unit.live > 0) unit.live--;
+  EndCopyLocked(unit, slot);
   if (unit.live > 0 || unit.committing) return false;
   return DoomLocked(unit_id, unit, true);
 }
@@ -252,9 +273,10 @@ void DiskStoreImpl::DropEntry(std::string_view key, uint64_t unit_id, std::vecto
   std::lock_guard shard_lock(shard.mu);
   auto it = shard.entries.find(key);
   if (it == shard.entries.end() || it->second.placement.unit_id != unit_id) return;
+  const uint32_t slot = it->second.placement.slot;
   shard.entries.erase(it);
   std::lock_guard units_lock(units_mu_);
-  if (ReleaseEntryLocked(unit_id)) destroy->push_back(unit_id);
+  if (ReleaseEntryLocked(unit_id, slot)) destroy->push_back(unit_id);
 }
 
 bool DiskStoreImpl::LeaveLocked(Leaving& leaving) {
@@ -263,6 +285,7 @@ bool DiskStoreImpl::LeaveLocked(Leaving& leaving) {
   if (it == units_.end()) return false;
   Unit& unit = it->second;
   if (unit.live > 0) unit.live--;
+  EndCopyLocked(unit, leaving.placement.slot);
   if (unit.live == 0 && !unit.committing && DoomLocked(id, unit, true)) {
     leaving.going = true;
   } else {
@@ -286,6 +309,11 @@ Status DiskStoreImpl::ForgetCopies(const std::vector<Leaving>& leaving) {
       auto it = units_.find(l.placement.unit_id);
       if (it == units_.end()) continue;
       Unit& unit = it->second;
+      // Forgotten for good: its space can go back while the unit stays.
+      if (evict_copies_ && first.ok() && !unit.doomed && l.placement.slot < unit.slots.size()) {
+        const uint64_t length = uint64_t{unit.slots[l.placement.slot].blocks} * kBlockSize;
+        QueueHoleLocked(unit, Hole{l.key, l.gen, l.placement, ValueRange{l.placement.value_offset, length}, true});
+      }
       unit.readers--;
       if (unit.readers == 0 && unit.doomed && !unit.destroying) {
         unit.destroying = true;
@@ -385,13 +413,22 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
     std::lock_guard lock(units_mu_);
     for (auto& c : candidates) {
       auto it = units_.find(c.entry.placement.unit_id);
-      if (it == units_.end() || it->second.doomed) {
+      const uint32_t slot = c.entry.placement.slot;
+      // Copy-grained: the copy itself may have been evicted since the lookup (its space may be
+      // going back); a read pinning its slot holds that space until it is done.
+      const bool copy_gone = evict_copies_ && it != units_.end() &&
+                             (slot >= it->second.slots.size() || it->second.slots[slot].last_use == 0);
+      if (it == units_.end() || it->second.doomed || copy_gone) {
         results[c.index].status = Status(ErrorCode::OBJECT_NOT_FOUND,
                                          "disk copy of '" + Shown(requests[c.index].key) + "' was evicted");
         continue;
       }
       it->second.readers++;
       it->second.last_read = ++read_tick_;
+      if (evict_copies_) {
+        it->second.slots[slot].readers++;
+        it->second.slots[slot].last_use = it->second.last_read;
+      }
       c.handle = it->second.handle;
       pinned.push_back(std::move(c));
     }
@@ -510,6 +547,9 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
       if (it == units_.end()) continue;
       Unit& unit = it->second;
       unit.readers--;
+      if (evict_copies_ && p.entry.placement.slot < unit.slots.size()) {
+        unit.slots[p.entry.placement.slot].readers--;
+      }
       if (unit.readers == 0 && unit.doomed && !unit.destroying) {
         unit.destroying = true;
         destroy.push_back(p.entry.placement.unit_id);
@@ -582,6 +622,7 @@ DiskUsage DiskStoreImpl::Usage() const {
 }
 
 std::vector<StoredObject> DiskStoreImpl::SelectVictims(uint64_t bytes) {
+  if (evict_copies_) return SelectCopyVictims(bytes);
   struct Victim {
     uint64_t unit_id;
     std::vector<std::string> keys;
@@ -593,7 +634,7 @@ std::vector<StoredObject> DiskStoreImpl::SelectVictims(uint64_t bytes) {
     for (auto it = units_.begin(); it != units_.end(); ++it) {
       if (!it->second.doomed && !it->second.committing) order.push_back(it);  // ids ascending: fifo
     }
-    if (options_.eviction == EvictionPolicy::kLru) {
+    if (options_.eviction != EvictionPolicy::kFifo) {
       // Least recently used (written or read) first; recovered units (0) first, by age. Not
       // "never read first": on the conversation trace that evicted every new bucket before it
       // could be read (prefix hit rate 0.18 against 0.31 for fifo, docs/disk.md).
@@ -629,6 +670,7 @@ Status DiskStoreImpl::ReclaimVictims(std::chrono::milliseconds max_wait) {
   while (true) {
     std::vector<uint64_t> destroy;
     size_t still_read = 0;
+    if (evict_copies_) ReleaseHoles(&still_read);
     {
       std::unique_lock lock(units_mu_);
       for (auto& [id, unit] : units_) {
@@ -643,7 +685,7 @@ Status DiskStoreImpl::ReclaimVictims(std::chrono::milliseconds max_wait) {
       if (destroy.empty() && still_read > 0) {
         if (units_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
           return Status(ErrorCode::OBJECT_HAS_LEASE,
-                        std::to_string(still_read) + " evicted disk file(s) still being read after " +
+                        std::to_string(still_read) + " evicted disk file(s) or copies still being read after " +
                             std::to_string(max_wait.count()) + " ms; call again later");
         }
         continue;

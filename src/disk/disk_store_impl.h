@@ -12,6 +12,13 @@
 // call returns: its unit is destroyed then, or (when the unit stays: other live copies, reads)
 // pinned like a read while the layout forgets the copy (Layout::Forget), so that the unit
 // cannot be destroyed, and its space reused, under that.
+// Copy-grained lru (evict_copies_: the lru policy on a layout that ReleasesCopySpace): eviction
+// takes the least recently used copy, not the unit holding it. Each unit keeps, per slot, its
+// copy's last use and reads in flight; copy_order_ holds, per unit, a lower bound of its least
+// recent live copy's use (a read only raises uses, so a stale bound is corrected when met). A
+// copy leaves the reads' reach (its slot's use becomes 0) under units_mu_ before its space is
+// queued as a hole; a hole is given back (Layout::ReleaseSpace) only once its tombstone is
+// written and no read of that slot is in flight.
 // Ownership: owns the layout and the I/O engine. Thread safety: see DiskStore.
 #pragma once
 
@@ -21,6 +28,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -65,6 +74,20 @@ class DiskStoreImpl final : public DiskStore {
     mutable std::mutex mu;
     std::unordered_map<std::string, Entry, KeyHash, std::equal_to<>> entries;
   };
+  // A copy's place in its unit, for copy-grained lru.
+  struct CopySlot {
+    uint64_t last_use = 0;  // read_tick_ of its write or last read; 0: no live copy here
+    uint32_t readers = 0;   // reads in flight of this copy
+    uint32_t blocks = 0;    // its value's 4 KiB blocks
+  };
+  // A copy gone from the index whose value space is still held.
+  struct Hole {
+    std::string key;
+    uint64_t gen = 0;
+    Placement placement;
+    ValueRange range;
+    bool forgotten = false;  // its tombstone is written (Remove); else evicted, not yet
+  };
   struct Unit {
     uint64_t bytes = 0;
     uint32_t live = 0;          // index entries pointing here
@@ -74,7 +97,10 @@ class DiskStoreImpl final : public DiskStore {
     bool doomed = false;        // out of the index (evicted / emptied): destroy when unread
     bool destroying = false;    // claimed by the one thread that destroys it
     std::shared_ptr<FileHandle> handle;
-    std::vector<std::string> keys;  // every key placed here (some may have moved on)
+    std::vector<std::string> keys;  // by slot, every key placed here (some may have moved on)
+    std::vector<CopySlot> slots;    // by slot (copy-grained lru only)
+    std::vector<Hole> holes;        // waiting for their slot's reads (copy-grained lru only)
+    uint64_t hole_bytes = 0;        // of holes queued or being given back, while not doomed
   };
   static constexpr size_t kShards = 16;
   // Open descriptors kept with units between reads (buckets): beyond this many, the oldest cached
@@ -86,9 +112,20 @@ class DiskStoreImpl final : public DiskStore {
   // With units_mu_ held: marks the unit doomed; true when the caller must destroy it now.
   bool DoomLocked(uint64_t unit_id, Unit& unit, bool destroy_now);
   // One index entry leaves a unit (with units_mu_ held). True: destroy it now.
-  bool ReleaseEntryLocked(uint64_t unit_id);
+  bool ReleaseEntryLocked(uint64_t unit_id, uint32_t slot);
   // Removes `key` if its entry still lives in `unit_id`; appends units to destroy.
   void DropEntry(std::string_view key, uint64_t unit_id, std::vector<uint64_t>* destroy);
+  // Copy-grained lru, with units_mu_ held. A copy entered (use != 0) or left its slot.
+  void NoteCopyLocked(Unit& unit, uint32_t slot, uint64_t size, uint64_t use);
+  void EndCopyLocked(Unit& unit, uint32_t slot);
+  // The unit's least recently used live copy: (use, slot).
+  static std::optional<std::pair<uint64_t, uint32_t>> OldestCopy(const Unit& unit);
+  void OrderUnitLocked(uint64_t unit_id, const Unit& unit);
+  // Queues the space of a copy gone from the index (unit not doomed).
+  void QueueHoleLocked(Unit& unit, Hole hole);
+  std::vector<StoredObject> SelectCopyVictims(uint64_t bytes);
+  // Gives back the holes no read holds (tombstones first). Counts the holes still read.
+  void ReleaseHoles(size_t* still_read);
   // The first error (every one is logged); the units leave units_ either way.
   Status DestroyUnits(const std::vector<uint64_t>& unit_ids);
 
@@ -112,6 +149,7 @@ class DiskStoreImpl final : public DiskStore {
   std::unique_ptr<Layout> layout_;
   const uint64_t capacity_;
   const bool direct_io_;
+  const bool evict_copies_;  // copy-grained lru
   RecoveryReport recovery_;
   bool loaded_ = false;  // LoadRecovery completed
 
@@ -125,6 +163,7 @@ class DiskStoreImpl final : public DiskStore {
   uint64_t read_tick_ = 0;
   size_t cached_handles_ = 0;           // units with a handle
   std::deque<uint64_t> handle_order_;   // units in the order their handle was cached
+  std::set<std::pair<uint64_t, uint64_t>> copy_order_;  // (bound of oldest use, unit id)
 };
 
 }  // namespace granary::disk

@@ -14,6 +14,8 @@
 //     Once it returned OK, no later Recover() lists anything of that unit (with sync_writes, even
 //     after a power loss). On error the unit may be partly there, and the index Forget()s what
 //     it held.
+//   - ReleaseSpace() (where ReleasesCopySpace()) gives back a forgotten copy's value space while
+//     its unit stays: the other copies of the unit keep their bytes and locations.
 //   - Forget() is how a copy leaves the disk while its unit stays (other live copies in it, reads
 //     in flight, or a Destroy that failed): once it returned OK, no later Recover() lists that
 //     copy. The index keeps the unit from Destroy() until Forget() returns.
@@ -59,6 +61,13 @@ struct Placement {
   uint64_t location = 0;
   uint64_t value_offset = 0;  // of the value inside the unit's file (4 KiB-aligned)
   uint64_t length = 0;        // what the object occupies (for a bucket: its share)
+  uint32_t slot = 0;          // its index in the unit (a bucket's slot; 0 in a one-copy unit)
+};
+
+// A value's bytes in its unit's file, 4 KiB-aligned at both ends.
+struct ValueRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
 };
 
 // A copy the index dropped (Remove, a replacing write, the loser of two recovered copies).
@@ -107,7 +116,9 @@ struct LayoutContext {
   bool direct_io = true;
   bool sync_writes = false;
   uint64_t salt = 0;  // seeds every on-disk checksum (record_format.h)
-  uint64_t bucket_max_bytes = 0;
+  uint64_t bucket_max_bytes = 0;       // when eviction takes copies (ReleasesCopySpace)...
+  uint64_t bucket_unit_max_bytes = 0;  // ...else (BucketBytes)
+  bool evict_copies = false;           // the policy takes copies where the layout can
   uint32_t bucket_max_keys = 0;
   uint64_t capacity = 0;  // offset: the file's size
 };
@@ -128,6 +139,12 @@ class Layout {
   virtual Status Destroy(uint64_t unit_id) = 0;
   // The first error; every copy is attempted.
   virtual Status Forget(std::span<const ForgottenCopy> copies) = 0;
+  // Whether ReleaseSpace gives a copy's space back while its unit stays (a bucket, on a
+  // filesystem that punches holes): then lru eviction can take copies instead of whole units.
+  virtual bool ReleasesCopySpace() const { return false; }
+  // Gives back the space of values of copies already forgotten (Forget returned OK) that no read
+  // uses: the ranges read as zeros afterwards. Returns the bytes given back (0 on error, logged).
+  virtual uint64_t ReleaseSpace(uint64_t unit_id, std::span<const ValueRange> ranges) { return 0; }
   // The budget the layout itself imposes (the offset file's size), or 0 for none.
   virtual uint64_t Capacity() const { return 0; }
   // At a clean close, with no read in flight and every doomed unit destroyed: `live` is all the

@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   schema.AddSize("disk_size", &c.disk_size,
                  "SSD tier: byte budget (0: 80% of the free space of disk_dir at start)");
   schema.AddString("disk_backend", &c.disk_backend, "SSD tier: bucket, file-per-key or offset");
-  schema.AddString("disk_eviction", &c.disk_eviction, "SSD tier: lru or fifo");
+  schema.AddString("disk_eviction", &c.disk_eviction, "SSD tier: lru (per copy), lru-units or fifo");
   schema.AddString("disk_io", &c.disk_io, "SSD tier: auto (io_uring where it works), uring or posix");
   schema.AddDurationMs("offload_interval", &c.offload_interval_ms,
                        "SSD tier: how often to ask the master what to copy to disk");

@@ -40,14 +40,15 @@ TEST_P(DiskStoreTest, WritesAndReadsBatchesByteExact) {
   EXPECT_LE(usage.used, usage.capacity);
 }
 
-// A bucket holds at most 1/1024 of the budget (not below 2 MiB), whatever bucket_max_bytes
-// says: on a small disk eviction then frees space in small steps.
+// Where eviction takes whole buckets (fifo here), a bucket holds at most 1/1024 of the budget
+// (not below 2 MiB), whatever bucket_max_bytes says: on a small disk eviction then frees space in
+// small steps. (Where it takes copies: disk_store_copy_eviction_test.cc.)
 TEST_P(DiskStoreTest, ABucketHoldsAtMostAShareOfTheBudget) {
   if (GetParam().backend != DiskBackend::kBucket) GTEST_SKIP() << "buckets only";
-  EXPECT_EQ(BucketBytes(1ull << 30, 256ull << 20), 2u << 20) << "the floor";
-  EXPECT_EQ(BucketBytes(4ull << 30, 256ull << 20), 4u << 20);
-  EXPECT_EQ(BucketBytes(4ull << 40, 256ull << 20), 256u << 20) << "bucket_max_bytes";
-  EXPECT_EQ(BucketBytes(4ull << 30, 64u << 10), 64u << 10);
+  EXPECT_EQ(BucketBytes(1ull << 30, 256ull << 20, false), 2u << 20) << "the floor";
+  EXPECT_EQ(BucketBytes(4ull << 30, 256ull << 20, false), 4u << 20);
+  EXPECT_EQ(BucketBytes(4ull << 40, 256ull << 20, false), 256u << 20) << "bucket_max_bytes";
+  EXPECT_EQ(BucketBytes(4ull << 30, 64u << 10, false), 64u << 10);
   const std::vector<size_t> sizes(96, 64 * 1024);  // 6 MiB in one batch
   for (const auto& [budget, files] : {std::pair<uint64_t, uint64_t>{1ull << 30, 3},  // 32 a bucket
                                       std::pair<uint64_t, uint64_t>{4ull << 30, 2}}) {  // 64
