@@ -149,8 +149,9 @@ int main(int argc, char** argv) {
   trace->add_option("--disk-tokens", tro.disk_tokens,
                     "with --simulate: a disk tier of this many tokens beside memory (0: none)")
       ->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
-  trace->add_option("--disk-eviction", tro.disk_eviction, "with --disk-tokens: lru or fifo")
-      ->capture_default_str()->check(CLI::IsMember({"lru", "fifo"}));
+  trace->add_option("--disk-eviction", tro.disk_eviction,
+                    "with --disk-tokens: lru (per copy on buckets), lru-units or fifo")
+      ->capture_default_str()->check(CLI::IsMember({"lru", "lru-units", "fifo"}));
   trace->add_option("--disk-backend", tro.disk_backend,
                     "with --disk-tokens: bucket (units of 500 copies) or file (one copy a unit)")
       ->capture_default_str()->check(CLI::IsMember({"bucket", "file"}));

@@ -260,7 +260,8 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
   if (o.disk_tokens > 0) {
     disk.emplace();
     disk->capacity_bytes = o.disk_tokens * o.bytes_per_token;  // as bench/disk.sh sizes the disk
-    disk->lru_eviction = o.disk_eviction == "lru";
+    disk->lru_eviction = o.disk_eviction != "fifo";
+    disk->copy_eviction = o.disk_eviction == "lru" && o.disk_backend == "bucket";
     disk->unit_max_keys = o.disk_backend == "bucket" ? 500 : 1;
     disk->unit_max_bytes = o.disk_bucket_bytes;
     disk->promote_after = o.promote_after;

@@ -25,7 +25,8 @@ SimDiskTier::SimDiskTier(master::MasterState* state, std::string node_id, SimDis
       unit_max_bytes_(options.unit_max_bytes
                           ? options.unit_max_bytes
                           : disk::BucketBytes(options.capacity_bytes,
-                                              disk::DiskStoreOptions{}.bucket_max_bytes)),
+                                              disk::DiskStoreOptions{}.bucket_max_bytes,
+                                              options.copy_eviction)),
       planner_(state, master::OffloadPolicy{options.persistence,
                                             master::OffloadPolicy{}.offload_watermark}),
       promotions_(options.promote_after) {}
@@ -157,6 +158,7 @@ size_t SimDiskTier::Promote() {
 // DiskTier::MakeRoom: whole units by the policy until the estimate fits; the master stops
 // naming their copies (DiskDrop) before the space is reused.
 void SimDiskTier::MakeRoom(uint64_t bytes) {
+  if (options_.copy_eviction) return MakeRoomByCopies(bytes);
   const uint64_t free_bytes = options_.capacity_bytes > used_ ? options_.capacity_bytes - used_ : 0;
   if (free_bytes >= bytes) return;
   uint64_t needed = bytes - free_bytes, freed = 0;
@@ -199,6 +201,11 @@ uint64_t SimDiskTier::Write(const std::string& key, uint64_t size) {
   Unit& unit = units_[open_unit_];
   const uint64_t location = (open_unit_ << kSlotBits) | unit.slots++;
   unit.data_bytes += aligned;
+  if (options_.copy_eviction) {
+    unit.aligned[location] = aligned;
+    copy_use_[location] = unit.stamp;  // the store stamps a write's copies at its commit
+    copy_order_.emplace(unit.stamp, location);
+  }
   unit.live.emplace_back(key, location);
   const uint64_t used = StoredBytes(key, size);
   unit.bytes += used;
@@ -214,6 +221,7 @@ void SimDiskTier::Forget(const std::string& key, uint64_t location) {
   auto unit = units_.find(location >> kSlotBits);
   if (unit == units_.end()) return;
   auto& live = unit->second.live;
+  if (options_.copy_eviction) return DropCopy(location);
   live.erase(std::remove_if(live.begin(), live.end(),
                             [&](const auto& kl) { return kl.second == location; }),
              live.end());
@@ -228,11 +236,69 @@ void SimDiskTier::Forget(const std::string& key, uint64_t location) {
 
 void SimDiskTier::Touch(uint64_t location) {
   if (!options_.lru_eviction) return;
+  if (options_.copy_eviction) {
+    auto use = copy_use_.find(location);
+    if (use == copy_use_.end()) return;
+    copy_order_.erase({use->second, location});
+    use->second = ++use_tick_;
+    copy_order_.emplace(use->second, location);
+    return;
+  }
   auto unit = units_.find(location >> kSlotBits);
   if (unit == units_.end()) return;
   order_.erase({unit->second.stamp, unit->first});
   unit->second.stamp = ++use_tick_;
   order_.emplace(use_tick_, unit->first);
+}
+
+void SimDiskTier::DropCopy(uint64_t location) {
+  if (auto use = copy_use_.find(location); use != copy_use_.end()) {
+    copy_order_.erase({use->second, location});
+    copy_use_.erase(use);
+  }
+  auto unit = units_.find(location >> kSlotBits);
+  if (unit == units_.end()) return;
+  Unit& u = unit->second;
+  std::erase_if(u.live, [&](const auto& kl) { return kl.second == location; });
+  if (u.live.empty()) {  // its last copy: the unit goes whole
+    if (unit->first == open_unit_) open_unit_ = 0;
+    order_.erase({u.stamp, unit->first});
+    used_ -= u.bytes;
+    units_.erase(unit);
+    return;
+  }
+  auto aligned = u.aligned.find(location);
+  if (aligned == u.aligned.end()) return;
+  u.bytes -= aligned->second;  // the punched value; its metadata entry stays with the unit
+  used_ -= aligned->second;
+  u.aligned.erase(aligned);
+}
+
+// DiskStoreImpl::SelectCopyVictims: the least recently used copies until the estimate fits,
+// never one of this round's units; DiskDrop before the space is reused.
+void SimDiskTier::MakeRoomByCopies(uint64_t bytes) {
+  master::DiskDropOp drop{node_id_, {}, {}};
+  for (auto next = copy_order_.begin();
+       options_.capacity_bytes - std::min(used_, options_.capacity_bytes) < bytes &&
+       next != copy_order_.end();) {
+    const uint64_t location = next->second;
+    ++next;
+    if ((location >> kSlotBits) >= round_first_unit_) continue;  // this round's: not evictable
+    auto unit = units_.find(location >> kSlotBits);
+    if (unit == units_.end()) continue;
+    for (const auto& [key, at] : unit->second.live) {
+      if (at != location) continue;
+      drop.keys.push_back(key);
+      drop.locations.push_back(location);
+      if (auto copy = index_.find(key); copy != index_.end() && copy->second == location) {
+        index_.erase(copy);
+      }
+      break;
+    }
+    counters_.disk_evicted++;
+    DropCopy(location);  // erases `location` from copy_order_: `next` is already past it
+  }
+  if (!drop.keys.empty()) state_->DiskDrop(std::move(drop));
 }
 
 }  // namespace granary::bench

@@ -14,7 +14,8 @@
 // so this is the pace at which offload keeps up, not a flat-out replay. The caller runs the
 // intervals (trace_sim.cc: at request arrivals, at most one per arrival).
 // The disk: units of up to unit_max_keys copies written together (the bucket backend's bucket,
-// or 1 for file-per-key); a removed copy's space comes back only with its unit, as in a bucket.
+// or 1 for file-per-key); a removed copy's space comes back only with its unit, as in a bucket,
+// unless copy_eviction (then with the copy, as the store's punched holes give it back).
 // Ownership: borrows the state for its lifetime. Thread safety: one thread.
 #pragma once
 
@@ -35,7 +36,11 @@ namespace granary::bench {
 
 struct SimDiskOptions {
   uint64_t capacity_bytes = 0;
-  bool lru_eviction = true;         // the node's --disk-eviction: lru, else fifo
+  bool lru_eviction = true;         // the node's --disk-eviction: lru (or lru-units), else fifo
+  // lru per copy (the bucket backend's lru where the filesystem punches holes): the least
+  // recently used copy goes, its value's space back at once, its unit's header and entry stay
+  // until the unit's last copy goes. False: lru over whole units (lru-units).
+  bool copy_eviction = false;
   uint32_t unit_max_keys = 500;     // bucket backend: 500 (disk_store.h); file-per-key: 1
   uint64_t unit_max_bytes = 0;      // of values; 0: the bucket backend's for this capacity
   uint32_t round_max_keys = 500;    // DiskTierOptions::offload_max_keys
@@ -76,6 +81,7 @@ class SimDiskTier {
     uint32_t slots = 0;                                   // copies written into it
     uint64_t data_bytes = 0;                              // their values, 4 KiB-aligned
     std::vector<std::pair<std::string, uint64_t>> live;   // (key, location) still indexed
+    std::unordered_map<uint64_t, uint64_t> aligned;       // copy_eviction: location -> value bytes
     uint64_t stamp = 0;                                   // order of eviction, lowest first
   };
   // Returns the number of copies written, promoted or deleted (0: an idle round).
@@ -86,6 +92,9 @@ class SimDiskTier {
   uint64_t Write(const std::string& key, uint64_t size);  // the copy's location
   void Forget(const std::string& key, uint64_t location);
   void Touch(uint64_t location);
+  // copy_eviction: the copy leaves its unit and gives its value's space back.
+  void DropCopy(uint64_t location);
+  void MakeRoomByCopies(uint64_t bytes);
 
   master::MasterState* state_;
   const std::string node_id_;
@@ -103,6 +112,8 @@ class SimDiskTier {
   std::map<uint64_t, Unit> units_;
   std::set<std::pair<uint64_t, uint64_t>> order_;  // (stamp, unit id)
   std::unordered_map<std::string, uint64_t> index_;  // key -> its copy's location
+  std::set<std::pair<uint64_t, uint64_t>> copy_order_;  // copy_eviction: (last use, location)
+  std::unordered_map<uint64_t, uint64_t> copy_use_;     // copy_eviction: location -> last use
   SimDiskCounters counters_;
 };
 
