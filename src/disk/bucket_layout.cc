@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -178,8 +179,22 @@ class BucketLayout final : public Layout {
       return 0;  // ENOENT: the bucket went meanwhile, and its space with it
     }
     FileHandle file(fd);
+    // Neighbours in one call: copies written together are often evicted together, and a punch
+    // costs about 130 us a call on this VM's ext4 however little it frees.
+    std::vector<ValueRange> merged(ranges.begin(), ranges.end());
+    std::sort(merged.begin(), merged.end(),
+              [](const ValueRange& a, const ValueRange& b) { return a.offset < b.offset; });
+    size_t kept = 0;
+    for (size_t i = 0; i < merged.size(); ++i) {
+      if (kept > 0 && merged[kept - 1].offset + merged[kept - 1].length == merged[i].offset) {
+        merged[kept - 1].length += merged[i].length;
+      } else {
+        merged[kept++] = merged[i];
+      }
+    }
+    merged.resize(kept);
     uint64_t freed = 0;
-    for (const ValueRange& r : ranges) {
+    for (const ValueRange& r : merged) {
       if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(r.offset),
                       static_cast<off_t>(r.length)) != 0) {
         GLOG_WARN("disk tier: freeing {} bytes of {}: {}", r.length, DataPath(unit_id), std::strerror(errno));
