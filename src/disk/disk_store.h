@@ -20,11 +20,13 @@
 //   - Remove(key, location) drops the copy from the index now and from the disk before it
 //     returns: once it has returned OK, no later Open() lists or serves that copy (with
 //     sync_writes even after a power loss, else after a crash of the process). Its space is
-//     freed once no read is using it. When that durable step fails (an I/O error), the copy is
+//     freed once no read is using it (for a copy whose bucket stays, under lru, by the next
+//     ReclaimVictims). When that durable step fails (an I/O error), the copy is
 //     still out of the index and the error says it may come back at the next open.
 //   - Eviction is two-phase, because the node must tell the master before bytes disappear:
 //     SelectVictims(bytes) picks by the policy (fifo: oldest file first; lru: least recently
-//     written or read copy first; lru-units: file first), drops their objects from the index
+//     written or read copy first; lru-units: least recently used file first), drops their
+//     objects from the index
 //     without any I/O and returns them; ReclaimVictims(max_wait) then waits (bounded) for reads
 //     still using them, closes their handles and deletes them, or, for a copy evicted from a
 //     bucket that keeps others, writes its tombstone and punches its value out of the file.
@@ -82,7 +84,9 @@ struct DiskStoreOptions {
   uint64_t max_object_size = 1ull << 30;     // larger values are refused (INVALID_PARAMS)
   bool direct_io = true;     // O_DIRECT where the filesystem supports it (buffered otherwise)
   bool sync_writes = false;  // fdatasync before an object is reported written (power loss)
-  // Test hook: called by Read() after it has pinned the files it will read, before any I/O.
+  // Test hooks: called by Read() after its index lookups, before it pins the files it will read;
+  // and after it has pinned them, before any I/O.
+  std::function<void()> test_hook_after_lookup;
   std::function<void()> test_hook_after_pin;
 };
 
@@ -128,7 +132,7 @@ struct DiskUsage {
   uint64_t used = 0;        // bytes of files held, including those waiting to be reclaimed
   uint64_t reclaiming = 0;  // of used: evicted or removed, waiting for reads or ReclaimVictims
   uint64_t objects = 0;
-  uint64_t files = 0;       // units of eviction: buckets, files or offset records
+  uint64_t files = 0;       // units: buckets, files or offset records
 };
 
 struct RecoveryReport {

@@ -3,6 +3,7 @@
 // holes given back once their tombstones are written and no read of their copy is in flight.
 // Called only when evict_copies_ (the helpers return at once otherwise).
 #include <algorithm>
+#include <unordered_map>
 
 #include "common/logging.h"
 #include "disk/disk_store_impl.h"
@@ -51,6 +52,7 @@ std::vector<StoredObject> DiskStoreImpl::SelectCopyVictims(uint64_t bytes) {
   {
     std::lock_guard lock(units_mu_);
     uint64_t freed = 0;
+    std::unordered_map<uint64_t, uint64_t> counted;  // per unit, its copies this call counted
     while (freed < bytes && !copy_order_.empty()) {
       const auto [bound, id] = *copy_order_.begin();
       copy_order_.erase(copy_order_.begin());
@@ -68,10 +70,13 @@ std::vector<StoredObject> DiskStoreImpl::SelectCopyVictims(uint64_t bytes) {
       const std::string& key = slot < unit.keys.size() ? unit.keys[slot] : std::string();
       victims.push_back(Victim{id, slot, key});
       if (auto next = OldestCopy(unit)) {
-        freed += uint64_t{unit.slots[slot].blocks} * kBlockSize;
+        const uint64_t value = uint64_t{unit.slots[slot].blocks} * kBlockSize;
+        freed += value;
+        counted[id] += value;
         copy_order_.emplace(next->first, id);
-      } else {
-        freed += unit.bytes - unit.hole_bytes;  // its last copy: the unit goes whole
+      } else {  // its last copy: the unit goes whole, less what this call counted of it already
+        const uint64_t held = unit.bytes > unit.hole_bytes ? unit.bytes - unit.hole_bytes : 0;
+        freed += held > counted[id] ? held - counted[id] : 0;
       }
     }
   }
@@ -80,7 +85,7 @@ std::vector<StoredObject> DiskStoreImpl::SelectCopyVictims(uint64_t bytes) {
     Shard& shard = ShardOf(v.key);
     std::lock_guard shard_lock(shard.mu);
     auto it = shard.entries.find(v.key);
-    // Removed or replaced meanwhile: whoever did it gives the space back.
+    // Removed or replaced meanwhile (their caller queues the hole), or dropped after a failed read.
     if (it == shard.entries.end() || it->second.placement.unit_id != v.unit_id ||
         it->second.placement.slot != v.slot) {
       continue;
@@ -105,61 +110,103 @@ std::vector<StoredObject> DiskStoreImpl::SelectCopyVictims(uint64_t bytes) {
   return evicted;
 }
 
-void DiskStoreImpl::ReleaseHoles(size_t* still_read) {
+Status DiskStoreImpl::ReleaseHoles() {
+  // A claimed hole pins its unit as a read would, so the unit is not destroyed while its
+  // tombstones are appended (Layout::Forget's contract) or its holes punched.
   struct Claimed {
     uint64_t unit_id;
-    std::vector<Hole> holes;
+    Hole hole;
   };
-  std::vector<Claimed> claimed;
+  std::vector<Claimed> claimed;  // grouped by unit
+  std::vector<uint64_t> pinned;
   {
     std::lock_guard lock(units_mu_);
     for (auto& [id, unit] : units_) {
       if (unit.holes.empty() || unit.doomed) continue;
-      Claimed c{id, {}};
       std::vector<Hole> waiting;
+      const size_t before = claimed.size();
       for (Hole& h : unit.holes) {
         const bool read = h.placement.slot < unit.slots.size() && unit.slots[h.placement.slot].readers > 0;
-        (read ? waiting : c.holes).push_back(std::move(h));
+        if (read) {
+          waiting.push_back(std::move(h));
+        } else {
+          claimed.push_back(Claimed{id, std::move(h)});
+        }
       }
-      *still_read += waiting.size();
       unit.holes = std::move(waiting);
-      if (!c.holes.empty()) claimed.push_back(std::move(c));
+      if (claimed.size() > before) {
+        unit.readers++;
+        pinned.push_back(id);
+      }
     }
   }
-  if (claimed.empty()) return;
-  // Tombstones of the evicted copies first (one append): a hole over a copy recovery would still
-  // list would make it a torn copy, not a gone one.
-  std::vector<ForgottenCopy> unforgotten;
-  for (const Claimed& c : claimed) {
-    for (const Hole& h : c.holes) {
+  Status first = Status::Ok();
+  // In chunks: the tombstones of one chunk fit the log's reserve (a full filesystem still takes
+  // them), and each chunk's punches give space back before the next appends.
+  for (size_t begin = 0; begin < claimed.size(); begin += kHolesPerAppend) {
+    const size_t end = std::min(claimed.size(), begin + kHolesPerAppend);
+    std::vector<ForgottenCopy> unforgotten;
+    for (size_t i = begin; i < end; ++i) {
+      const Hole& h = claimed[i].hole;
       if (!h.forgotten) unforgotten.push_back(ForgottenCopy{h.key, h.gen, h.placement});
     }
-  }
-  Status forgot = layout_->Forget(unforgotten);
-  if (!forgot.ok()) GLOG_WARN("disk tier: evicted copies keep their space (they may come back at the next open): {}", forgot.ToString());
-  for (const Claimed& c : claimed) {
-    std::vector<ValueRange> ranges;
-    uint64_t claimed_bytes = 0;
-    for (const Hole& h : c.holes) {
-      claimed_bytes += h.range.length;
-      if (h.forgotten || forgot.ok()) ranges.push_back(h.range);
+    const Status forgot = layout_->Forget(unforgotten);
+    if (!forgot.ok() && first.ok()) first = forgot;
+    for (size_t run = begin; run < end;) {
+      const uint64_t id = claimed[run].unit_id;
+      size_t run_end = run;
+      std::vector<ValueRange> ranges;
+      uint64_t released_bytes = 0;  // asked to be punched: no longer waiting either way
+      while (run_end < end && claimed[run_end].unit_id == id) {
+        const Hole& h = claimed[run_end].hole;
+        if (h.forgotten || forgot.ok()) {
+          ranges.push_back(h.range);
+          released_bytes += h.range.length;
+        }
+        ++run_end;
+      }
+      const uint64_t given_back = layout_->ReleaseSpace(id, ranges);
+      std::lock_guard lock(units_mu_);
+      auto it = units_.find(id);
+      if (it != units_.end()) {
+        Unit& unit = it->second;
+        const uint64_t freed = std::min(given_back, unit.bytes);
+        unit.bytes -= freed;
+        used_ -= freed;
+        if (unit.doomed) {
+          reclaiming_ -= freed;  // doomed meanwhile: all of unit.bytes was being reclaimed
+        } else {
+          unit.hole_bytes -= released_bytes;
+          reclaiming_ -= released_bytes;
+          // Not tombstoned (the append failed): queued again, still charged, for a later call.
+          for (size_t i = run; i < run_end; ++i) {
+            if (!claimed[i].hole.forgotten && !forgot.ok()) unit.holes.push_back(std::move(claimed[i].hole));
+          }
+        }
+      }
+      run = run_end;
     }
-    const uint64_t given_back = layout_->ReleaseSpace(c.unit_id, ranges);
+  }
+  std::vector<uint64_t> destroy;
+  {
     std::lock_guard lock(units_mu_);
-    auto it = units_.find(c.unit_id);
-    if (it == units_.end()) continue;  // destroyed meanwhile, and all its space with it
-    Unit& unit = it->second;
-    const uint64_t freed = std::min(given_back, unit.bytes);
-    unit.bytes -= freed;
-    used_ -= freed;
-    if (unit.doomed) {
-      reclaiming_ -= freed;  // doomed meanwhile: all of unit.bytes was being reclaimed
-    } else {
-      unit.hole_bytes -= claimed_bytes;
-      reclaiming_ -= claimed_bytes;
+    for (uint64_t id : pinned) {
+      auto it = units_.find(id);
+      if (it == units_.end()) continue;
+      Unit& unit = it->second;
+      unit.readers--;
+      if (unit.readers == 0 && unit.doomed && !unit.destroying) {
+        unit.destroying = true;
+        destroy.push_back(id);
+      }
     }
     units_cv_.notify_all();
   }
+  (void)DestroyUnits(destroy);
+  if (!first.ok()) {
+    GLOG_WARN("disk tier: evicted copies keep their space until their tombstones are written: {}", first.ToString());
+  }
+  return first;
 }
 
 }  // namespace granary::disk

@@ -408,6 +408,7 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
     candidates.push_back(Pinned{i, entry, nullptr});
   }
 
+  if (options_.test_hook_after_lookup && !candidates.empty()) options_.test_hook_after_lookup();
   std::vector<Pinned> pinned;
   {
     std::lock_guard lock(units_mu_);
@@ -668,13 +669,21 @@ std::vector<StoredObject> DiskStoreImpl::SelectVictims(uint64_t bytes) {
 Status DiskStoreImpl::ReclaimVictims(std::chrono::milliseconds max_wait) {
   const auto deadline = std::chrono::steady_clock::now() + max_wait;
   while (true) {
+    Status holes = evict_copies_ ? ReleaseHoles() : Status::Ok();
     std::vector<uint64_t> destroy;
     size_t still_read = 0;
-    if (evict_copies_) ReleaseHoles(&still_read);
+    bool holes_ready = false;  // a hole's reads ended since ReleaseHoles looked
     {
       std::unique_lock lock(units_mu_);
       for (auto& [id, unit] : units_) {
-        if (!unit.doomed || unit.destroying) continue;
+        if (!unit.doomed) {
+          for (const Hole& h : unit.holes) {
+            const bool read = h.placement.slot < unit.slots.size() && unit.slots[h.placement.slot].readers > 0;
+            read ? (void)++still_read : (void)(holes_ready = true);
+          }
+          continue;
+        }
+        if (unit.destroying) continue;
         if (unit.readers == 0) {
           unit.destroying = true;
           destroy.push_back(id);
@@ -682,7 +691,8 @@ Status DiskStoreImpl::ReclaimVictims(std::chrono::milliseconds max_wait) {
           ++still_read;
         }
       }
-      if (destroy.empty() && still_read > 0) {
+      // Checked under the lock the readers unpin under: no wakeup is missed.
+      if (holes.ok() && destroy.empty() && !holes_ready && still_read > 0) {
         if (units_cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
           return Status(ErrorCode::OBJECT_HAS_LEASE,
                         std::to_string(still_read) + " evicted disk file(s) or copies still being read after " +
@@ -692,7 +702,8 @@ Status DiskStoreImpl::ReclaimVictims(std::chrono::milliseconds max_wait) {
       }
     }
     (void)DestroyUnits(destroy);
-    if (still_read == 0) return Status::Ok();
+    if (!holes.ok()) return holes;  // what could not be tombstoned stays queued for a later call
+    if (still_read == 0 && !holes_ready) return Status::Ok();
   }
 }
 

@@ -124,8 +124,10 @@ class DiskStoreImpl final : public DiskStore {
   // Queues the space of a copy gone from the index (unit not doomed).
   void QueueHoleLocked(Unit& unit, Hole hole);
   std::vector<StoredObject> SelectCopyVictims(uint64_t bytes);
-  // Gives back the holes no read holds (tombstones first). Counts the holes still read.
-  void ReleaseHoles(size_t* still_read);
+  // Gives back the holes no read holds (tombstones first); a hole whose tombstone could not be
+  // written is queued again. The first error.
+  Status ReleaseHoles();
+  static constexpr size_t kHolesPerAppend = 1024;  // 48 KiB of tombstones: within the log's reserve
   // The first error (every one is logged); the units leave units_ either way.
   Status DestroyUnits(const std::vector<uint64_t>& unit_ids);
 

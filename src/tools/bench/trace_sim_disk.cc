@@ -155,7 +155,7 @@ size_t SimDiskTier::Promote() {
   return promoted;
 }
 
-// DiskTier::MakeRoom: whole units by the policy until the estimate fits; the master stops
+// DiskTier::MakeRoom without copy_eviction: whole units by the policy until the estimate fits; the master stops
 // naming their copies (DiskDrop) before the space is reused.
 void SimDiskTier::MakeRoom(uint64_t bytes) {
   if (options_.copy_eviction) return MakeRoomByCopies(bytes);

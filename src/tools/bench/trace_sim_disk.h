@@ -9,7 +9,8 @@
 // on the disk by its eviction policy, never taking a unit of this round (the store's committing
 // ones), with DiskDrop told to the master before the space is reused, and the copies are reported
 // (DemoteEnd). A read answered from disk
-// touches the copy's unit (lru) and is counted by the promotion tracker, as the service counts it.
+// touches the copy (copy_eviction) or its unit (lru) and is counted by the promotion tracker, as
+// the service counts it.
 // What is not modelled: bytes, I/O time and the offload bandwidth. A round takes no trace time,
 // so this is the pace at which offload keeps up, not a flat-out replay. The caller runs the
 // intervals (trace_sim.cc: at request arrivals, at most one per arrival).
