@@ -187,6 +187,7 @@ struct DiskBenchOptions {
   uint32_t batch = 32;
   std::string bytes = "512MiB";  // written per case
   double seconds = 2;                    // of reads per case
+  std::string eviction = "lru";  // the node's default: it decides the bucket backend's bucket size
   std::string json_path;
 };
 int RunDiskBench(const DiskBenchOptions& options);

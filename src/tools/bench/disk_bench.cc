@@ -47,6 +47,7 @@ DiskCase RunCase(const DiskBenchOptions& o, uint64_t bytes, disk::DiskBackend ba
     so.backend = backend;
     so.io = io;
     so.disk_size = count * (disk::AlignUp(size) + 8192) + (64ull << 20);
+    if (auto policy = disk::ParseEvictionPolicy(o.eviction); policy.ok()) so.eviction = *policy;
     auto store = disk::DiskStore::Open(so);
     if (!store.ok()) {
       out.error = store.status().ToString();
@@ -140,7 +141,7 @@ int RunDiskBench(const DiskBenchOptions& o) {
         if (!c.error.empty()) std::printf("  error: %s\n", c.error.c_str());
         if (c.read_errors) std::printf("  read errors: %llu\n", static_cast<unsigned long long>(c.read_errors));
         failures += !c.error.empty() || c.read_errors > 0;
-        json.push_back({{"backend", backend_name}, {"io", io_name}, {"size", *size}, {"batch", o.batch},
+        json.push_back({{"backend", backend_name}, {"io", io_name}, {"size", *size}, {"batch", o.batch}, {"eviction", o.eviction},
                         {"objects", c.objects}, {"write_gbps", c.write_gbps}, {"read_gbps", c.read_gbps},
                         {"read_errors", c.read_errors}, {"error", c.error}});
       }

@@ -179,6 +179,10 @@ int main(int argc, char** argv) {
   disk->add_option("--bytes", dko.bytes, "bytes written per case")->capture_default_str();
   disk->add_option("--seconds", dko.seconds, "duration of each read case")->capture_default_str()
       ->check(CLI::Range(0.1, 600.0));
+  disk->add_option("--eviction", dko.eviction,
+                   "the store's eviction policy (lru: buckets up to 500 objects; lru-units, fifo: "
+                   "buckets of 1/1024 of the budget)")
+      ->capture_default_str()->check(CLI::IsMember({"lru", "lru-units", "fifo"}));
   disk->add_option("--json", dko.json_path, "also write the results as JSON to this file");
 
   DiskHitBenchOptions dho;
