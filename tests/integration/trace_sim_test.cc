@@ -134,18 +134,22 @@ TEST(TraceSimulation, AFullDiskEvictsAndTellsTheMaster) {
   // Room on disk for one prompt's two copies, not both: the second prompt's offload evicts the
   // first's unit, and the master, told (DiskDrop), stops naming those copies: the third request
   // misses instead of reading a copy the disk no longer has.
-  std::string output;
-  auto rows = SimulateByPolicy("--disk-tokens 1536 --disk-eviction fifo", &output);
-  ASSERT_EQ(rows.size(), 5u) << output;
-  for (const char* policy : {"lru", "s3fifo", "prefix"}) {
-    EXPECT_GT(rows[policy]["disk_evicted"].get<uint64_t>(), 0u) << policy << output;
-    EXPECT_EQ(rows[policy]["disk_lost"], 0u) << policy << output;
+  // The same whether the disk evicts whole units (fifo, lru-units) or copies (lru on buckets:
+  // a copy's space back, its unit kept).
+  for (const char* eviction : {"fifo", "lru-units", "lru"}) {
+    std::string output;
+    auto rows = SimulateByPolicy(std::string("--disk-tokens 1536 --disk-eviction ") + eviction, &output);
+    ASSERT_EQ(rows.size(), 5u) << output;
+    for (const char* policy : {"lru", "s3fifo", "prefix"}) {
+      EXPECT_GT(rows[policy]["disk_evicted"].get<uint64_t>(), 0u) << eviction << " " << policy << output;
+      EXPECT_EQ(rows[policy]["disk_lost"], 0u) << eviction << " " << policy << output;
+    }
+    // Below what each gets from a disk with room for all (ADiskTierKeepsWhatMemoryEvicts).
+    for (const char* policy : {"lru", "s3fifo"}) {
+      EXPECT_LT(rows[policy]["hit_rate"].get<double>(), 3072.0 / 5120) << eviction << " " << policy << output;
+    }
+    EXPECT_LT(rows["prefix"]["hit_rate"].get<double>(), 2048.0 / 5120) << eviction << output;
   }
-  // Below what each gets from a disk with room for all (ADiskTierKeepsWhatMemoryEvicts).
-  for (const char* policy : {"lru", "s3fifo"}) {
-    EXPECT_LT(rows[policy]["hit_rate"].get<double>(), 3072.0 / 5120) << policy << output;
-  }
-  EXPECT_LT(rows["prefix"]["hit_rate"].get<double>(), 2048.0 / 5120) << output;
 }
 
 TEST(TraceSimulation, AMalformedTraceOrUnknownPolicyIsAClearError) {
