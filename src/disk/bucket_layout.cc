@@ -535,8 +535,26 @@ Result<LayoutRecovery> BucketLayout::Recover() {
     RecoveredUnit unit;
     unit.unit_id = id;
     // What the data file holds on disk: the values eviction punched out of it no longer count.
-    const uint64_t data_bytes = std::min(static_cast<uint64_t>(data_st.st_size),
-                                         static_cast<uint64_t>(data_st.st_blocks) * 512);
+    uint64_t data_bytes = std::min(static_cast<uint64_t>(data_st.st_size),
+                                   static_cast<uint64_t>(data_st.st_blocks) * 512);
+    if (ctx_.evict_copies && punches_holes_ && !applied.empty()) {
+      // More than its live values: copies tombstoned but never punched (a crash in between, or
+      // a remove the store had not reclaimed yet). Their tombstones are read back: punched now.
+      uint64_t live_bytes = 0;
+      std::vector<ValueRange> dead;
+      for (size_t slot = 0; slot < meta->entries.size(); ++slot) {
+        const BucketEntry& e = meta->entries[slot];
+        if (removed[slot]) {
+          dead.push_back(ValueRange{e.offset, AlignUp(e.size)});
+        } else {
+          live_bytes += AlignUp(e.size);
+        }
+      }
+      if (data_bytes > live_bytes && ReleaseSpace(id, dead) > 0 && ::stat(data_path.c_str(), &data_st) == 0) {
+        data_bytes = std::min(static_cast<uint64_t>(data_st.st_size),
+                              static_cast<uint64_t>(data_st.st_blocks) * 512);
+      }
+    }
     unit.bytes = data_bytes + static_cast<uint64_t>(meta_st.st_size);
     for (size_t slot = 0; slot < meta->entries.size(); ++slot) {
       if (removed[slot]) continue;

@@ -32,6 +32,37 @@ class CopyEvictionTest : public DiskStoreTest {
     return o;
   }
   static std::vector<size_t> Eight() { return std::vector<size_t>(8, kValue); }
+  // One read of a copy, on its own thread, held at a test hook of the store (after its lookup or
+  // after its pin: install Hook() there) from Start() until Finish().
+  struct HeldRead {
+    std::shared_ptr<ReadGate> gate = std::make_shared<ReadGate>();
+    std::atomic<bool> armed{false};
+    AlignedBuffer buffer{DiskStore::ReadBufferSize(kValue)};
+    ReadResult result;
+    std::thread reader;
+    std::function<void()> Hook() {
+      return [this] {
+        if (armed.exchange(false)) gate->Arrive();
+      };
+    }
+    void Start(DiskStore& store, const StoredObject& copy) {
+      armed = true;
+      reader = std::thread([this, &store, key = copy.key, location = copy.location] {
+        ReadRequest r{key, location, buffer.span()};
+        result = store.Read(std::span(&r, 1))[0];
+      });
+      gate->WaitArrived();
+    }
+    void Finish() {
+      gate->Release();
+      if (reader.joinable()) reader.join();
+    }
+    ~HeldRead() { Finish(); }
+    bool GotBytesOf(const std::string& key) const {
+      auto want = ValueFor(key, 1, kValue);
+      return result.status.ok() && std::memcmp(buffer.data(), want.data(), want.size()) == 0;
+    }
+  };
   static std::vector<StoredObject> Without(std::vector<StoredObject> objects, const std::string& key) {
     std::erase_if(objects, [&](const StoredObject& o) { return o.key == key; });
     return objects;
@@ -134,23 +165,14 @@ TEST_P(CopyEvictionTest, AnEvictedCopyStaysGoneAfterACloseOrACrash) {
 // the read that was in flight gets the copy's bytes.
 TEST_P(CopyEvictionTest, AnEvictedCopysSpaceWaitsForItsReadInFlight) {
   if (!CopyGrained()) GTEST_SKIP() << "bucket backend on a filesystem that punches holes only";
-  auto gate = std::make_shared<ReadGate>();
-  std::atomic<bool> armed{false};
+  std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
+  HeldRead held;
   DiskStoreOptions o = LruOptions();
-  o.test_hook_after_pin = [gate, &armed] {
-    if (armed.exchange(false)) gate->Arrive();
-  };
-  auto store = Open(o);
+  o.test_hook_after_pin = held.Hook();
+  store = Open(o);
   ASSERT_TRUE(store);
   auto a = WriteAll(*store, "A", Eight());
-  armed = true;
-  AlignedBuffer buffer(DiskStore::ReadBufferSize(kValue));
-  ReadResult result;
-  std::thread reader([&] {
-    ReadRequest r{"A1", a[1].location, buffer.span()};
-    result = store->Read(std::span(&r, 1))[0];
-  });
-  gate->WaitArrived();
+  held.Start(*store, a[1]);
   // Everything else used after A1's read began: A1 is the least recently used, while read.
   auto b = WriteAll(*store, "B", Eight());
   ExpectReadable(*store, Without(a, "A1"));
@@ -161,11 +183,8 @@ TEST_P(CopyEvictionTest, AnEvictedCopysSpaceWaitsForItsReadInFlight) {
   Status st = store->ReclaimVictims(std::chrono::milliseconds(100));
   EXPECT_EQ(st.code(), ErrorCode::OBJECT_HAS_LEASE) << st.ToString();
   EXPECT_EQ(store->Usage().used, used) << "not given back under the read";
-  gate->Release();
-  reader.join();
-  ASSERT_TRUE(result.status.ok()) << result.status.ToString();
-  auto want = ValueFor("A1", 1, kValue);
-  EXPECT_EQ(0, std::memcmp(buffer.data(), want.data(), want.size()));
+  held.Finish();
+  EXPECT_TRUE(held.GotBytesOf("A1")) << held.result.status.ToString();
   ASSERT_TRUE(store->ReclaimVictims(std::chrono::milliseconds(1000)).ok());
   EXPECT_EQ(store->Usage().used, used - kValue);
   ExpectReadable(*store, Without(a, "A1"));
@@ -176,56 +195,37 @@ TEST_P(CopyEvictionTest, AnEvictedCopysSpaceWaitsForItsReadInFlight) {
 // back, must find it gone: a miss, never the zeros of the hole.
 TEST_P(CopyEvictionTest, ACopyEvictedBetweenItsLookupAndItsPinIsAMissNotAHole) {
   if (!CopyGrained()) GTEST_SKIP() << "bucket backend on a filesystem that punches holes only";
-  auto gate = std::make_shared<ReadGate>();
-  std::atomic<bool> armed{false};
+  std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
+  HeldRead held;
   DiskStoreOptions o = LruOptions();
-  o.test_hook_after_lookup = [gate, &armed] {
-    if (armed.exchange(false)) gate->Arrive();
-  };
-  auto store = Open(o);
+  o.test_hook_after_lookup = held.Hook();
+  store = Open(o);
   ASSERT_TRUE(store);
   auto a = WriteAll(*store, "A", Eight());
   ExpectReadable(*store, Without(a, "A1"));  // A1 the least recently used
-  armed = true;
-  AlignedBuffer buffer(DiskStore::ReadBufferSize(kValue));
-  ReadResult result;
-  std::thread reader([&] {
-    ReadRequest r{"A1", a[1].location, buffer.span()};
-    result = store->Read(std::span(&r, 1))[0];
-  });
-  gate->WaitArrived();  // looked up, not pinned
+  held.Start(*store, a[1]);  // looked up, not pinned
   const uint64_t used = store->Usage().used;
   auto victims = store->SelectVictims(1);
   ASSERT_EQ(victims.size(), 1u);
   ASSERT_EQ(victims[0].key, "A1");
   ASSERT_TRUE(store->ReclaimVictims(std::chrono::milliseconds(1000)).ok()) << "nothing pins it yet";
   EXPECT_EQ(store->Usage().used, used - kValue) << "its value is punched out";
-  gate->Release();
-  reader.join();
-  EXPECT_EQ(result.status.code(), ErrorCode::OBJECT_NOT_FOUND) << result.status.ToString();
+  held.Finish();
+  EXPECT_EQ(held.result.status.code(), ErrorCode::OBJECT_NOT_FOUND) << held.result.status.ToString();
   ExpectReadable(*store, Without(a, "A1"));
 }
 
 // Readers are counted per copy: a read of another copy of the bucket does not hold a hole back.
 TEST_P(CopyEvictionTest, AReadOfAnotherCopyDoesNotHoldAHoleBack) {
   if (!CopyGrained()) GTEST_SKIP() << "bucket backend on a filesystem that punches holes only";
-  auto gate = std::make_shared<ReadGate>();
-  std::atomic<bool> armed{false};
+  std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
+  HeldRead held;
   DiskStoreOptions o = LruOptions();
-  o.test_hook_after_pin = [gate, &armed] {
-    if (armed.exchange(false)) gate->Arrive();
-  };
-  auto store = Open(o);
+  o.test_hook_after_pin = held.Hook();
+  store = Open(o);
   ASSERT_TRUE(store);
   auto a = WriteAll(*store, "A", Eight());
-  armed = true;
-  AlignedBuffer buffer(DiskStore::ReadBufferSize(kValue));
-  ReadResult result;
-  std::thread reader([&] {
-    ReadRequest r{"A0", a[0].location, buffer.span()};
-    result = store->Read(std::span(&r, 1))[0];
-  });
-  gate->WaitArrived();  // A0 pinned: the most recently used, A1 the least
+  held.Start(*store, a[0]);  // A0 pinned: the most recently used, A1 the least
   const uint64_t used = store->Usage().used;
   auto victims = store->SelectVictims(1);
   ASSERT_EQ(victims.size(), 1u);
@@ -234,11 +234,40 @@ TEST_P(CopyEvictionTest, AReadOfAnotherCopyDoesNotHoldAHoleBack) {
   ASSERT_TRUE(store->ReclaimVictims(std::chrono::milliseconds(5000)).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2)) << "did not wait for A0's read";
   EXPECT_EQ(store->Usage().used, used - kValue);
-  gate->Release();
-  reader.join();
-  ASSERT_TRUE(result.status.ok()) << result.status.ToString();
-  auto want = ValueFor("A0", 1, kValue);
-  EXPECT_EQ(0, std::memcmp(buffer.data(), want.data(), want.size()));
+  held.Finish();
+  EXPECT_TRUE(held.GotBytesOf("A0")) << held.result.status.ToString();
+}
+
+// A copy tombstoned but not yet punched when the process died (Remove queues its hole for the
+// next reclaim) is punched by the next open: its space is not charged for as long as its bucket
+// lives.
+TEST_P(CopyEvictionTest, RecoveryGivesBackWhatACrashLeftTombstonedButNotPunched) {
+  if (!CopyGrained()) GTEST_SKIP() << "bucket backend on a filesystem that punches holes only";
+  DiskStoreOptions o = LruOptions();
+  std::vector<StoredObject> a;
+  {
+    auto store = Open(o);
+    ASSERT_TRUE(store);
+    a = WriteAll(*store, "A", Eight());
+  }
+  uint64_t used = 0;
+  {
+    auto store = Open(o);
+    ASSERT_TRUE(store);
+    used = store->Usage().used;
+  }
+  const uint64_t location = a[3].location;
+  std::string outcome = InChildThenCrash(o, [location](DiskStore& store) -> std::string {
+    Status st = store.Remove("A3", location);  // tombstoned; its hole waits for a reclaim
+    return st.ok() ? "" : st.ToString();
+  });
+  ASSERT_EQ(outcome, "");
+  auto store = Open(o);
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->Usage().used, used - kValue);
+  auto listed = Listed(*store);
+  EXPECT_EQ(listed.count("A3"), 0u);
+  ExpectReadable(*store, Without(a, "A3"));
 }
 
 // Whether the filesystem punches holes is probed on a scratch file: the store's own files, the
