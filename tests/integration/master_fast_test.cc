@@ -344,7 +344,9 @@ double LocalConnectionsAfterAGet(StoreCluster& cluster, const std::string& fast_
   EXPECT_TRUE(WaitUntil([&] {
     auto got = client->Get("local/a");
     EXPECT_TRUE(got.ok()) << got.status().ToString();
-    if (got.ok()) EXPECT_EQ(*got, value);
+    if (got.ok()) {
+      EXPECT_EQ(*got, value);
+    }
     return Metric(http, FastCalls("BatchGetReplicaList")) >= 1;
   }, Millis(5000), Millis(20))) << "no get went over the fast port";
   EXPECT_GE(Metric(http, "granary_master_fast_connections_total"), 1);

@@ -56,7 +56,9 @@ TEST(TraceSimulation, ReferencesMatchTheHandAndPoliciesStayBelowBelady) {
     rate[{row["policy"], row["capacity_tokens"]}] = row["hit_rate"];
     EXPECT_EQ(row["requests"], 4u);
     // Two blocks of room cannot take a request's three at once; four can.
-    if (row["capacity_tokens"] == 2048u) EXPECT_EQ(row["put_failures"], 0u) << row.dump();
+    if (row["capacity_tokens"] == 2048u) {
+      EXPECT_EQ(row["put_failures"], 0u) << row.dump();
+    }
   }
   EXPECT_DOUBLE_EQ((rate[{"infinite", 1024}]), 4024.0 / 6000);
   EXPECT_DOUBLE_EQ((rate[{"belady", 1024}]), 3072.0 / 6000);
