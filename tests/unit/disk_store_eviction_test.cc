@@ -181,54 +181,34 @@ TEST_P(DiskStoreTest, DeletedFileReadsAsMiss) {
 }
 
 TEST_P(DiskStoreTest, RemoveWhileReadInFlightWaitsForTheRead) {
-  auto gate = std::make_shared<ReadGate>();
-  std::atomic<bool> armed{false};
+  std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
+  HeldRead held(500000);
   DiskStoreOptions o = Options();
-  o.test_hook_after_pin = [gate, &armed] {
-    if (armed.exchange(false)) gate->Arrive();
-  };
-  auto store = Open(o);
+  o.test_hook_after_pin = held.Hook();
+  store = Open(o);
   ASSERT_TRUE(store);
   auto objects = WriteAll(*store, "rw", {500000});
   const uint64_t used = store->Usage().used;
-  armed = true;
-  AlignedBuffer buffer(DiskStore::ReadBufferSize(500000));
-  ReadResult result;
-  std::thread reader([&] {
-    ReadRequest r{"rw0", 0, buffer.span()};
-    result = store->Read(std::span(&r, 1))[0];
-  });
-  gate->WaitArrived();
+  held.Start(*store, "rw0", 0);
   ASSERT_TRUE(store->Remove("rw0").ok());
   EXPECT_FALSE(store->Lookup("rw0"));
   EXPECT_EQ(store->Usage().used, used) << "the file outlives the remove while a read uses it";
   EXPECT_EQ(store->Usage().reclaiming, used);
-  gate->Release();
-  reader.join();
-  ASSERT_TRUE(result.status.ok()) << result.status.ToString();
-  auto want = ValueFor("rw0", 1, 500000);
-  EXPECT_EQ(0, std::memcmp(buffer.data(), want.data(), want.size()));
+  held.Finish();
+  ASSERT_TRUE(held.result.status.ok()) << held.result.status.ToString();
+  EXPECT_TRUE(held.GotBytesOf("rw0", 1));
   EXPECT_EQ(store->Usage().used, 0u) << "the last reader deleted it";
 }
 
 TEST_P(DiskStoreTest, EvictionWaitsBoundedForReadsInFlight) {
-  auto gate = std::make_shared<ReadGate>();
-  std::atomic<bool> armed{false};
+  std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
+  HeldRead held(300000);
   DiskStoreOptions o = Options();
-  o.test_hook_after_pin = [gate, &armed] {
-    if (armed.exchange(false)) gate->Arrive();
-  };
-  auto store = Open(o);
+  o.test_hook_after_pin = held.Hook();
+  store = Open(o);
   ASSERT_TRUE(store);
   auto objects = WriteAll(*store, "ev", {300000});
-  armed = true;
-  AlignedBuffer buffer(DiskStore::ReadBufferSize(300000));
-  ReadResult result;
-  std::thread reader([&] {
-    ReadRequest r{"ev0", objects[0].location, buffer.span()};
-    result = store->Read(std::span(&r, 1))[0];
-  });
-  gate->WaitArrived();
+  held.Start(*store, "ev0", objects[0].location);
   auto victims = store->SelectVictims(1);
   ASSERT_EQ(victims.size(), 1u);
   auto start = std::chrono::steady_clock::now();
@@ -238,11 +218,9 @@ TEST_P(DiskStoreTest, EvictionWaitsBoundedForReadsInFlight) {
   EXPECT_GE(waited, std::chrono::milliseconds(90));
   EXPECT_LT(waited, std::chrono::seconds(5));
   EXPECT_GT(store->Usage().used, 0u);
-  gate->Release();
-  reader.join();
-  ASSERT_TRUE(result.status.ok()) << result.status.ToString();
-  auto want = ValueFor("ev0", 1, 300000);
-  EXPECT_EQ(0, std::memcmp(buffer.data(), want.data(), want.size()));
+  held.Finish();
+  ASSERT_TRUE(held.result.status.ok()) << held.result.status.ToString();
+  EXPECT_TRUE(held.GotBytesOf("ev0", 1));
   ASSERT_TRUE(store->ReclaimVictims(std::chrono::milliseconds(1000)).ok());
   EXPECT_EQ(store->Usage().used, 0u);
 }

@@ -53,6 +53,43 @@ class ReadGate {
   bool arrived_ = false, released_ = false;
 };
 
+// One read, on its own thread, held at a test hook of the store (after its lookup or after its
+// pin: install Hook() there) from Start() until Finish(). Declare the store before it, so that
+// the store outlives the read.
+struct HeldRead {
+  explicit HeldRead(size_t size) : size(size), buffer(DiskStore::ReadBufferSize(size)) {}
+  ~HeldRead() { Finish(); }
+  std::function<void()> Hook() {
+    return [this] {
+      if (armed.exchange(false)) gate->Arrive();
+    };
+  }
+  void Start(DiskStore& store, std::string key, uint64_t location) {
+    armed = true;
+    reader = std::thread([this, &store, key = std::move(key), location] {
+      ReadRequest r{key, location, buffer.span()};
+      result = store.Read(std::span(&r, 1))[0];
+    });
+    gate->WaitArrived();
+  }
+  void Finish() {
+    gate->Release();
+    if (reader.joinable()) reader.join();
+  }
+  // The read succeeded with ValueFor(key, gen, size)'s bytes.
+  bool GotBytesOf(const std::string& key, uint64_t gen) const {
+    auto want = ValueFor(key, gen, size);
+    return result.status.ok() && std::memcmp(buffer.data(), want.data(), want.size()) == 0;
+  }
+
+  const size_t size;
+  std::shared_ptr<ReadGate> gate = std::make_shared<ReadGate>();
+  std::atomic<bool> armed{false};
+  AlignedBuffer buffer;
+  ReadResult result;
+  std::thread reader;
+};
+
 struct StoreParam {
   DiskBackend backend;
   IoMode io;
