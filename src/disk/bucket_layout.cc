@@ -24,7 +24,6 @@
 // in bits 0..23 (bucket_max_keys is capped at 2^24 - 1 accordingly).
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,9 +85,9 @@ class BucketLayout final : public Layout {
     int fd = ::open(TombPath().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoStatus(errno, "opening " + TombPath(), ErrorCode::INVALID_PARAMS);
     tomb_file_ = std::make_unique<FileHandle>(fd);
-    punches_holes_ = ProbeHolePunching();
+    punches_holes_ = PunchesHoles(dir_);
     // Eviction of whole buckets wants small ones; of copies, large ones write fastest.
-    bucket_bytes_ = ctx_.evict_copies && punches_holes_ ? ctx_.bucket_max_bytes : ctx_.bucket_unit_max_bytes;
+    bucket_bytes_ = BucketBytes(ctx_.capacity, ctx_.bucket_max_bytes, ctx_.evict_copies && punches_holes_);
     return Status::Ok();
   }
 
@@ -241,9 +240,6 @@ class BucketLayout final : public Layout {
   std::string TombPath() const { return dir_ + "/tombstones"; }
 
   void WriteBucket(std::span<const PreparedObject> objects, size_t begin, size_t end, LayoutWrite* out);
-  // Whether a punched 4 KiB block of a file here gives its space back: a scratch file (never a
-  // file of the store) and an allocation unit of at most 4 KiB (a larger one would only zero).
-  bool ProbeHolePunching() const;
 
   struct TombScan {
     std::unordered_map<uint64_t, std::vector<Tombstone>> by_bucket;
@@ -269,21 +265,6 @@ class BucketLayout final : public Layout {
   std::unordered_map<uint64_t, std::vector<Tombstone>> tombs_;  // by bucket, buckets on disk only
   uint64_t tomb_live_ = 0;                                      // tombstones in tombs_
 };
-
-bool BucketLayout::ProbeHolePunching() const {
-  struct statvfs fs{};
-  if (::statvfs(dir_.c_str(), &fs) != 0 || fs.f_frsize == 0 || fs.f_frsize > kBlockSize) return false;
-  const std::string probe = dir_ + "/hole-probe.tmp";
-  int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  FileHandle file(fd);
-  const std::string block(2 * kBlockSize, 'x');
-  const bool punches = WriteFully(fd, block, 0) == 0 &&
-                       ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-                                   static_cast<off_t>(kBlockSize)) == 0;
-  ::unlink(probe.c_str());
-  return punches;
-}
 
 void BucketLayout::ReserveTombsLocked(uint64_t bytes) {
   if (!tomb_reserve_works_ || tomb_end_ + bytes <= tomb_reserved_) return;

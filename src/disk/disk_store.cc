@@ -203,8 +203,7 @@ Result<std::unique_ptr<DiskStore>> DiskStore::Open(DiskStoreOptions options) {
   ctx.sync_writes = options.sync_writes;
   ctx.salt = *salt;
   ctx.evict_copies = options.eviction == EvictionPolicy::kLru;
-  ctx.bucket_max_bytes = BucketBytes(capacity, options.bucket_max_bytes, true);
-  ctx.bucket_unit_max_bytes = BucketBytes(capacity, options.bucket_max_bytes, false);
+  ctx.bucket_max_bytes = options.bucket_max_bytes;
   ctx.bucket_max_keys = options.bucket_max_keys;
   ctx.capacity = capacity;
   Result<std::unique_ptr<Layout>> layout = Status(ErrorCode::INTERNAL_ERROR, "no layout");

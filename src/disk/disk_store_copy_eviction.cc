@@ -10,10 +10,10 @@
 
 namespace granary::disk {
 
-void DiskStoreImpl::NoteCopyLocked(Unit& unit, uint32_t slot, uint64_t size, uint64_t use) {
+void DiskStoreImpl::NoteCopyLocked(Unit& unit, uint32_t slot, uint64_t size) {
   if (!evict_copies_) return;
   if (unit.slots.size() <= slot) unit.slots.resize(slot + 1);
-  unit.slots[slot].last_use = use;
+  unit.slots[slot].last_use = 1;  // live, and older than any use since the open
   unit.slots[slot].blocks = static_cast<uint32_t>(AlignUp(size) / kBlockSize);
 }
 
@@ -21,25 +21,39 @@ void DiskStoreImpl::EndCopyLocked(Unit& unit, uint32_t slot) {
   if (evict_copies_ && slot < unit.slots.size()) unit.slots[slot].last_use = 0;
 }
 
-std::optional<std::pair<uint64_t, uint32_t>> DiskStoreImpl::OldestCopy(const Unit& unit) {
-  std::optional<std::pair<uint64_t, uint32_t>> oldest;
+std::optional<DiskStoreImpl::OldestCopies> DiskStoreImpl::OldestCopy(const Unit& unit) {
+  std::optional<OldestCopies> oldest;
   for (uint32_t slot = 0; slot < unit.slots.size(); ++slot) {
     const uint64_t use = unit.slots[slot].last_use;
-    if (use != 0 && (!oldest || use < oldest->first)) oldest.emplace(use, slot);
+    if (use == 0) continue;
+    if (!oldest) {
+      oldest = OldestCopies{use, slot, 0};
+    } else if (use < oldest->use) {
+      oldest = OldestCopies{use, slot, oldest->use};
+    } else if (oldest->next_use == 0 || use < oldest->next_use) {
+      oldest->next_use = use;
+    }
   }
   return oldest;
 }
 
 void DiskStoreImpl::OrderUnitLocked(uint64_t unit_id, const Unit& unit) {
   if (!evict_copies_ || unit.doomed || unit.committing) return;
-  if (auto oldest = OldestCopy(unit)) copy_order_.emplace(oldest->first, unit_id);
+  if (auto oldest = OldestCopy(unit)) copy_order_.emplace(oldest->use, unit_id);
 }
 
-void DiskStoreImpl::QueueHoleLocked(Unit& unit, Hole hole) {
-  if (hole.range.length == 0) return;
-  unit.hole_bytes += hole.range.length;
-  reclaiming_ += hole.range.length;
-  unit.holes.push_back(std::move(hole));
+bool DiskStoreImpl::SlotReadLocked(const Unit& unit, uint32_t slot) {
+  return slot < unit.slots.size() && unit.slots[slot].readers > 0;
+}
+
+void DiskStoreImpl::QueueHoleLocked(Unit& unit, std::string key, uint64_t gen, const Placement& placement,
+                                    bool forgotten) {
+  if (placement.slot >= unit.slots.size()) return;
+  const uint64_t length = uint64_t{unit.slots[placement.slot].blocks} * kBlockSize;
+  if (length == 0) return;
+  unit.hole_bytes += length;
+  reclaiming_ += length;
+  unit.holes.push_back(Hole{std::move(key), gen, placement, ValueRange{placement.value_offset, length}, forgotten});
 }
 
 std::vector<StoredObject> DiskStoreImpl::SelectCopyVictims(uint64_t bytes) {
@@ -61,19 +75,19 @@ std::vector<StoredObject> DiskStoreImpl::SelectCopyVictims(uint64_t bytes) {
       Unit& unit = it->second;
       const auto oldest = OldestCopy(unit);
       if (!oldest) continue;
-      if (oldest->first > bound) {  // read since it was ordered: its place is further on
-        copy_order_.emplace(oldest->first, id);
+      if (oldest->use > bound) {  // read since it was ordered: its place is further on
+        copy_order_.emplace(oldest->use, id);
         continue;
       }
-      const uint32_t slot = oldest->second;
+      const uint32_t slot = oldest->slot;
       unit.slots[slot].last_use = 0;  // out of the reads' reach from here on
       const std::string& key = slot < unit.keys.size() ? unit.keys[slot] : std::string();
       victims.push_back(Victim{id, slot, key});
-      if (auto next = OldestCopy(unit)) {
+      if (oldest->next_use != 0) {
         const uint64_t value = uint64_t{unit.slots[slot].blocks} * kBlockSize;
         freed += value;
         counted[id] += value;
-        copy_order_.emplace(next->first, id);
+        copy_order_.emplace(oldest->next_use, id);
       } else {  // its last copy: the unit goes whole, less what this call counted of it already
         const uint64_t held = unit.bytes > unit.hole_bytes ? unit.bytes - unit.hole_bytes : 0;
         freed += held > counted[id] ? held - counted[id] : 0;
@@ -103,9 +117,7 @@ std::vector<StoredObject> DiskStoreImpl::SelectCopyVictims(uint64_t bytes) {
       DoomLocked(v.unit_id, unit, /*destroy_now=*/false);  // phase one does no I/O
       continue;
     }
-    const uint64_t length = uint64_t{unit.slots[v.slot].blocks} * kBlockSize;
-    QueueHoleLocked(unit, Hole{std::move(v.key), entry.gen, entry.placement,
-                               ValueRange{entry.placement.value_offset, length}, false});
+    QueueHoleLocked(unit, std::move(v.key), entry.gen, entry.placement, false);
   }
   return evicted;
 }
@@ -126,8 +138,7 @@ Status DiskStoreImpl::ReleaseHoles() {
       std::vector<Hole> waiting;
       const size_t before = claimed.size();
       for (Hole& h : unit.holes) {
-        const bool read = h.placement.slot < unit.slots.size() && unit.slots[h.placement.slot].readers > 0;
-        if (read) {
+        if (SlotReadLocked(unit, h.placement.slot)) {
           waiting.push_back(std::move(h));
         } else {
           claimed.push_back(Claimed{id, std::move(h)});
@@ -193,12 +204,7 @@ Status DiskStoreImpl::ReleaseHoles() {
     for (uint64_t id : pinned) {
       auto it = units_.find(id);
       if (it == units_.end()) continue;
-      Unit& unit = it->second;
-      unit.readers--;
-      if (unit.readers == 0 && unit.doomed && !unit.destroying) {
-        unit.destroying = true;
-        destroy.push_back(id);
-      }
+      UnpinLocked(id, it->second, &destroy);
     }
     units_cv_.notify_all();
   }

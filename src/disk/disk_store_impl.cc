@@ -99,7 +99,7 @@ Status DiskStoreImpl::LoadRecovery() {
       const uint32_t slot = ro.placement.slot;
       if (unit.keys.size() <= slot) unit.keys.resize(slot + 1);
       unit.keys[slot] = ro.key;
-      NoteCopyLocked(unit, slot, ro.size, 1);  // recovered, unused since: first to go, oldest first
+      NoteCopyLocked(unit, slot, ro.size);  // recovered, unused since: first to go, oldest first
       shard.entries[ro.key] = Entry{ro.gen, ro.size, ro.checksum, ro.placement};
     }
   }
@@ -217,7 +217,7 @@ std::vector<Result<StoredObject>> DiskStoreImpl::Write(std::span<const ObjectWri
     unit.live++;
     if (unit.keys.size() <= placed->slot) unit.keys.resize(placed->slot + 1);
     unit.keys[placed->slot] = std::string(p.key);
-    NoteCopyLocked(unit, placed->slot, p.value.size(), 1);  // its use is set at commit, below
+    NoteCopyLocked(unit, placed->slot, p.value.size());  // its use is set at commit, below
     results[origin[j]] = ToStored(p.key, entry);
   }
   {
@@ -256,6 +256,14 @@ bool DiskStoreImpl::DoomLocked(uint64_t unit_id, Unit& unit, bool destroy_now) {
     return true;
   }
   return false;
+}
+
+void DiskStoreImpl::UnpinLocked(uint64_t unit_id, Unit& unit, std::vector<uint64_t>* destroy) {
+  unit.readers--;
+  if (unit.readers == 0 && unit.doomed && !unit.destroying) {
+    unit.destroying = true;
+    destroy->push_back(unit_id);
+  }
 }
 
 bool DiskStoreImpl::ReleaseEntryLocked(uint64_t unit_id, uint32_t slot) {
@@ -310,15 +318,8 @@ Status DiskStoreImpl::ForgetCopies(const std::vector<Leaving>& leaving) {
       if (it == units_.end()) continue;
       Unit& unit = it->second;
       // Forgotten for good: its space can go back while the unit stays.
-      if (evict_copies_ && first.ok() && !unit.doomed && l.placement.slot < unit.slots.size()) {
-        const uint64_t length = uint64_t{unit.slots[l.placement.slot].blocks} * kBlockSize;
-        QueueHoleLocked(unit, Hole{l.key, l.gen, l.placement, ValueRange{l.placement.value_offset, length}, true});
-      }
-      unit.readers--;
-      if (unit.readers == 0 && unit.doomed && !unit.destroying) {
-        unit.destroying = true;
-        unpinned.push_back(it->first);
-      }
+      if (evict_copies_ && first.ok() && !unit.doomed) QueueHoleLocked(unit, l.key, l.gen, l.placement, true);
+      UnpinLocked(it->first, unit, &unpinned);
     }
     units_cv_.notify_all();
   }
@@ -547,14 +548,10 @@ std::vector<ReadResult> DiskStoreImpl::Read(std::span<const ReadRequest> request
       auto it = units_.find(p.entry.placement.unit_id);
       if (it == units_.end()) continue;
       Unit& unit = it->second;
-      unit.readers--;
       if (evict_copies_ && p.entry.placement.slot < unit.slots.size()) {
         unit.slots[p.entry.placement.slot].readers--;
       }
-      if (unit.readers == 0 && unit.doomed && !unit.destroying) {
-        unit.destroying = true;
-        destroy.push_back(p.entry.placement.unit_id);
-      }
+      UnpinLocked(p.entry.placement.unit_id, unit, &destroy);
     }
     units_cv_.notify_all();
   }
@@ -678,8 +675,11 @@ Status DiskStoreImpl::ReclaimVictims(std::chrono::milliseconds max_wait) {
       for (auto& [id, unit] : units_) {
         if (!unit.doomed) {
           for (const Hole& h : unit.holes) {
-            const bool read = h.placement.slot < unit.slots.size() && unit.slots[h.placement.slot].readers > 0;
-            read ? (void)++still_read : (void)(holes_ready = true);
+            if (SlotReadLocked(unit, h.placement.slot)) {
+              ++still_read;
+            } else {
+              holes_ready = true;
+            }
           }
           continue;
         }

@@ -115,14 +115,23 @@ class DiskStoreImpl final : public DiskStore {
   bool ReleaseEntryLocked(uint64_t unit_id, uint32_t slot);
   // Removes `key` if its entry still lives in `unit_id`; appends units to destroy.
   void DropEntry(std::string_view key, uint64_t unit_id, std::vector<uint64_t>* destroy);
-  // Copy-grained lru, with units_mu_ held. A copy entered (use != 0) or left its slot.
-  void NoteCopyLocked(Unit& unit, uint32_t slot, uint64_t size, uint64_t use);
+  // A read or a claim leaves the unit (units_mu_ held): appends it to `destroy` when it was the
+  // last pin of a doomed unit.
+  void UnpinLocked(uint64_t unit_id, Unit& unit, std::vector<uint64_t>* destroy);
+  // Copy-grained lru, with units_mu_ held. A copy entered or left its slot.
+  void NoteCopyLocked(Unit& unit, uint32_t slot, uint64_t size);
   void EndCopyLocked(Unit& unit, uint32_t slot);
-  // The unit's least recently used live copy: (use, slot).
-  static std::optional<std::pair<uint64_t, uint32_t>> OldestCopy(const Unit& unit);
+  // The unit's least recently used live copy, and the use of the next one (0: none).
+  struct OldestCopies {
+    uint64_t use = 0;
+    uint32_t slot = 0;
+    uint64_t next_use = 0;
+  };
+  static std::optional<OldestCopies> OldestCopy(const Unit& unit);
+  static bool SlotReadLocked(const Unit& unit, uint32_t slot);  // a read of that copy is in flight
   void OrderUnitLocked(uint64_t unit_id, const Unit& unit);
   // Queues the space of a copy gone from the index (unit not doomed).
-  void QueueHoleLocked(Unit& unit, Hole hole);
+  void QueueHoleLocked(Unit& unit, std::string key, uint64_t gen, const Placement& placement, bool forgotten);
   std::vector<StoredObject> SelectCopyVictims(uint64_t bytes);
   // Gives back the holes no read holds (tombstones first); a hole whose tombstone could not be
   // written is queued again. The first error.

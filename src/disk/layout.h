@@ -116,9 +116,8 @@ struct LayoutContext {
   bool direct_io = true;
   bool sync_writes = false;
   uint64_t salt = 0;  // seeds every on-disk checksum (record_format.h)
-  uint64_t bucket_max_bytes = 0;       // when eviction takes copies (ReleasesCopySpace)...
-  uint64_t bucket_unit_max_bytes = 0;  // ...else (BucketBytes)
-  bool evict_copies = false;           // the policy takes copies where the layout can
+  uint64_t bucket_max_bytes = 0;  // the option; the bucket layout applies BucketBytes to it
+  bool evict_copies = false;      // the policy takes copies where the layout can
   uint32_t bucket_max_keys = 0;
   uint64_t capacity = 0;  // offset: the file's size
 };
@@ -154,6 +153,10 @@ class Layout {
 
 // Opens a file of the store with O_DIRECT when ctx.direct_io (flags: O_RDONLY, O_RDWR|O_CREAT...).
 int OpenStoreFile(const LayoutContext& ctx, const std::string& path, int flags);
+// Whether a punched 4 KiB block of a file in `dir` gives its space back (fallocate PUNCH_HOLE):
+// tried on a scratch file, never a file of the store, and only where the filesystem allocates
+// in units of at most 4 KiB (a larger unit would only zero the block).
+bool PunchesHoles(const std::string& dir);
 // fsync of a directory, so a rename in it survives power loss (sync_writes). 0 or an errno.
 int SyncDirectory(const std::string& dir);
 // "what path: strerror" with the error code that fits errno (ENOSPC/EDQUOT: NO_AVAILABLE_HANDLE).

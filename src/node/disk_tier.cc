@@ -264,12 +264,17 @@ void DiskTier::OffloadLoop() {
 }
 
 void DiskTier::MakeRoom(uint64_t bytes) {
-  // Space already let go (removed copies' holes, units no read holds any more) first: counted
-  // as used until reclaimed, it would make eviction take live copies in its place.
-  (void)store_->ReclaimVictims(std::chrono::milliseconds(0));
-  const disk::DiskUsage u = store_->Usage();
-  const uint64_t free_bytes = u.capacity > u.used ? u.capacity - u.used : 0;
+  disk::DiskUsage u = store_->Usage();
+  uint64_t free_bytes = u.capacity > u.used ? u.capacity - u.used : 0;
   if (free_bytes >= bytes) return;
+  if (u.reclaiming > 0) {
+    // Space already let go (removed copies' holes, units no read holds any more) first: counted
+    // as used until reclaimed, it would make eviction take live copies in its place.
+    (void)store_->ReclaimVictims(std::chrono::milliseconds(0));
+    u = store_->Usage();
+    free_bytes = u.capacity > u.used ? u.capacity - u.used : 0;
+    if (free_bytes >= bytes) return;
+  }
   std::vector<disk::StoredObject> victims = store_->SelectVictims(bytes - free_bytes);
   if (!victims.empty()) {
     // The master stops naming these before their files go.

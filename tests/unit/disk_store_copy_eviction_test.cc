@@ -4,6 +4,7 @@
 // instantiation: disk_store_fixture.h, disk_store_test.cc. Bucket-only tests skip elsewhere.
 #include <fcntl.h>
 
+#include "disk/layout.h"
 #include "disk_store_fixture.h"
 
 namespace granary::disk::store_test {
@@ -13,17 +14,10 @@ constexpr size_t kValue = 65536;
 
 class CopyEvictionTest : public DiskStoreTest {
  protected:
-  // Skips unless this is the bucket backend on a filesystem that punches holes (the test's own
-  // directory is probed the way the store probes its own).
+  // Whether this is the bucket backend on a filesystem that punches holes (the store's own probe
+  // on the test's directory).
   bool CopyGrained() {
-    if (GetParam().backend != DiskBackend::kBucket) return false;
-    const std::string probe = dir_.path() + "/punch-probe";
-    int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return false;
-    const bool punches = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t{1} << 30, 4096) == 0;
-    ::close(fd);
-    ::unlink(probe.c_str());
-    return punches;
+    return GetParam().backend == DiskBackend::kBucket && PunchesHoles(dir_.path());
   }
   DiskStoreOptions LruOptions() const {
     DiskStoreOptions o = Options();

@@ -262,7 +262,7 @@ int RunTraceSimulation(const TraceBenchOptions& o) {
     disk->capacity_bytes = o.disk_tokens * o.bytes_per_token;  // as bench/disk.sh sizes the disk
     disk->lru_eviction = o.disk_eviction != "fifo";
     disk->copy_eviction = o.disk_eviction == "lru" && o.disk_backend == "bucket";
-    disk->unit_max_keys = o.disk_backend == "bucket" ? 500 : 1;
+    disk->unit_max_keys = o.disk_backend == "bucket" ? disk::DiskStoreOptions{}.bucket_max_keys : 1;
     disk->unit_max_bytes = o.disk_bucket_bytes;
     disk->promote_after = o.promote_after;
     std::printf("with a disk tier of %llu tokens (%s, disk eviction %s), offload every %lld ms "

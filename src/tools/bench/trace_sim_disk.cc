@@ -11,7 +11,6 @@ namespace granary::bench {
 
 namespace {
 constexpr uint32_t kSlotBits = 24;  // a location: unit id << 24 | slot (as the bucket layout's)
-constexpr uint64_t kBlock = 4096;
 // What the bucket backend uses for a copy: the value 4 KiB-aligned, its metadata entry and key.
 uint64_t StoredBytes(const std::string& key, uint64_t size) {
   return disk::DiskStore::ReadBufferSize(size) + 64 + key.size();
@@ -193,8 +192,8 @@ uint64_t SimDiskTier::Write(const std::string& key, uint64_t size) {
       (units_[open_unit_].slots > 0 &&
        units_[open_unit_].data_bytes + aligned > unit_max_bytes_)) {
     open_unit_ = next_unit_++;
-    units_[open_unit_].bytes = kBlock;  // the unit's metadata header
-    used_ += kBlock;
+    units_[open_unit_].bytes = disk::kBlockSize;  // the unit's metadata header
+    used_ += disk::kBlockSize;
     units_[open_unit_].stamp = ++use_tick_;
     order_.emplace(use_tick_, open_unit_);
   }
@@ -218,20 +217,7 @@ void SimDiskTier::Forget(const std::string& key, uint64_t location) {
   auto copy = index_.find(key);
   if (copy == index_.end() || copy->second != location) return;
   index_.erase(copy);
-  auto unit = units_.find(location >> kSlotBits);
-  if (unit == units_.end()) return;
-  auto& live = unit->second.live;
-  if (options_.copy_eviction) return DropCopy(location);
-  live.erase(std::remove_if(live.begin(), live.end(),
-                            [&](const auto& kl) { return kl.second == location; }),
-             live.end());
-  // The space stays until the unit goes, unless nothing in it is live any more.
-  if (live.empty()) {
-    if (unit->first == open_unit_) open_unit_ = 0;
-    order_.erase({unit->second.stamp, unit->first});
-    used_ -= unit->second.bytes;
-    units_.erase(unit);
-  }
+  DropCopy(location);
 }
 
 void SimDiskTier::Touch(uint64_t location) {

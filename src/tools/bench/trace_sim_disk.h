@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "disk/disk_store.h"
 #include "granary/status.h"
 #include "master/policy/offload_planner.h"
 #include "master/policy/promotion_tracker.h"
@@ -42,7 +43,7 @@ struct SimDiskOptions {
   // recently used copy goes, its value's space back at once, its unit's header and entry stay
   // until the unit's last copy goes. False: lru over whole units (lru-units).
   bool copy_eviction = false;
-  uint32_t unit_max_keys = 500;     // bucket backend: 500 (disk_store.h); file-per-key: 1
+  uint32_t unit_max_keys = disk::DiskStoreOptions{}.bucket_max_keys;  // bucket backend; file-per-key: 1
   uint64_t unit_max_bytes = 0;      // of values; 0: the bucket backend's for this capacity
   uint32_t round_max_keys = 500;    // DiskTierOptions::offload_max_keys
   uint64_t round_max_bytes = 256ull << 20;
@@ -93,7 +94,8 @@ class SimDiskTier {
   uint64_t Write(const std::string& key, uint64_t size);  // the copy's location
   void Forget(const std::string& key, uint64_t location);
   void Touch(uint64_t location);
-  // copy_eviction: the copy leaves its unit and gives its value's space back.
+  // The copy leaves its unit: its value's space goes back now under copy_eviction, else with
+  // the unit's last copy.
   void DropCopy(uint64_t location);
   void MakeRoomByCopies(uint64_t bytes);
 
