@@ -358,7 +358,9 @@ TEST(MasterPromotionHistory, ReplayAndSnapshotsReproduceTheSameState) {
   ASSERT_TRUE(restored.LoadSnapshot(mid).ok());
   EXPECT_TRUE(restored.Stat("k3")->promoting) << "the snapshot lost a promotion under way";
   for (const auto& op : log) {
-    if (op.seq > mid_seq) ASSERT_TRUE(restored.Replay(op).ok());
+    if (op.seq > mid_seq) {
+      ASSERT_TRUE(restored.Replay(op).ok());
+    }
   }
   EXPECT_EQ(restored.Digest(), leader.Digest());
   EXPECT_EQ(restored.PromotionsOf("node"), 1u);

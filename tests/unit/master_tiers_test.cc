@@ -32,7 +32,9 @@ class MasterTiersTest : public ::testing::Test {
                         bool end = true) {
     auto started = state_.PutStart({"w", {key}, {size}, {}, upsert})[0];
     EXPECT_TRUE(started.status.ok()) << key << ": " << started.status.ToString();
-    if (end) EXPECT_TRUE(state_.PutEnd({"w", {key}, {started.put_gen}, {started.put_gen}})[0].ok());
+    if (end) {
+      EXPECT_TRUE(state_.PutEnd({"w", {key}, {started.put_gen}, {started.put_gen}})[0].ok());
+    }
     return started;
   }
   // The node's disk completes an (empty) inventory: it may offload from then on.

@@ -288,7 +288,9 @@ TEST_P(OrderedHistoryTest, ReplayOfAConcurrentRunGivesTheSameState) {
   ASSERT_EQ(run.log.back().seq, run.final_state.seq);
   for (size_t i = 0; i < run.log.size(); ++i) {
     ASSERT_EQ(run.log[i].seq, i + 1) << "the history has a gap or a repeat";
-    if (i > 0) ASSERT_GE(run.log[i].now_ms, run.log[i - 1].now_ms) << "time went back";
+    if (i > 0) {
+      ASSERT_GE(run.log[i].now_ms, run.log[i - 1].now_ms) << "time went back";
+    }
   }
 
   // From the initial state, through the wire format of every operation.

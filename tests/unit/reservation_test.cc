@@ -139,7 +139,9 @@ TEST_F(ReservationTest, ReservationsStayBelowTheWatermarkAndWithinTheClientsCap)
   EXPECT_GT(r.granted.size(), 0u);
   EXPECT_LE(r.granted.size() * kMiB, 10 * kMiB / 4) << "at most a quarter of a segment is reserved";
   for (const auto& u : state_.segments().Usage()) {
-    if (u.identity->id == id) EXPECT_LE(u.stats.used_bytes, 9 * kMiB) << "a reservation never makes eviction run";
+    if (u.identity->id == id) {
+      EXPECT_LE(u.stats.used_bytes, 9 * kMiB) << "a reservation never makes eviction run";
+    }
   }
   EXPECT_EQ(state_.Reserve({"c", kMiB, 1, {}}).status.code(), ErrorCode::NO_AVAILABLE_HANDLE);
 

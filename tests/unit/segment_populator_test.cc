@@ -45,7 +45,9 @@ TEST(SegmentPopulatorTest, MapsEveryPageOfAPrefaultedSegmentAndChangesNoByte) {
   EXPECT_GE(testdata::MappedResidentBytes(data), size - 4096);
   for (uint64_t at : marks) EXPECT_EQ(data[at], static_cast<uint8_t>(0xA5 ^ at)) << at;
   for (uint64_t at = 1; at < size - 1; at += 4093) {
-    if (at != marks[1]) ASSERT_EQ(data[at], 0) << "byte " << at << " changed";
+    if (at != marks[1]) {
+      ASSERT_EQ(data[at], 0) << "byte " << at << " changed";
+    }
   }
 }
 

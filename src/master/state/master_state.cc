@@ -655,7 +655,7 @@ RemoveCountResult MasterState::ApplyRemoveByRegex(const RemoveByRegexOp& op, int
 
 void MasterState::SetPending(Shard& shard, ObjectIter it, PendingWrite pending) {
   if (!it->second.pending) {
-    shard.pending_keys.insert(std::string_view(it->first));
+    shard.pending_keys.insert(it->first);
     pending_count_++;
   } else {
     CountTenant(it->first, -static_cast<int64_t>(it->second.pending->version.size), 0);

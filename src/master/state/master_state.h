@@ -39,6 +39,7 @@
 #include "master/state/apply_combiner.h"
 #include "master/state/disk_garbage.h"
 #include "master/state/key_namespace.h"
+#include "master/state/key_ref_set.h"
 #include "master/state/object_key.h"
 #include "master/state/object_meta.h"
 #include "master/state/operations.h"
@@ -407,19 +408,19 @@ class MasterState {
     ObjectMap objects;
     // Keys with a pending write, and keys being demoted; views into `objects`' keys, so erase
     // from here first.
-    std::unordered_set<std::string_view> pending_keys;
-    std::unordered_set<std::string_view> demoting_keys;
-    std::unordered_set<std::string_view> promoting_keys;
+    KeyRefSet pending_keys;
+    KeyRefSet demoting_keys;
+    KeyRefSet promoting_keys;
     // The offload planner's index (ScanOffloadCandidates): per (segment, the version's put
     // persistence), keys whose committed version got memory on that segment since it last
     // stopped qualifying there. A superset: what no longer qualifies stays until the planner
     // meets it; an erased key leaves every set first (views into `objects`). Derived, not state:
     // kept only once a disk registered (BuildOffloadIndex), changed by the planner's walk too.
     using OffloadClass = std::pair<uint64_t, PutPersistence>;
-    mutable std::map<OffloadClass, std::unordered_set<std::string_view>> offload;
+    mutable std::map<OffloadClass, KeyRefSet> offload;
     // The re-replication planner's index (ScanCopyCandidates): keys whose committed version may
     // need copies. A superset, views into `objects` like the others; derived, not state.
-    mutable std::unordered_set<std::string_view> copy_candidates;
+    mutable KeyRefSet copy_candidates;
   };
   // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
   // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata

@@ -21,7 +21,7 @@ void MasterState::NoteCopyCandidate(Shard& shard, ObjectIter it) {
   const bool needs = segments_.AnyDrainUnderWay()
                          ? CopiesNeeded(meta) > 0
                          : meta.committed->replicas.size() < meta.committed->want_replicas;
-  if (needs) shard.copy_candidates.insert(std::string_view(it->first));
+  if (needs) shard.copy_candidates.insert(it->first);
 }
 
 void MasterState::ScanCopyCandidates(const CopyVisit& fn) const {
@@ -33,7 +33,7 @@ void MasterState::ScanCopyCandidates(const CopyVisit& fn) const {
     auto& keys = shard.copy_candidates;
     if (every_object) {
       for (const auto& [key, meta] : shard.objects) {
-        if (CopiesNeeded(meta) > 0) keys.insert(std::string_view(key));
+        if (CopiesNeeded(meta) > 0) keys.insert(key);
       }
     }
     for (auto key = keys.begin(); key != keys.end();) {

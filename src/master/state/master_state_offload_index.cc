@@ -18,7 +18,7 @@ void MasterState::NoteOffloadCandidate(Shard& shard, ObjectIter it) {
   const Version& v = *meta.committed;
   if (v.persistence == PutPersistence::kNone || v.offload_declined) return;
   for (const Extent& e : v.replicas) {
-    shard.offload[{e.segment_id, v.persistence}].insert(std::string_view(it->first));
+    shard.offload[{e.segment_id, v.persistence}].insert(it->first);
   }
 }
 

@@ -169,7 +169,7 @@ std::vector<ReplicaCopyKeyResult> MasterState::ApplyReplicaCopyStart(
         continue;
       }
       meta.promotion = Promotion{op.node_id, v.gen, *extent, 0, op.round, now, /*copy=*/true};
-      shard.promoting_keys.insert(std::string_view(it->first));
+      shard.promoting_keys.insert(it->first);
       copies_in_flight_++;
       // Its sources are not reused before the copy ends or this lease does (DropCommitted and
       // SetReplicas free locked memory only after the locks' expiry).

@@ -229,12 +229,12 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
       explicit_persistence += it->second.committed->persistence != PutPersistence::kDefault;
     }
     if (it->second.pending) {
-      shard.pending_keys.insert(std::string_view(it->first));
+      shard.pending_keys.insert(it->first);
       pending++;
     }
-    if (it->second.demotion) shard.demoting_keys.insert(std::string_view(it->first));
+    if (it->second.demotion) shard.demoting_keys.insert(it->first);
     if (it->second.promotion) {
-      shard.promoting_keys.insert(std::string_view(it->first));
+      shard.promoting_keys.insert(it->first);
       copies += it->second.promotion->copy;
     }
   }

@@ -53,7 +53,7 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
         continue;
       }
       meta.demotion = Demotion{op.node_id, v.gen, now, {}, 0, op.disk_id};
-      shard.demoting_keys.insert(std::string_view(it->first));
+      shard.demoting_keys.insert(it->first);
       out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas.ToVector()};
     }
   }
@@ -374,7 +374,7 @@ std::vector<PromoteStartKeyResult> MasterState::ApplyPromoteStart(const PromoteS
         continue;
       }
       meta.promotion = Promotion{op.node_id, v.gen, *extent, copy->location, op.round, now};
-      shard.promoting_keys.insert(std::string_view(it->first));
+      shard.promoting_keys.insert(it->first);
       out = {Status::Ok(), v.gen, v.size, v.checksum, copy->location, *extent};
     }
   }

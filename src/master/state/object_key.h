@@ -48,10 +48,13 @@ class ObjectKey {
   }
   ~ObjectKey() { ::operator delete(block_); }
 
-  std::string_view view() const {
-    if (!block_) return {};
+  std::string_view view() const { return block_ ? ViewOfBlock(block_) : std::string_view(); }
+  // The block itself (null for the empty key), and the key a block holds: a KeyRefSet keeps
+  // one pointer per entry and reads the key back through it.
+  const char* block() const { return block_; }
+  static std::string_view ViewOfBlock(const char* block) {
     size_t length = 0;
-    const char* in = block_;
+    const char* in = block;
     for (int shift = 0;; shift += 7) {
       const auto b = static_cast<unsigned char>(*in++);
       length |= static_cast<size_t>(b & 0x7F) << shift;
