@@ -198,8 +198,9 @@ TEST(CompactFieldsTest, EncodeAsTheFieldsTheyReplaced) {
   meta.committed->size = 100;
   meta.committed->replicas.push_back(At(64));
   meta.committed->disk.push_back(DiskReplica{"node", 9, 100, 3});
-  meta.readers.push_back({"reader", 2, 77});
-  meta.soft_pin = master::SoftPin{1234, 600};
+  meta.TakeReadLock("reader", 77);
+  meta.TakeReadLock("reader", 77);
+  meta.set_soft_pin(master::SoftPin{1234, 600});
   meta.last_access_ms = 99;
   meta.queue_stamp = 5;
 
@@ -214,7 +215,10 @@ TEST(CompactFieldsTest, EncodeAsTheFieldsTheyReplaced) {
   old(meta.committed->want_replicas);
   std::string prefix = "\x01" + old.Take();
   master::Encoder rest;
-  rest(meta.pending); rest(meta.demotion); rest(meta.promotion);
+  std::optional<master::PendingWrite> no_pending;
+  std::optional<master::Demotion> no_demotion;
+  std::optional<master::Promotion> no_promotion;
+  rest(no_pending); rest(no_demotion); rest(no_promotion);
   std::vector<ReadLock> readers = {{"reader", 2, 77}};
   rest(readers); rest(meta.hard_pinned);
   int64_t until = 1234, ttl = 600;
@@ -227,9 +231,11 @@ TEST(CompactFieldsTest, EncodeAsTheFieldsTheyReplaced) {
   master::Decoder dec(bytes);
   dec(decoded);
   ASSERT_TRUE(dec.ok() && dec.done());
-  ASSERT_TRUE(decoded.soft_pin);
-  EXPECT_EQ(decoded.soft_pin->until_ms, 1234);
-  EXPECT_EQ(decoded.soft_pin->ttl_ms, 600);
+  ASSERT_TRUE(decoded.soft_pin());
+  EXPECT_EQ(decoded.soft_pin()->until_ms, 1234);
+  EXPECT_EQ(decoded.soft_pin()->ttl_ms, 600);
+  ASSERT_EQ(decoded.readers().size(), 1u);
+  EXPECT_EQ(decoded.readers()[0].count, 2u);
   EXPECT_EQ(Encode(decoded), bytes);
 
   ObjectMeta unpinned;
@@ -238,7 +244,8 @@ TEST(CompactFieldsTest, EncodeAsTheFieldsTheyReplaced) {
   master::Decoder plain_dec(plain);
   plain_dec(plain_decoded);
   ASSERT_TRUE(plain_dec.ok());
-  EXPECT_FALSE(plain_decoded.soft_pin) << "(0, 0) is no pin: nothing allocated";
+  EXPECT_FALSE(plain_decoded.soft_pin()) << "(0, 0) is no pin";
+  EXPECT_FALSE(plain_decoded.has_rare_block()) << "nothing rare: nothing allocated";
 }
 
 TEST(CompactFieldsTest, OptionalVersionBehavesAsOptional) {
@@ -319,8 +326,9 @@ TEST(CompactFieldsTest, EncodeToTheBytesOfTheBuildBefore) {
   meta.committed->size = 100;
   meta.committed->replicas.push_back(Extent{1, 64, 100, 64});
   meta.committed->disk.push_back(DiskReplica{"node", 9, 100, 3});
-  meta.readers.push_back({"reader", 2, 77});
-  meta.soft_pin = master::SoftPin{1234, 600};
+  meta.TakeReadLock("reader", 77);
+  meta.TakeReadLock("reader", 77);
+  meta.set_soft_pin(master::SoftPin{1234, 600});
   meta.last_access_ms = 99;
   meta.queue_stamp = 5;
   EXPECT_EQ(Hex(Encode(meta)),
@@ -339,10 +347,10 @@ TEST(CompactFieldsTest, EncodeToTheBytesOfTheBuildBefore) {
 
 // The point of the types: the record the master keeps for every key (issue 23, bytes/object).
 TEST(CompactFieldsTest, ObjectMetaIsSmall) {
-  EXPECT_LE(sizeof(ObjectMeta), 144u);
+  EXPECT_LE(sizeof(ObjectMeta), 112u);
   ObjectMeta meta;
   EXPECT_FALSE(meta.IsSoftPinned(0));
-  meta.soft_pin = master::SoftPin{10, 5};
+  meta.set_soft_pin(master::SoftPin{10, 5});
   EXPECT_TRUE(meta.IsSoftPinned(9));
   EXPECT_FALSE(meta.IsSoftPinned(10));
 }

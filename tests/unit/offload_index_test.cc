@@ -42,7 +42,7 @@ std::vector<std::string> PlanByWalk(const MasterState& state, const OffloadPolic
   std::vector<std::tuple<int, int64_t, std::string, uint64_t>> candidates;
   for (size_t s = 0; s < state.shard_count(); ++s) {
     state.ScanShard(s, [&](std::string_view key, const ObjectMeta& meta) {
-      if (!meta.committed || meta.demotion) return;
+      if (!meta.committed || meta.demotion()) return;
       const Version& v = *meta.committed;
       const Persistence wanted = EffectivePersistence(v.persistence, policy.persistence);
       if (wanted == Persistence::kNone || (wanted == Persistence::kLazy && !lazy_due)) return;

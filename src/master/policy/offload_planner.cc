@@ -88,7 +88,7 @@ std::vector<std::string> OffloadPlanner::Plan(const std::string& node_id, size_t
                     [&](const DiskReplica& d) { return d.node_id == node_id; })) {
       return false;  // this node holds its disk copy
     }
-    if (meta.demotion) return true;             // under way (or given up: then next round)
+    if (meta.demotion()) return true;                   // under way (or given up: then next round)
     if (first_own->segment_id != segment) return true;  // met through its first own segment
     const Persistence wanted = EffectivePersistence(v.persistence, policy_.persistence);
     if (wanted == Persistence::kNone || (wanted == Persistence::kLazy && !lazy_due)) return true;

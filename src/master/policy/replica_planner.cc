@@ -51,7 +51,7 @@ void ReplicaPlanner::ScanIfDue(int64_t now_ms) {
         }
       }
     }
-    if (meta.promotion) return;  // a copy (or promotion) is under way: counted, not handed out
+    if (meta.promotion()) return;  // a copy (or promotion) is under way: counted, not handed out
     if (v.replicas.empty() && v.disk.empty()) return;
     Item item{std::string(key), v.size, {}};
     for (const Extent& e : v.replicas) {

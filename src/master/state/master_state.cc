@@ -343,21 +343,22 @@ std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {
         continue;
       }
       ObjectMeta& meta = it->second;
-      if (!meta.pending) {
+      if (!meta.pending()) {
         results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being written");
         continue;
       }
-      if (meta.pending->client_id != op.client_id) {
+      if (meta.pending()->client_id != op.client_id) {
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may end a put");
         continue;
       }
-      if (meta.pending->gen != op.put_gens[i]) {
+      if (meta.pending()->gen != op.put_gens[i]) {
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT,
                             "put generation " + std::to_string(op.put_gens[i]) +
                                 " is not the pending one: another put of this key took over");
         continue;
       }
-      CommitVersion(shard, it, std::move(*meta.pending), op.checksums[i], i, op.keys.size(), now);
+      CommitVersion(shard, it, std::move(meta.pending_mut()), op.checksums[i], i, op.keys.size(),
+                    now);
     }
   }
   return results;
@@ -367,16 +368,17 @@ Status MasterState::MayWrite(Shard& shard, ObjectIter it, bool upsert, int64_t n
                              const std::string& client_id, uint64_t op_first_gen) {
   if (it == shard.objects.end()) return Status::Ok();
   ObjectMeta& meta = it->second;
-  if (meta.pending) {
-    const bool retried = meta.pending->client_id == client_id && meta.pending->gen < op_first_gen;
-    if (!retried && !meta.pending->writer_expired &&
-        now - meta.pending->start_ms < policy_.put_discard_timeout_ms) {
+  if (meta.pending()) {
+    const bool retried =
+        meta.pending()->client_id == client_id && meta.pending()->gen < op_first_gen;
+    if (!retried && !meta.pending()->writer_expired &&
+        now - meta.pending()->start_ms < policy_.put_discard_timeout_ms) {
       return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being written");
     }
     // A zombie put: its writer may still scribble into the old extents until the release
     // timeout, so they are not reused before then.
-    FreeLater(meta.pending->version.replicas,
-              meta.pending->start_ms + policy_.put_release_timeout_ms, now);
+    FreeLater(meta.pending()->version.replicas,
+              meta.pending()->start_ms + policy_.put_release_timeout_ms, now);
     ClearPending(shard, it);
   }
   if (meta.committed && !upsert) return Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists");
@@ -392,11 +394,8 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
   if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
     disk_replica_count_ -= meta.committed->disk.size();
     AddGarbage(key, meta.committed->disk);  // stale copies: their nodes delete them
-    if (meta.demotion) {  // ...nor the demotion copying them to disk
-      auto& held = meta.demotion->held;
-      held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
-      meta.demotion->hold_until_ms =
-          std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+    if (meta.demotion()) {                  // ...nor the demotion copying them to disk
+      meta.HoldForDemotion(meta.committed->replicas);
     } else {
       FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
     }
@@ -422,9 +421,10 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
   if (replaced) UncountCommitted(key, *replaced);
   meta.hard_pinned = pending.pin.hard;
   if (pending.pin.soft) {
-    meta.soft_pin = SoftPin{SaturatingAdd(now, pending.pin.soft_ttl_ms), pending.pin.soft_ttl_ms};
+    meta.set_soft_pin(
+        SoftPin{SaturatingAdd(now, pending.pin.soft_ttl_ms), pending.pin.soft_ttl_ms});
   } else {
-    meta.soft_pin.reset();
+    meta.reset_soft_pin();
   }
   meta.last_access_ms = now;
   NoteOffloadCandidate(shard, it);
@@ -452,15 +452,15 @@ std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t n
         continue;
       }
       ObjectMeta& meta = it->second;
-      if (!meta.pending) {
+      if (!meta.pending()) {
         results[i] = Status(ErrorCode::INVALID_WRITE, "object is not being written");
         continue;
       }
-      if (meta.pending->client_id != op.client_id) {
+      if (meta.pending()->client_id != op.client_id) {
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "only the writer may revoke a put");
         continue;
       }
-      if (meta.pending->gen != op.put_gens[i]) {
+      if (meta.pending()->gen != op.put_gens[i]) {
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT,
                             "put generation " + std::to_string(op.put_gens[i]) +
                                 " is not the pending one: another put of this key took over");
@@ -469,10 +469,10 @@ std::vector<Status> MasterState::ApplyPutRevoke(const PutRevokeOp& op, int64_t n
       if (op.after_transfer_error) {
         // Bytes of the failed transfer may still reach the node: nobody gets this space before
         // the data plane has given up on them.
-        FreeLater(meta.pending->version.replicas, SaturatingAdd(now, policy_.write_quarantine_ms),
+        FreeLater(meta.pending()->version.replicas, SaturatingAdd(now, policy_.write_quarantine_ms),
                   now);
       } else {
-        FreeExtents(meta.pending->version.replicas);  // the writer says it no longer writes
+        FreeExtents(meta.pending()->version.replicas);  // the writer says it no longer writes
       }
       ClearPending(shard, it);
       EraseIfEmpty(shard, it);
@@ -510,18 +510,11 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
       return;
     }
     meta.DropExpiredLocks(now);
-    auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
-                               [&](const ReadLock& l) { return l.client_id == op.client_id; });
-    if (holder == meta.readers.end()) {
-      meta.readers.push_back({op.client_id, 1, now + policy_.lease_ttl_ms});
-    } else {
-      holder->count++;
-      holder->expiry_ms = now + policy_.lease_ttl_ms;
-    }
+    meta.TakeReadLock(op.client_id, now + policy_.lease_ttl_ms);
     meta.last_access_ms = now;
     if (meta.reads < kMaxQueueReads) meta.reads++;
-    if (meta.soft_pin && meta.soft_pin->ttl_ms > 0) {
-      meta.soft_pin->until_ms = SaturatingAdd(now, meta.soft_pin->ttl_ms);
+    if (meta.soft_pin() && meta.soft_pin()->ttl_ms > 0) {
+      meta.soft_pin_mut().until_ms = SaturatingAdd(now, meta.soft_pin()->ttl_ms);
     }
     out.size = meta.committed->size;
     out.checksum = meta.committed->checksum;
@@ -544,15 +537,9 @@ std::vector<Status> MasterState::ApplyFinishRead(const FinishReadOp& op, int64_t
       results[i] = NotFound(op.keys[i]);
       return;
     }
-    ObjectMeta& meta = *found;
-    auto holder = std::find_if(meta.readers.begin(), meta.readers.end(), [&](const ReadLock& l) {
-      return l.client_id == op.client_id && l.expiry_ms > now;
-    });
-    if (holder == meta.readers.end()) {
+    if (!found->ReleaseReadLock(op.client_id, now)) {
       results[i] = Status(ErrorCode::LEASE_EXPIRED, "no live read lock held by this client");
-      return;
     }
-    if (--holder->count == 0) meta.readers.erase(holder);
   });
   return results;
 }
@@ -564,10 +551,8 @@ void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   ObjectMeta& meta = it->second;
   disk_replica_count_ -= meta.committed->disk.size();
   AddGarbage(it->first, meta.committed->disk);  // their nodes delete them
-  if (meta.demotion) {  // a demotion may still read them: they go when it resolves
-    auto& held = meta.demotion->held;
-    held.insert(held.end(), meta.committed->replicas.begin(), meta.committed->replicas.end());
-    meta.demotion->hold_until_ms = std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+  if (meta.demotion()) {  // a demotion may still read them: they go when it resolves
+    meta.HoldForDemotion(meta.committed->replicas);
   } else if (meta.IsReadLocked(now)) {
     FreeLater(meta.committed->replicas, meta.LatestLockExpiry(), now);
   } else {
@@ -575,7 +560,7 @@ void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   }
   UncountCommitted(it->first, *meta.committed);
   meta.committed.reset();
-  meta.readers.clear();
+  meta.ClearReadLocks();
   EraseIfEmpty(shard, it);
 }
 
@@ -654,28 +639,29 @@ RemoveCountResult MasterState::ApplyRemoveByRegex(const RemoveByRegexOp& op, int
 // Bookkeeping helpers (caller holds the shard lock)
 
 void MasterState::SetPending(Shard& shard, ObjectIter it, PendingWrite pending) {
-  if (!it->second.pending) {
+  if (!it->second.pending()) {
     shard.pending_keys.insert(it->first);
     pending_count_++;
   } else {
-    CountTenant(it->first, -static_cast<int64_t>(it->second.pending->version.size), 0);
+    CountTenant(it->first, -static_cast<int64_t>(it->second.pending()->version.size), 0);
   }
   CountTenant(it->first, static_cast<int64_t>(pending.version.size), 0);
-  it->second.pending = std::move(pending);
+  it->second.set_pending(std::move(pending));
 }
 
 void MasterState::ClearPending(Shard& shard, ObjectIter it) {
-  if (!it->second.pending) return;
+  if (!it->second.pending()) return;
   // CommitVersion calls this on a pending it moved from: a move copies the size (a scalar), so
   // it is still the size that was counted.
-  CountTenant(it->first, -static_cast<int64_t>(it->second.pending->version.size), 0);
+  CountTenant(it->first, -static_cast<int64_t>(it->second.pending()->version.size), 0);
   shard.pending_keys.erase(std::string_view(it->first));
-  it->second.pending.reset();
+  it->second.reset_pending();
   pending_count_--;
 }
 
 void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
-  if (it->second.committed || it->second.pending || it->second.demotion || it->second.promotion) {
+  if (it->second.committed || it->second.pending() || it->second.demotion() ||
+      it->second.promotion()) {
     return;
   }
   for (auto& [segment_class, keys] : shard.offload) keys.erase(std::string_view(it->first));

@@ -61,16 +61,16 @@ uint64_t MasterState::DropSegmentReplicas(uint64_t segment_id) {
           NoteCopyCandidate(shard, current);
         }
       }
-      if (meta.demotion) std::erase_if(meta.demotion->held, on_segment);
+      if (meta.demotion()) std::erase_if(meta.demotion_mut().held, on_segment);
       // The allocation went with the segment. The node checks its segment's token just before
       // each copy, and a remount gives the segment new memory: a copy under way lands in the
       // old mount's memory, never in space a later mount hands out (node/disk_tier.h).
-      if (meta.promotion && on_segment(meta.promotion->extent)) {
+      if (meta.promotion() && on_segment(meta.promotion()->extent)) {
         ClearPromotion(shard, current, /*free_extent=*/false);
       }
-      if (meta.pending) {
-        dropped += erase_if(meta.pending->version.replicas, on_segment);
-        if (meta.pending->version.replicas.empty()) ClearPending(shard, current);
+      if (meta.pending()) {
+        dropped += erase_if(meta.pending_mut().version.replicas, on_segment);
+        if (meta.pending()->version.replicas.empty()) ClearPending(shard, current);
       }
       EraseIfEmpty(shard, current);
     }
@@ -118,11 +118,11 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
     std::lock_guard lock(shard.mu);
     for (std::string_view key : shard.pending_keys) {
       ObjectMeta& meta = shard.objects.find(std::string(key))->second;
-      if (meta.pending->client_id == op.client_id) meta.pending->writer_expired = true;
+      if (meta.pending()->client_id == op.client_id) meta.pending_mut().writer_expired = true;
     }
     std::vector<std::string> demoting;
     for (std::string_view key : shard.demoting_keys) {
-      if (shard.objects.find(std::string(key))->second.demotion->node_id == op.client_id) {
+      if (shard.objects.find(std::string(key))->second.demotion()->node_id == op.client_id) {
         demoting.emplace_back(key);
       }
     }
@@ -137,7 +137,7 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
       if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
         UncountCommitted(current->first, *meta.committed);
         meta.committed.reset();  // nothing holds it any more (its memory was freed before)
-        meta.readers.clear();
+        meta.ClearReadLocks();
         EraseIfEmpty(shard, current);
       } else {
         NoteCopyCandidate(shard, current);  // the rest on draining nodes only?

@@ -95,14 +95,14 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
     std::vector<std::string> expired;
     for (std::string_view key : shard.pending_keys) {
       const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
-      if (meta.pending->start_ms + policy_.put_release_timeout_ms <= now) {
+      if (meta.pending()->start_ms + policy_.put_release_timeout_ms <= now) {
         expired.emplace_back(key);
       }
     }
     std::sort(expired.begin(), expired.end());  // free order is state: never the set's order
     for (const auto& key : expired) {
       auto it = shard.objects.find(key);
-      FreeExtents(it->second.pending->version.replicas);
+      FreeExtents(it->second.pending()->version.replicas);
       ClearPending(shard, it);
       EraseIfEmpty(shard, it);
       result.discarded_puts++;
@@ -111,7 +111,9 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
     std::vector<std::string> stalled;
     for (std::string_view key : shard.demoting_keys) {
       const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
-      if (meta.demotion->start_ms + policy_.put_release_timeout_ms <= now) stalled.emplace_back(key);
+      if (meta.demotion()->start_ms + policy_.put_release_timeout_ms <= now) {
+        stalled.emplace_back(key);
+      }
     }
     std::sort(stalled.begin(), stalled.end());
     for (const auto& key : stalled) {

@@ -180,23 +180,23 @@ Result<ObjectStat> MasterState::Stat(const std::string& key) const {
   const int64_t now = clock_->NowMs();
   ObjectStat stat;
   stat.committed = meta.committed.has_value();
-  stat.pending = meta.pending.has_value();
-  if (!meta.committed && !meta.pending) return NotFound(key);  // only a demotion's leftovers
-  const Version& shown = meta.committed ? *meta.committed : meta.pending->version;
+  stat.pending = meta.pending().has_value();
+  if (!meta.committed && !meta.pending()) return NotFound(key);  // only a demotion's leftovers
+  const Version& shown = meta.committed ? *meta.committed : meta.pending()->version;
   stat.size = shown.size;
   stat.checksum = shown.checksum;
   stat.replicas = shown.replicas.ToVector();
-  for (const auto& lock_entry : meta.readers) {
+  for (const auto& lock_entry : meta.readers()) {
     if (lock_entry.expiry_ms > now) stat.read_locks += lock_entry.count;
   }
   stat.hard_pinned = meta.hard_pinned;
   stat.soft_pinned = meta.IsSoftPinned(now);
   stat.idle_ms = meta.last_access_ms ? now - meta.last_access_ms : 0;
-  stat.put_gen = meta.pending ? meta.pending->gen : 0;
+  stat.put_gen = meta.pending() ? meta.pending()->gen : 0;
   stat.disk = shown.disk.ToVector();
-  stat.demoting = meta.demotion.has_value();
-  stat.promoting = meta.promotion.has_value() && !meta.promotion->copy;
-  stat.copying = meta.promotion.has_value() && meta.promotion->copy;
+  stat.demoting = meta.demotion().has_value();
+  stat.promoting = meta.promotion().has_value() && !meta.promotion()->copy;
+  stat.copying = meta.promotion().has_value() && meta.promotion()->copy;
   stat.want_replicas = shown.want_replicas;
   return stat;
 }

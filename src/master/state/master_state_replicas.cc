@@ -108,11 +108,8 @@ std::vector<Status> MasterState::ApplySetReplicas(const SetReplicasOp& op, int64
       }
       // Readers named them until now: the space waits for their locks. A demotion reading one
       // holds it until it resolves.
-      if (meta.demotion) {
-        auto& held = meta.demotion->held;
-        held.insert(held.end(), retired.begin(), retired.end());
-        meta.demotion->hold_until_ms =
-            std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry());
+      if (meta.demotion()) {
+        meta.HoldForDemotion(retired);
       } else if (meta.IsReadLocked(now)) {
         FreeLater(retired, meta.LatestLockExpiry(), now);
       } else {
@@ -147,7 +144,7 @@ std::vector<ReplicaCopyKeyResult> MasterState::ApplyReplicaCopyStart(
         continue;
       }
       ObjectMeta& meta = it->second;
-      if (meta.promotion) {
+      if (meta.promotion()) {
         out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being copied already");
         continue;
       }
@@ -168,20 +165,13 @@ std::vector<ReplicaCopyKeyResult> MasterState::ApplyReplicaCopyStart(
                             "no segment of the node takes it below the eviction watermark");
         continue;
       }
-      meta.promotion = Promotion{op.node_id, v.gen, *extent, 0, op.round, now, /*copy=*/true};
+      meta.set_promotion(Promotion{op.node_id, v.gen, *extent, 0, op.round, now, /*copy=*/true});
       shard.promoting_keys.insert(it->first);
       copies_in_flight_++;
       // Its sources are not reused before the copy ends or this lease does (DropCommitted and
       // SetReplicas free locked memory only after the locks' expiry).
       meta.DropExpiredLocks(now);
-      auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
-                                 [&](const ReadLock& l) { return l.client_id == op.node_id; });
-      if (holder == meta.readers.end()) {
-        meta.readers.push_back({op.node_id, 1, now + policy_.lease_ttl_ms});
-      } else {
-        holder->count++;
-        holder->expiry_ms = now + policy_.lease_ttl_ms;
-      }
+      meta.TakeReadLock(op.node_id, now + policy_.lease_ttl_ms);
       out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas.ToVector(), v.disk.ToVector(),
              *extent};
     }
@@ -200,7 +190,7 @@ size_t MasterState::CopiesOf(const std::string& node_id) const {
   for (const auto& shard_ptr : shards_) {
     std::lock_guard lock(shard_ptr->mu);
     for (std::string_view key : shard_ptr->promoting_keys) {
-      const Promotion& p = *shard_ptr->objects.find(std::string(key))->second.promotion;
+      const Promotion& p = *shard_ptr->objects.find(std::string(key))->second.promotion();
       count += p.copy && p.node_id == node_id;
     }
   }
@@ -209,11 +199,9 @@ size_t MasterState::CopiesOf(const std::string& node_id) const {
 
 void MasterState::ClearCopy(Shard& shard, ObjectIter it, bool free_extent) {
   ObjectMeta& meta = it->second;
-  if (!meta.promotion) return;
-  const std::string node = meta.promotion->node_id;
-  auto holder = std::find_if(meta.readers.begin(), meta.readers.end(),
-                             [&](const ReadLock& l) { return l.client_id == node; });
-  if (holder != meta.readers.end() && --holder->count == 0) meta.readers.erase(holder);
+  if (!meta.promotion()) return;
+  const std::string node = meta.promotion()->node_id;
+  meta.ReleaseReadLock(node);
   ClearPromotion(shard, it, free_extent);
 }
 

@@ -209,7 +209,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
     in(key);
     in(meta);
     if (!in.ok() || !ValidateKey(key).ok() ||
-        (!meta.committed && !meta.pending && !meta.demotion && !meta.promotion)) {
+        (!meta.committed && !meta.pending() && !meta.demotion() && !meta.promotion())) {
       return bad("malformed object record");
     }
     Shard& shard = *shards[XXH3_64bits(key.data(), key.size()) % shards.size()];
@@ -222,20 +222,21 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
         usage.bytes += static_cast<int64_t>(it->second.committed->size);
         usage.objects++;
       }
-      if (it->second.pending) usage.bytes += static_cast<int64_t>(it->second.pending->version.size);
+      if (it->second.pending())
+        usage.bytes += static_cast<int64_t>(it->second.pending()->version.size);
     }
     if (it->second.committed) {
       disk += it->second.committed->disk.size();
       explicit_persistence += it->second.committed->persistence != PutPersistence::kDefault;
     }
-    if (it->second.pending) {
+    if (it->second.pending()) {
       shard.pending_keys.insert(it->first);
       pending++;
     }
-    if (it->second.demotion) shard.demoting_keys.insert(it->first);
-    if (it->second.promotion) {
+    if (it->second.demotion()) shard.demoting_keys.insert(it->first);
+    if (it->second.promotion()) {
       shard.promoting_keys.insert(it->first);
-      copies += it->second.promotion->copy;
+      copies += it->second.promotion()->copy;
     }
   }
   uint64_t n = 0;

@@ -38,7 +38,7 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
         continue;
       }
       ObjectMeta& meta = it->second;
-      if (meta.demotion) {
+      if (meta.demotion()) {
         out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being demoted");
         continue;
       }
@@ -52,7 +52,7 @@ std::vector<DemoteStartKeyResult> MasterState::ApplyDemoteStart(const DemoteStar
         out.status = Status(ErrorCode::INVALID_PARAMS, "no memory replica to copy from");
         continue;
       }
-      meta.demotion = Demotion{op.node_id, v.gen, now, {}, 0, op.disk_id};
+      meta.set_demotion(Demotion{op.node_id, v.gen, now, {}, 0, op.disk_id});
       shard.demoting_keys.insert(it->first);
       out = {Status::Ok(), v.gen, v.size, v.checksum, v.replicas.ToVector()};
     }
@@ -89,8 +89,8 @@ std::vector<Status> MasterState::ApplyDemoteEnd(const DemoteEndOp& op, int64_t n
         continue;
       }
       ObjectMeta& meta = (*it)->second;
-      const uint64_t disk_id = meta.demotion->disk_id;
-      if (meta.committed && meta.committed->gen == meta.demotion->version_gen) {
+      const uint64_t disk_id = meta.demotion()->disk_id;
+      if (meta.committed && meta.committed->gen == meta.demotion()->version_gen) {
         meta.committed->disk.push_back({op.node_id, op.locations[i], meta.committed->size, disk_id});
         disk_replica_count_++;
         // A location the disk reused: whatever garbage was there is gone.
@@ -134,10 +134,11 @@ Result<MasterState::ObjectIter> MasterState::OwnDemotion(Shard& shard, const std
                                                          const std::string& node_id,
                                                          uint64_t version_gen) {
   auto it = shard.objects.find(key);
-  if (it == shard.objects.end() || !it->second.demotion) {
+  if (it == shard.objects.end() || !it->second.demotion()) {
     return Status(ErrorCode::INVALID_WRITE, "object is not being demoted");
   }
-  if (it->second.demotion->node_id != node_id || it->second.demotion->version_gen != version_gen) {
+  if (it->second.demotion()->node_id != node_id ||
+      it->second.demotion()->version_gen != version_gen) {
     return Status(ErrorCode::ILLEGAL_CLIENT, "not this node's demotion of this version");
   }
   return it;
@@ -193,7 +194,7 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
       };
       auto it = shard.objects.find(entry.key);
       if (it == shard.objects.end() || !it->second.committed) {
-        if (it != shard.objects.end() && it->second.pending) {  // new bytes are on their way
+        if (it != shard.objects.end() && it->second.pending()) {  // new bytes are on their way
           refuse(Status(ErrorCode::OBJECT_ALREADY_EXISTS, "a put of this key is in flight"));
           continue;
         }
@@ -351,7 +352,7 @@ std::vector<PromoteStartKeyResult> MasterState::ApplyPromoteStart(const PromoteS
         continue;
       }
       ObjectMeta& meta = it->second;
-      if (meta.promotion) {
+      if (meta.promotion()) {
         out.status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object is being promoted");
         continue;
       }
@@ -373,7 +374,7 @@ std::vector<PromoteStartKeyResult> MasterState::ApplyPromoteStart(const PromoteS
                             "no segment of the node takes it below the eviction watermark");
         continue;
       }
-      meta.promotion = Promotion{op.node_id, v.gen, *extent, copy->location, op.round, now};
+      meta.set_promotion(Promotion{op.node_id, v.gen, *extent, copy->location, op.round, now});
       shard.promoting_keys.insert(it->first);
       out = {Status::Ok(), v.gen, v.size, v.checksum, copy->location, *extent};
     }
@@ -410,7 +411,7 @@ void MasterState::EndEarlierRounds(const std::string& node_id, uint64_t round, b
     if (shard.promoting_keys.empty()) continue;
     std::vector<std::string> over;
     for (std::string_view key : shard.promoting_keys) {
-      const Promotion& p = *shard.objects.find(std::string(key))->second.promotion;
+      const Promotion& p = *shard.objects.find(std::string(key))->second.promotion();
       if (p.copy == copies && p.node_id == node_id && p.round < round) over.emplace_back(key);
     }
     std::sort(over.begin(), over.end());  // frees in key order: deterministic
@@ -450,14 +451,14 @@ std::vector<Status> MasterState::EndMemoryCopies(const std::string& node_id, uin
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
       auto it = shard.objects.find(keys[i]);
-      if (it == shard.objects.end() || !it->second.promotion ||
-          it->second.promotion->copy != copies) {
+      if (it == shard.objects.end() || !it->second.promotion() ||
+          it->second.promotion()->copy != copies) {
         results[i] = Status(ErrorCode::INVALID_WRITE, copies ? "object is not being copied"
                                                              : "object is not being promoted");
         continue;
       }
       ObjectMeta& meta = it->second;
-      const Promotion& p = *meta.promotion;
+      const Promotion& p = *meta.promotion();
       if (p.node_id != node_id || p.version_gen != version_gens[i] || p.round != round) {
         // Another round's allocation (this one's was freed by a later round): not ours to touch.
         results[i] = Status(ErrorCode::ILLEGAL_CLIENT, "not this node's copy of this round");
@@ -492,12 +493,12 @@ std::vector<Status> MasterState::EndMemoryCopies(const std::string& node_id, uin
 
 void MasterState::ClearPromotion(Shard& shard, ObjectIter it, bool free_extent) {
   ObjectMeta& meta = it->second;
-  if (!meta.promotion) return;
+  if (!meta.promotion()) return;
   // Nobody was ever named this space: no read lock can cover it.
-  if (free_extent) FreeExtents(std::span<const Extent>(&meta.promotion->extent, 1));
-  if (meta.promotion->copy) copies_in_flight_--;
+  if (free_extent) FreeExtents(std::span<const Extent>(&meta.promotion()->extent, 1));
+  if (meta.promotion()->copy) copies_in_flight_--;
   shard.promoting_keys.erase(std::string_view(it->first));
-  meta.promotion.reset();
+  meta.reset_promotion();
 }
 
 size_t MasterState::PromotionsOf(const std::string& node_id) const {
@@ -505,7 +506,7 @@ size_t MasterState::PromotionsOf(const std::string& node_id) const {
   for (const auto& shard_ptr : shards_) {
     std::lock_guard lock(shard_ptr->mu);
     for (std::string_view key : shard_ptr->promoting_keys) {
-      const Promotion& p = *shard_ptr->objects.find(std::string(key))->second.promotion;
+      const Promotion& p = *shard_ptr->objects.find(std::string(key))->second.promotion();
       count += !p.copy && p.node_id == node_id;
     }
   }
@@ -514,12 +515,12 @@ size_t MasterState::PromotionsOf(const std::string& node_id) const {
 
 void MasterState::ResolveDemotion(Shard& shard, ObjectIter it, int64_t now) {
   ObjectMeta& meta = it->second;
-  if (!meta.demotion) return;
+  if (!meta.demotion()) return;
   // Readers of the replaced version may still be on the held memory too.
-  FreeLater(meta.demotion->held, std::max(meta.demotion->hold_until_ms, meta.LatestLockExpiry()),
-            now);
+  FreeLater(meta.demotion()->held,
+            std::max(meta.demotion()->hold_until_ms, meta.LatestLockExpiry()), now);
   shard.demoting_keys.erase(std::string_view(it->first));
-  meta.demotion.reset();
+  meta.reset_demotion();
   EraseIfEmpty(shard, it);
 }
 

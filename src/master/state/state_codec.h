@@ -61,16 +61,29 @@ template <typename IO> void Fields(IO& io, ReadLock& l) {
   io(l.client_id); io(l.count); io(l.expiry_ms);
 }
 template <typename IO> void Fields(IO& io, ObjectMeta& m) {
-  io(m.committed); io(m.pending); io(m.demotion); io(m.promotion); io(m.readers); io(m.hard_pinned);
+  // The rare fields travel as they did when each was its own member: decoded into one record
+  // that SetRare keeps only if any is there; encoded from the object's block, or from an empty
+  // record that the encoder only reads.
+  static ObjectRare no_rare;
+  ObjectRare decoded;
+  ObjectRare& rare = IO::kDecoding        ? decoded
+                     : m.has_rare_block() ? const_cast<ObjectRare&>(m.Rare())
+                                          : no_rare;
+  io(m.committed);
+  io(rare.pending);
+  io(rare.demotion);
+  io(rare.promotion);
+  io(rare.readers);
+  io(m.hard_pinned);
   // The soft pin as two plain fields (0, 0 when absent), as before it moved out of line.
-  int64_t soft_pin_until_ms = m.soft_pin ? m.soft_pin->until_ms : 0;
-  int64_t soft_pin_ttl_ms = m.soft_pin ? m.soft_pin->ttl_ms : 0;
+  int64_t soft_pin_until_ms = rare.soft_pin ? rare.soft_pin->until_ms : 0;
+  int64_t soft_pin_ttl_ms = rare.soft_pin ? rare.soft_pin->ttl_ms : 0;
   io(soft_pin_until_ms); io(soft_pin_ttl_ms);
   if constexpr (IO::kDecoding) {
-    m.soft_pin.reset();
     if (soft_pin_until_ms != 0 || soft_pin_ttl_ms != 0) {
-      m.soft_pin = SoftPin{soft_pin_until_ms, soft_pin_ttl_ms};
+      decoded.soft_pin = SoftPin{soft_pin_until_ms, soft_pin_ttl_ms};
     }
+    m.SetRare(std::move(decoded));
   }
   io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
 }
