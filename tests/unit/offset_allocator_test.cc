@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "master/codec/binary_codec.h"
+#include <xxhash.h>
 
 namespace granary::master {
 namespace {
@@ -705,7 +706,7 @@ TEST(OffsetAllocatorTest, FragmentationFormula) {
   EXPECT_DOUBLE_EQ(s.fragmentation(), 0.75);
 }
 
-// A node keeps its state in the offset's top two bits (32 bytes a node, one per object in the
+// A node keeps its state in the offset's top two bits (24 bytes a node, one per object in the
 // master): an encoded allocator whose node claims an offset that does not fit is refused, not
 // silently truncated into another block's place.
 TEST(OffsetAllocatorTest, DecodeRefusesAnOffsetPastTheNodesField) {
@@ -739,6 +740,91 @@ TEST(OffsetAllocatorTest, DecodeRefusesAnOffsetPastTheNodesField) {
     EXPECT_FALSE(target.Decode(in)) << offset;
     EXPECT_EQ(target.capacity(), 4096u) << "a refused decode leaves the allocator as it was";
   }
+}
+
+// A fixed churn from `seed`: allocations of many sizes, frees in a scrambled order, shrinks.
+// Returns each call's result, in order, so two allocators can be compared call by call.
+std::vector<uint64_t> Churn(OffsetAllocator& a, uint64_t seed, int steps) {
+  std::vector<uint64_t> results;
+  std::vector<uint32_t> live;
+  uint64_t x = seed;
+  auto next = [&x] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return x >> 33;
+  };
+  for (int step = 0; step < steps; ++step) {
+    const uint64_t r = next();
+    if (r % 5 < 3 || live.empty()) {
+      auto got = a.Allocate(1 + next() % 70000);
+      results.push_back(got ? got->offset : ~uint64_t{0});
+      if (got) live.push_back(got->handle);
+    } else if (r % 5 == 3) {
+      const size_t i = next() % live.size();
+      a.Free(live[i]);
+      live[i] = live.back();
+      live.pop_back();
+    } else {
+      results.push_back(a.Shrink(live[next() % live.size()], 1 + next() % 4000));
+    }
+  }
+  return results;
+}
+
+std::string Encoded(const OffsetAllocator& a) {
+  Encoder out;
+  a.Encode(out);
+  return out.Take();
+}
+
+// A block's size is derived from its right neighbour (24 bytes a node, not 32): the snapshot
+// still carries each size, byte for byte as before, and a decoded allocator goes on exactly as
+// the one encoded.
+TEST(OffsetAllocatorTest, TheSnapshotKeepsItsBytesAndADecodeGoesOnAsTheOriginal) {
+  OffsetAllocator original(8u << 20);
+  Churn(original, 12345, 3000);
+  const std::string bytes = Encoded(original);
+  // What a build of 0271029 (sizes kept in the nodes) encoded after the same churn.
+  EXPECT_EQ(bytes.size(), 16967u);
+  EXPECT_EQ(XXH3_64bits(bytes.data(), bytes.size()), 0x91f4461999e33fadull);
+
+  OffsetAllocator decoded(0);
+  Decoder in(bytes);
+  ASSERT_TRUE(decoded.Decode(in));
+  EXPECT_EQ(Encoded(decoded), bytes);
+  EXPECT_EQ(Churn(decoded, 777, 3000), Churn(original, 777, 3000));
+  EXPECT_EQ(Encoded(decoded), Encoded(original));
+  const auto stats = decoded.GetStats();
+  EXPECT_EQ(stats.used_bytes, original.GetStats().used_bytes);
+  EXPECT_EQ(stats.largest_free_block, original.GetStats().largest_free_block);
+  uint64_t free_bytes = 0;
+  for (const auto& b : decoded.FreeBlocks()) free_bytes += b.size;
+  EXPECT_EQ(free_bytes, stats.free_bytes) << "the free blocks' derived sizes add up";
+}
+
+TEST(OffsetAllocatorTest, DecodeRefusesASizeTheBlocksDoNotTile) {
+  OffsetAllocator two(1 << 20);
+  ASSERT_TRUE(two.Allocate(4096).has_value());  // [used 4 KiB][free the rest]
+  Encoder genuine;
+  two.Encode(genuine);
+  const std::string bytes = genuine.Take();
+  // The two nodes at the end: the used one (size 64 units), then the free one.
+  auto node = [](uint64_t offset, uint64_t size, uint32_t pp, uint32_t pn, uint8_t state) {
+    Encoder e;
+    uint32_t none = 0xFFFFFFFFu;
+    e(offset); e(size); e(none); e(none); e(pp); e(pn); e(state);
+    return e.Take();
+  };
+  const uint64_t units = (1 << 20) / kAlign;
+  const std::string tail = node(0, 64, 0xFFFFFFFFu, 1, 2) + node(64, units - 64, 0, 0xFFFFFFFFu, 1);
+  ASSERT_TRUE(bytes.ends_with(tail)) << "the encoding's layout changed: update this test";
+  const std::string prefix = bytes.substr(0, bytes.size() - tail.size());
+  // The same total, split otherwise: each node's size disagrees with where its neighbour starts.
+  const std::string hostile =
+      prefix + node(0, 128, 0xFFFFFFFFu, 1, 2) + node(64, units - 128, 0, 0xFFFFFFFFu, 1);
+  OffsetAllocator target(4096);
+  Decoder in(hostile);
+  EXPECT_FALSE(target.Decode(in));
+  EXPECT_EQ(target.capacity(), 4096u) << "a refused decode leaves the allocator as it was";
 }
 
 }  // namespace

@@ -52,8 +52,7 @@ OffsetAllocator::OffsetAllocator(uint64_t capacity_bytes)
   bin_head_.fill(kNone);
   if (capacity_ == 0) return;
   const uint32_t node = NewNode();
-  nodes_[node].offset = 0;
-  nodes_[node].size = capacity_ / kUnit;
+  nodes_[node].offset = 0;  // the last block: it ends at capacity_
   InsertFree(node);
 }
 
@@ -87,8 +86,8 @@ uint32_t OffsetAllocator::FirstNonEmptyBinAtLeast(uint32_t bin) const {
 }
 
 void OffsetAllocator::InsertFree(uint32_t node) {
+  const uint32_t bin = FloorBin(SizeOf(node));
   Node& n = nodes_[node];
-  const uint32_t bin = FloorBin(n.size);
   n.set_state(State::kFree);
   n.list_prev = kNone;
   n.list_next = bin_head_[bin];
@@ -105,7 +104,7 @@ void OffsetAllocator::RemoveFree(uint32_t node) {
   if (n.list_prev != kNone) {
     nodes_[n.list_prev].list_next = n.list_next;
   } else {
-    const uint32_t bin = FloorBin(n.size);
+    const uint32_t bin = FloorBin(SizeOf(node));
     bin_head_[bin] = n.list_next;
     if (n.list_next == kNone) {  // the bin became empty: clear its bit, then maybe its group's
       const uint32_t group = bin / kBinsPerGroup;
@@ -147,7 +146,7 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
   const uint32_t own = bin_head_[FloorBin(units)];
   if (own != kNone) {
     ++probe_count_;
-    if (nodes_[own].size >= units) node = own;
+    if (SizeOf(own) >= units) node = own;
   }
   if (node == kNone) {
     const uint32_t bin = FirstNonEmptyBinAtLeast(CeilBin(units));
@@ -160,7 +159,8 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
 
   // Get the remainder's node before taking references: NewNode may grow the vector.
   uint32_t rest = kNone;
-  if (nodes_[node].size > units) {
+  const uint64_t block = SizeOf(node);
+  if (block > units) {
     rest = NewNode();
     if (rest == kNone) return std::nullopt;
   }
@@ -168,13 +168,11 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
   Node& n = nodes_[node];
   if (rest != kNone) {
     Node& r = nodes_[rest];
-    r.offset = n.offset + units;
-    r.size = n.size - units;
+    r.offset = n.offset + units;  // n now ends where r starts: units long
     r.phys_prev = node;
     r.phys_next = n.phys_next;
     if (n.phys_next != kNone) nodes_[n.phys_next].phys_prev = rest;
     n.phys_next = rest;
-    n.size = units;
     InsertFree(rest);
   }
   n.set_state(State::kUsed);
@@ -189,7 +187,7 @@ void OffsetAllocator::Free(uint32_t handle) {
     return;  // release builds: ignore, the structures are untouched
   }
   uint32_t node = handle;
-  used_units_ -= nodes_[node].size;
+  used_units_ -= SizeOf(node);
   --allocation_count_;
 
   // Absorb a free right neighbour into this block.
@@ -198,8 +196,7 @@ void OffsetAllocator::Free(uint32_t handle) {
     ++probe_count_;
     if (nodes_[next].state() == State::kFree) {
       RemoveFree(next);
-      nodes_[node].size += nodes_[next].size;
-      nodes_[node].phys_next = nodes_[next].phys_next;
+      nodes_[node].phys_next = nodes_[next].phys_next;  // node now ends where next ended
       if (nodes_[next].phys_next != kNone) nodes_[nodes_[next].phys_next].phys_prev = node;
       ReleaseNode(next);
     }
@@ -210,8 +207,7 @@ void OffsetAllocator::Free(uint32_t handle) {
     ++probe_count_;
     if (nodes_[prev].state() == State::kFree) {
       RemoveFree(prev);
-      nodes_[prev].size += nodes_[node].size;
-      nodes_[prev].phys_next = nodes_[node].phys_next;
+      nodes_[prev].phys_next = nodes_[node].phys_next;  // prev now ends where node ended
       if (nodes_[node].phys_next != kNone) nodes_[nodes_[node].phys_next].phys_prev = prev;
       ReleaseNode(node);
       node = prev;
@@ -222,32 +218,30 @@ void OffsetAllocator::Free(uint32_t handle) {
 
 bool OffsetAllocator::Shrink(uint32_t handle, uint64_t size) {
   if (handle >= nodes_.size() || nodes_[handle].state() != State::kUsed || size == 0) return false;
-  if (size > nodes_[handle].size * kUnit) return false;  // first: the round-up cannot overflow
+  const uint64_t block = SizeOf(handle);
+  if (size > block * kUnit) return false;  // first: the round-up cannot overflow
   const uint64_t units = (size + kUnit - 1) / kUnit;
-  const uint64_t tail = nodes_[handle].size - units;
+  const uint64_t tail = block - units;
   if (tail == 0) return true;
   const uint32_t next = nodes_[handle].phys_next;
   if (next != kNone && nodes_[next].state() == State::kFree) {
     // The free neighbour grows leftwards over the tail (its size class may change).
     ++probe_count_;
     RemoveFree(next);
-    nodes_[next].offset -= tail;
-    nodes_[next].size += tail;
+    nodes_[next].offset -= tail;  // handle shrinks with it
     InsertFree(next);
   } else {
     const uint32_t rest = NewNode();  // before taking references: it may grow the vector
     if (rest == kNone) return false;
     Node& n = nodes_[handle];
     Node& r = nodes_[rest];
-    r.offset = n.offset + units;
-    r.size = tail;
+    r.offset = n.offset + units;  // tail units long: it ends where handle ended
     r.phys_prev = handle;
     r.phys_next = n.phys_next;
     if (n.phys_next != kNone) nodes_[n.phys_next].phys_prev = rest;
     n.phys_next = rest;
     InsertFree(rest);
   }
-  nodes_[handle].size = units;
   used_units_ -= tail;
   return true;
 }
@@ -267,7 +261,7 @@ OffsetAllocator::Stats OffsetAllocator::GetStats() const {
     const uint32_t bin = group * kBinsPerGroup + top_in_group;
     uint64_t largest = 0;
     for (uint32_t n = bin_head_[bin]; n != kNone; n = nodes_[n].list_next) {
-      if (nodes_[n].size > largest) largest = nodes_[n].size;
+      largest = std::max(largest, SizeOf(n));
     }
     s.largest_free_block = largest * kUnit;
   }
@@ -277,8 +271,9 @@ OffsetAllocator::Stats OffsetAllocator::GetStats() const {
 std::vector<OffsetAllocator::Block> OffsetAllocator::FreeBlocks() const {
   std::vector<Block> out;
   out.reserve(free_block_count_);
-  for (const Node& n : nodes_) {
-    if (n.state() == State::kFree) out.push_back({n.offset * kUnit, n.size * kUnit});
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (n.state() == State::kFree) out.push_back({n.offset * kUnit, SizeOf(i) * kUnit});
   }
   std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
   return out;
@@ -306,8 +301,10 @@ void OffsetAllocator::Encode(Encoder& out) const {
   }
   uint64_t count = nodes_.size();
   out(count);
-  for (const Node& n : nodes_) {
-    uint64_t offset = n.offset, size = n.size;
+  // Each node as when it kept its size (0 for unused slots): the snapshot's format is unchanged.
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    uint64_t offset = n.offset, size = n.state() == State::kUnused ? 0 : SizeOf(i);
     uint32_t lp = n.list_prev, ln = n.list_next, pp = n.phys_prev, pn = n.phys_next;
     uint8_t state = static_cast<uint8_t>(n.state());
     out(offset);
@@ -335,6 +332,8 @@ bool OffsetAllocator::Decode(Decoder& in) {
   // Each node takes at least 7 bytes: a larger count is a lie, not a reason to allocate.
   if (!in.ok() || count >= kNone || count > (uint64_t{1} << 40)) return false;
   a.nodes_.reserve(std::min<uint64_t>(count, 1 << 20));
+  std::vector<uint64_t> sizes;  // as encoded: each block's must be what the tiling gives it
+  sizes.reserve(std::min<uint64_t>(count, 1 << 20));
   uint64_t units = 0;
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
     Node n;
@@ -343,7 +342,8 @@ bool OffsetAllocator::Decode(Decoder& in) {
     in(offset);
     if (offset >= (uint64_t{1} << 62)) return false;  // past any segment, and past the field
     n.offset = offset;
-    in(n.size);
+    uint64_t size = 0;
+    in(size);
     in(n.list_prev);
     in(n.list_next);
     in(n.phys_prev);
@@ -351,8 +351,9 @@ bool OffsetAllocator::Decode(Decoder& in) {
     in(state);
     if (state > static_cast<uint8_t>(State::kUsed)) return false;
     n.set_state(static_cast<State>(state));
-    if (n.state() != State::kUnused) units += n.size;
+    if (n.state() != State::kUnused) units += size;
     a.nodes_.push_back(n);
+    sizes.push_back(size);
   }
   if (!in.ok() || a.capacity_ % kUnit != 0 || units != a.capacity_ / kUnit) return false;
   auto valid = [&](uint32_t idx) { return idx == kNone || idx < a.nodes_.size(); };
@@ -365,6 +366,13 @@ bool OffsetAllocator::Decode(Decoder& in) {
         !valid(n.phys_next)) {
       return false;
     }
+  }
+  for (uint32_t i = 0; i < a.nodes_.size(); ++i) {
+    const Node& n = a.nodes_[i];
+    if (n.state() == State::kUnused) continue;
+    const uint64_t end =
+        n.phys_next != kNone ? a.nodes_[n.phys_next].offset : a.capacity_ / kUnit;
+    if (end < n.offset || end - n.offset != sizes[i]) return false;
   }
   *this = std::move(a);
   return true;

@@ -115,13 +115,14 @@ class OffsetAllocator {
 
   enum class State : uint8_t { kUnused, kFree, kUsed };
 
-  // One block of the segment (free or allocated), or an unused slot. Offsets and sizes are in
-  // kAlignment units. A node's index is its handle. 32 bytes: one per object in the master, so
-  // the state rides in the offset's top bits (an offset in units is below 2^58).
+  // One block of the segment (free or allocated), or an unused slot. Offsets are in kAlignment
+  // units. A node's index is its handle. 24 bytes: one per object in the master, so the state
+  // rides in the offset's top bits (an offset in units is below 2^58), and a block's size is not
+  // kept: the blocks tile the segment, so it ends where its right neighbour starts (SizeOf).
+  // A free block's size is its bin's key: it changes only while the block is out of its list.
   struct Node {
     uint64_t offset : 62 = 0;
     uint64_t state_bits : 2 = static_cast<uint64_t>(State::kUnused);
-    uint64_t size = 0;
     uint32_t list_prev = kNone;  // free blocks: the bin's list; unused slots: list_next only
     uint32_t list_next = kNone;
     uint32_t phys_prev = kNone;  // neighbours by address, free or allocated
@@ -130,7 +131,14 @@ class OffsetAllocator {
     State state() const { return static_cast<State>(state_bits); }
     void set_state(State s) { state_bits = static_cast<uint64_t>(s); }
   };
-  static_assert(sizeof(Node) == 32);
+  static_assert(sizeof(Node) == 24);
+
+  // The units of block `node` (free or used): up to its right neighbour, or the segment's end.
+  uint64_t SizeOf(uint32_t node) const {
+    const Node& n = nodes_[node];
+    const uint64_t end = n.phys_next != kNone ? nodes_[n.phys_next].offset : capacity_ / kAlignment;
+    return end - n.offset;
+  }
 
   static uint32_t FloorBin(uint64_t units);
   static uint32_t CeilBin(uint64_t units);
