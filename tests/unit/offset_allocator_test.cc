@@ -801,7 +801,7 @@ TEST(OffsetAllocatorTest, TheSnapshotKeepsItsBytesAndADecodeGoesOnAsTheOriginal)
   EXPECT_EQ(free_bytes, stats.free_bytes) << "the free blocks' derived sizes add up";
 }
 
-TEST(OffsetAllocatorTest, DecodeRefusesASizeTheBlocksDoNotTile) {
+TEST(OffsetAllocatorTest, DecodeRefusesBlocksThatDoNotTileTheSegment) {
   OffsetAllocator two(1 << 20);
   ASSERT_TRUE(two.Allocate(4096).has_value());  // [used 4 KiB][free the rest]
   Encoder genuine;
@@ -821,10 +821,22 @@ TEST(OffsetAllocatorTest, DecodeRefusesASizeTheBlocksDoNotTile) {
   // The same total, split otherwise: each node's size disagrees with where its neighbour starts.
   const std::string hostile =
       prefix + node(0, 128, 0xFFFFFFFFu, 1, 2) + node(64, units - 128, 0, 0xFFFFFFFFu, 1);
-  OffsetAllocator target(4096);
-  Decoder in(hostile);
-  EXPECT_FALSE(target.Decode(in));
-  EXPECT_EQ(target.capacity(), 4096u) << "a refused decode leaves the allocator as it was";
+  // Sizes that agree with the offsets, but blocks that do not tile: two blocks over the same
+  // half, both ending at the segment's end (neither names the other); a block of no units; a
+  // chain whose neighbours disagree.
+  const std::string overlapping = prefix + node(units / 2, units / 2, 0xFFFFFFFFu, 0xFFFFFFFFu, 1) +
+                                  node(units / 2, units / 2, 0xFFFFFFFFu, 0xFFFFFFFFu, 1);
+  const std::string empty_block =
+      prefix + node(0, 0, 0xFFFFFFFFu, 1, 2) + node(0, units, 0, 0xFFFFFFFFu, 1);
+  const std::string disagreeing =
+      prefix + node(0, 64, 0xFFFFFFFFu, 1, 2) + node(64, units - 64, 1, 0xFFFFFFFFu, 1);
+  const std::vector<std::string> refused = {hostile, overlapping, empty_block, disagreeing};
+  for (size_t i = 0; i < refused.size(); ++i) {
+    OffsetAllocator target(4096);
+    Decoder in(refused[i]);
+    EXPECT_FALSE(target.Decode(in)) << i;
+    EXPECT_EQ(target.capacity(), 4096u) << "a refused decode leaves the allocator as it was";
+  }
 }
 
 }  // namespace

@@ -372,8 +372,27 @@ bool OffsetAllocator::Decode(Decoder& in) {
     if (n.state() == State::kUnused) continue;
     const uint64_t end =
         n.phys_next != kNone ? a.nodes_[n.phys_next].offset : a.capacity_ / kUnit;
-    if (end < n.offset || end - n.offset != sizes[i]) return false;
+    if (end < n.offset || end - n.offset != sizes[i] || sizes[i] == 0) return false;
   }
+  // The blocks tile [0, capacity): one chain by address from offset 0, whose neighbours name
+  // each other, holds every block once (each ends where the next starts, checked above).
+  uint64_t blocks = 0;
+  uint32_t first = kNone;
+  for (uint32_t i = 0; i < a.nodes_.size(); ++i) {
+    const Node& n = a.nodes_[i];
+    if (n.state() == State::kUnused) continue;
+    ++blocks;
+    if (n.phys_prev == kNone) {
+      if (first != kNone || n.offset != 0) return false;
+      first = i;
+    }
+  }
+  uint64_t walked = 0;
+  for (uint32_t i = first, prev = kNone; i != kNone; prev = i, i = a.nodes_[i].phys_next) {
+    const Node& n = a.nodes_[i];
+    if (n.state() == State::kUnused || n.phys_prev != prev || ++walked > blocks) return false;
+  }
+  if (walked != blocks) return false;
   *this = std::move(a);
   return true;
 }
