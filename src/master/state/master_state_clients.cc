@@ -117,12 +117,12 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
     Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
     for (std::string_view key : shard.pending_keys) {
-      ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      ObjectMeta& meta = shard.objects.find(key)->second;
       if (meta.pending()->client_id == op.client_id) meta.pending_mut().writer_expired = true;
     }
     std::vector<std::string> demoting;
     for (std::string_view key : shard.demoting_keys) {
-      if (shard.objects.find(std::string(key))->second.demotion()->node_id == op.client_id) {
+      if (shard.objects.find(key)->second.demotion()->node_id == op.client_id) {
         demoting.emplace_back(key);
       }
     }

@@ -94,7 +94,7 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
     std::lock_guard lock(shard.mu);
     std::vector<std::string> expired;
     for (std::string_view key : shard.pending_keys) {
-      const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      const ObjectMeta& meta = shard.objects.find(key)->second;
       if (meta.pending()->start_ms + policy_.put_release_timeout_ms <= now) {
         expired.emplace_back(key);
       }
@@ -110,7 +110,7 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
     // A demotion that has not ended within the release timeout is given up: its node is stuck.
     std::vector<std::string> stalled;
     for (std::string_view key : shard.demoting_keys) {
-      const ObjectMeta& meta = shard.objects.find(std::string(key))->second;
+      const ObjectMeta& meta = shard.objects.find(key)->second;
       if (meta.demotion()->start_ms + policy_.put_release_timeout_ms <= now) {
         stalled.emplace_back(key);
       }

@@ -190,7 +190,7 @@ size_t MasterState::CopiesOf(const std::string& node_id) const {
   for (const auto& shard_ptr : shards_) {
     std::lock_guard lock(shard_ptr->mu);
     for (std::string_view key : shard_ptr->promoting_keys) {
-      const Promotion& p = *shard_ptr->objects.find(std::string(key))->second.promotion();
+      const Promotion& p = *shard_ptr->objects.find(key)->second.promotion();
       count += p.copy && p.node_id == node_id;
     }
   }

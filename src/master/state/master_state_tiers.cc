@@ -411,7 +411,7 @@ void MasterState::EndEarlierRounds(const std::string& node_id, uint64_t round, b
     if (shard.promoting_keys.empty()) continue;
     std::vector<std::string> over;
     for (std::string_view key : shard.promoting_keys) {
-      const Promotion& p = *shard.objects.find(std::string(key))->second.promotion();
+      const Promotion& p = *shard.objects.find(key)->second.promotion();
       if (p.copy == copies && p.node_id == node_id && p.round < round) over.emplace_back(key);
     }
     std::sort(over.begin(), over.end());  // frees in key order: deterministic
@@ -506,7 +506,7 @@ size_t MasterState::PromotionsOf(const std::string& node_id) const {
   for (const auto& shard_ptr : shards_) {
     std::lock_guard lock(shard_ptr->mu);
     for (std::string_view key : shard_ptr->promoting_keys) {
-      const Promotion& p = *shard_ptr->objects.find(std::string(key))->second.promotion();
+      const Promotion& p = *shard_ptr->objects.find(key)->second.promotion();
       count += !p.copy && p.node_id == node_id;
     }
   }
