@@ -39,6 +39,7 @@
 #include "master/state/apply_combiner.h"
 #include "master/state/disk_garbage.h"
 #include "master/state/key_namespace.h"
+#include "master/state/ghost_index.h"
 #include "master/state/key_ref_set.h"
 #include "master/state/object_key.h"
 #include "master/state/object_meta.h"
@@ -428,9 +429,12 @@ class MasterState {
   static constexpr size_t kGhostStripes = 16;
   struct GhostStripe {
     mutable std::mutex mu;
-    std::deque<std::pair<uint64_t, uint64_t>> fifo;  // (key hash, entry number)
-    std::unordered_map<uint64_t, uint64_t> live;     // key hash -> its newest entry number
+    // Key hashes, oldest first. Entries are numbered in order and leave from the front, so
+    // fifo[i] is entry next - fifo.size() + i: the numbers need not be kept (8 bytes an entry).
+    std::deque<uint64_t> fifo;
+    GhostIndex live;  // key hash -> its newest entry number
     uint64_t next = 0;
+    uint64_t EntryAt(size_t i) const { return next - fifo.size() + i; }
   };
   using ObjectIter = ObjectMap::iterator;
   struct DeferredFree {

@@ -57,17 +57,17 @@ void MasterState::GhostAdd(std::string_view key) {
   GhostStripe& g = ghost_[hash >> 60];  // the shard takes the low bits
   std::lock_guard lock(g.mu);
   const uint64_t entry = g.next++;
-  g.fifo.emplace_back(hash, entry);
-  g.live[hash] = entry;
+  g.fifo.push_back(hash);
+  g.live.Set(hash, entry);
   // The ghost covers eviction_ghost_ratio x the objects held, spread over the stripes.
   const uint64_t held = committed_count_.load(std::memory_order_relaxed);
   const uint64_t limit = static_cast<uint64_t>(policy_.eviction_ghost_ratio *
                                                static_cast<double>(held) / kGhostStripes) + 1;
   while (g.fifo.size() > limit) {
-    auto [old_hash, old_entry] = g.fifo.front();
+    const uint64_t old_hash = g.fifo.front();
+    const uint64_t old_entry = g.EntryAt(0);
     g.fifo.pop_front();
-    auto found = g.live.find(old_hash);
-    if (found != g.live.end() && found->second == old_entry) g.live.erase(found);
+    if (g.live.Find(old_hash) == old_entry) g.live.Erase(old_hash);
   }
 }
 
@@ -75,7 +75,7 @@ bool MasterState::GhostTake(std::string_view key) {
   const uint64_t hash = XXH3_64bits(key.data(), key.size());
   GhostStripe& g = ghost_[hash >> 60];
   std::lock_guard lock(g.mu);
-  return g.live.erase(hash) > 0;
+  return g.live.Erase(hash);
 }
 
 size_t MasterState::ghost_count() const {

@@ -90,11 +90,14 @@ void MasterState::EncodeLocked(Encoder& out) const {
     uint64_t next = g.next, n = g.fifo.size();
     out(next);
     out(n);
-    for (auto [hash, entry] : g.fifo) {
+    for (size_t i = 0; i < g.fifo.size(); ++i) {
+      uint64_t hash = g.fifo[i], entry = g.EntryAt(i);
       out(hash);
       out(entry);
     }
-    std::vector<std::pair<uint64_t, uint64_t>> live(g.live.begin(), g.live.end());
+    std::vector<std::pair<uint64_t, uint64_t>> live;
+    live.reserve(g.live.size());
+    g.live.ForEach([&](uint64_t hash, uint64_t entry) { live.emplace_back(hash, entry); });
     std::sort(live.begin(), live.end());
     uint64_t m = live.size();
     out(m);
@@ -257,25 +260,26 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
     in(d.release_at_ms);
     deferred.push_back(d);
   }
-  std::array<std::tuple<uint64_t, std::deque<std::pair<uint64_t, uint64_t>>,
-                        std::unordered_map<uint64_t, uint64_t>>,
-             kGhostStripes>
-      ghost;
+  std::array<std::tuple<uint64_t, std::deque<uint64_t>, GhostIndex>, kGhostStripes> ghost;
   for (auto& [next, fifo, live] : ghost) {
     in(next);
     in(n);
+    // The FIFO's entries are numbered in order up to next - 1 (GhostStripe keeps no numbers).
+    if (in.ok() && n > next) return bad("malformed ghost: more entries than were numbered");
     for (uint64_t i = 0; i < n && in.ok(); ++i) {
       uint64_t hash = 0, entry = 0;
       in(hash);
       in(entry);
-      fifo.emplace_back(hash, entry);
+      if (in.ok() && entry != next - n + i) return bad("malformed ghost: entries out of order");
+      fifo.push_back(hash);
     }
     in(n);
     for (uint64_t i = 0; i < n && in.ok(); ++i) {
       uint64_t hash = 0, entry = 0;
       in(hash);
       in(entry);
-      live[hash] = entry;
+      if (in.ok() && entry >= next) return bad("malformed ghost: an entry never numbered");
+      live.Set(hash, entry);
     }
   }
   DiskGarbage garbage(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes);
