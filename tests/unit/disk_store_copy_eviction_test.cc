@@ -133,9 +133,7 @@ TEST_P(CopyEvictionTest, AnEvictedCopysSpaceWaitsForItsReadInFlight) {
   if (!CopyGrained()) GTEST_SKIP() << "bucket backend on a filesystem that punches holes only";
   std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
   HeldRead held(kValue);
-  DiskStoreOptions o = LruOptions();
-  o.test_hook_after_pin = held.Hook();
-  store = Open(o);
+  store = OpenHeld(LruOptions(), held);
   ASSERT_TRUE(store);
   auto a = WriteAll(*store, "A", Eight());
   held.Start(*store, a[1].key, a[1].location);
@@ -161,9 +159,7 @@ TEST_P(CopyEvictionTest, ACopyEvictedBetweenItsLookupAndItsPinIsAMissNotAHole) {
   if (!CopyGrained()) GTEST_SKIP() << "bucket backend on a filesystem that punches holes only";
   std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
   HeldRead held(kValue);
-  DiskStoreOptions o = LruOptions();
-  o.test_hook_after_lookup = held.Hook();
-  store = Open(o);
+  store = OpenHeld(LruOptions(), held, &DiskStoreOptions::test_hook_after_lookup);
   ASSERT_TRUE(store);
   auto a = WriteAll(*store, "A", Eight());
   ExpectReadable(*store, Without(a, "A1"));  // A1 the least recently used
@@ -182,9 +178,7 @@ TEST_P(CopyEvictionTest, AReadOfAnotherCopyDoesNotHoldAHoleBack) {
   if (!CopyGrained()) GTEST_SKIP() << "bucket backend on a filesystem that punches holes only";
   std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
   HeldRead held(kValue);
-  DiskStoreOptions o = LruOptions();
-  o.test_hook_after_pin = held.Hook();
-  store = Open(o);
+  store = OpenHeld(LruOptions(), held);
   ASSERT_TRUE(store);
   auto a = WriteAll(*store, "A", Eight());
   held.Start(*store, a[0].key, a[0].location);  // A0 pinned: the most recently used, A1 the least

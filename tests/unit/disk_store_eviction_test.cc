@@ -183,9 +183,7 @@ TEST_P(DiskStoreTest, DeletedFileReadsAsMiss) {
 TEST_P(DiskStoreTest, RemoveWhileReadInFlightWaitsForTheRead) {
   std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
   HeldRead held(500000);
-  DiskStoreOptions o = Options();
-  o.test_hook_after_pin = held.Hook();
-  store = Open(o);
+  store = OpenHeld(Options(), held);
   ASSERT_TRUE(store);
   auto objects = WriteAll(*store, "rw", {500000});
   const uint64_t used = store->Usage().used;
@@ -203,9 +201,7 @@ TEST_P(DiskStoreTest, RemoveWhileReadInFlightWaitsForTheRead) {
 TEST_P(DiskStoreTest, EvictionWaitsBoundedForReadsInFlight) {
   std::unique_ptr<DiskStore> store;  // declared first: it outlives the held read
   HeldRead held(300000);
-  DiskStoreOptions o = Options();
-  o.test_hook_after_pin = held.Hook();
-  store = Open(o);
+  store = OpenHeld(Options(), held);
   ASSERT_TRUE(store);
   auto objects = WriteAll(*store, "ev", {300000});
   held.Start(*store, "ev0", objects[0].location);

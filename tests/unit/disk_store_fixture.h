@@ -120,6 +120,14 @@ class DiskStoreTest : public ::testing::TestWithParam<StoreParam> {
     return store.ok() ? std::move(*store) : nullptr;
   }
   std::unique_ptr<DiskStore> Open() { return Open(Options()); }
+  // `o` opened with its reads stopping for `held` at `hook` (after the pin, or after the lookup).
+  // The caller declares the store before `held`, so that it outlives the held read.
+  std::unique_ptr<DiskStore> OpenHeld(
+      DiskStoreOptions o, HeldRead& held,
+      std::function<void()> DiskStoreOptions::*hook = &DiskStoreOptions::test_hook_after_pin) {
+    o.*hook = held.Hook();
+    return Open(std::move(o));
+  }
 
   // Writes keys `prefix`0.. with the given sizes; expects every write to succeed.
   std::vector<StoredObject> WriteAll(DiskStore& store, const std::string& prefix,

@@ -370,8 +370,7 @@ bool OffsetAllocator::Decode(Decoder& in) {
   for (uint32_t i = 0; i < a.nodes_.size(); ++i) {
     const Node& n = a.nodes_[i];
     if (n.state() == State::kUnused) continue;
-    const uint64_t end =
-        n.phys_next != kNone ? a.nodes_[n.phys_next].offset : a.capacity_ / kUnit;
+    const uint64_t end = a.EndOf(i);
     if (end < n.offset || end - n.offset != sizes[i] || sizes[i] == 0) return false;
   }
   // The blocks tile [0, capacity): one chain by address from offset 0, whose neighbours name

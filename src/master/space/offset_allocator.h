@@ -133,12 +133,13 @@ class OffsetAllocator {
   };
   static_assert(sizeof(Node) == 24);
 
-  // The units of block `node` (free or used): up to its right neighbour, or the segment's end.
-  uint64_t SizeOf(uint32_t node) const {
-    const Node& n = nodes_[node];
-    const uint64_t end = n.phys_next != kNone ? nodes_[n.phys_next].offset : capacity_ / kAlignment;
-    return end - n.offset;
+  // Where block `node` (free or used) ends, in units: its right neighbour's start, or the
+  // segment's end; and so its size.
+  uint64_t EndOf(uint32_t node) const {
+    const uint32_t next = nodes_[node].phys_next;
+    return next != kNone ? nodes_[next].offset : capacity_ / kAlignment;
   }
+  uint64_t SizeOf(uint32_t node) const { return EndOf(node) - nodes_[node].offset; }
 
   static uint32_t FloorBin(uint64_t units);
   static uint32_t CeilBin(uint64_t units);

@@ -51,11 +51,6 @@ class KeyRefSet {
       SkipFree();
       return *this;
     }
-    iterator operator++(int) {
-      iterator before = *this;
-      ++*this;
-      return before;
-    }
     bool operator==(const iterator& other) const { return slot_ == other.slot_; }
 
    private:
@@ -67,7 +62,6 @@ class KeyRefSet {
     const uint64_t* slot_ = nullptr;
     const uint64_t* end_ = nullptr;
   };
-  using const_iterator = iterator;
 
   KeyRefSet() = default;
   KeyRefSet(const KeyRefSet&) = delete;  // two sets naming one block are two owners' business
@@ -91,7 +85,7 @@ class KeyRefSet {
       std::fprintf(stderr, "KeyRefSet: a key block at %p cannot be listed\n", key.block());
       std::abort();  // an empty key, or an address this 64-bit layout cannot hold: a bug
     }
-    const std::string_view view = ObjectKey::ViewOfBlock(key.block());
+    const std::string_view view = key.view();
     const uint64_t hash = Hash(view);
     if ((used_ + 1) * 4 > capacity_ * 3 || (capacity_ > 16 && size_ * 4 < capacity_)) {
       Rehash(size_ + 1);
@@ -133,7 +127,6 @@ class KeyRefSet {
   }
 
   bool contains(std::string_view key) const { return Find(key) != capacity_; }
-  size_t count(std::string_view key) const { return contains(key) ? 1 : 0; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   void clear() { *this = KeyRefSet(); }

@@ -225,8 +225,9 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
         usage.bytes += static_cast<int64_t>(it->second.committed->size);
         usage.objects++;
       }
-      if (it->second.pending())
+      if (it->second.pending()) {
         usage.bytes += static_cast<int64_t>(it->second.pending()->version.size);
+      }
     }
     if (it->second.committed) {
       disk += it->second.committed->disk.size();

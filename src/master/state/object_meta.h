@@ -273,7 +273,6 @@ struct ObjectMeta {
   // Changed in place: each requires the field to be there.
   PendingWrite& pending_mut() { return *rare_->pending; }
   Demotion& demotion_mut() { return *rare_->demotion; }
-  Promotion& promotion_mut() { return *rare_->promotion; }
   SoftPin& soft_pin_mut() { return *rare_->soft_pin; }
   // Set and reset: the block is made by the first set and freed by the reset that empties it.
   void set_pending(PendingWrite p) { Make().pending = std::move(p); }
