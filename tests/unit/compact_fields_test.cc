@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/inline_vector.h"
@@ -220,10 +221,14 @@ TEST(CompactFieldsTest, EncodeAsTheFieldsTheyReplaced) {
   std::optional<master::Promotion> no_promotion;
   rest(no_pending); rest(no_demotion); rest(no_promotion);
   std::vector<ReadLock> readers = {{"reader", 2, 77}};
-  rest(readers); rest(meta.hard_pinned);
+  bool hard_pinned = meta.hard_pinned;
+  rest(readers); rest(hard_pinned);
   int64_t until = 1234, ttl = 600;
   rest(until); rest(ttl);
-  rest(meta.last_access_ms); rest(meta.queue_stamp); rest(meta.reads); rest(meta.in_main);
+  int64_t last_access_ms = meta.last_access_ms;
+  uint8_t reads = meta.reads;
+  bool in_main = meta.in_main;
+  rest(last_access_ms); rest(meta.queue_stamp); rest(reads); rest(in_main);
   const std::string bytes = Encode(meta);
   EXPECT_EQ(bytes, prefix + rest.Take());
 
@@ -345,9 +350,87 @@ TEST(CompactFieldsTest, EncodeToTheBytesOfTheBuildBefore) {
   EXPECT_EQ(Hex(Encode(two)), "0107000302010007000280010705000000000000000000000000000001");
 }
 
+// Extent keeps its handle in the offset's and the length's top bits, and ObjectMeta its access
+// time in 48 bits: every value a master makes comes back, encodes as the plain fields did, and a
+// decode refuses what does not fit instead of cutting it.
+TEST(CompactFieldsTest, PackedFieldsKeepEveryValueTheyTake) {
+  for (uint32_t handle : {0u, 1u, 0xFFFu, 0x1000u, 0xABCDEF12u, UINT32_MAX}) {
+    for (uint64_t offset : {uint64_t{0}, master::kMaxSegmentBytes - 64, master::kMaxSegmentBytes}) {
+      for (uint64_t length : {uint64_t{1}, (uint64_t{1} << Extent::kLengthBits) - 1}) {
+        Extent e(7, offset, length, handle);
+        EXPECT_EQ(e.offset, offset);
+        EXPECT_EQ(e.length, length);
+        EXPECT_EQ(e.handle(), handle);
+        master::Encoder plain;
+        uint64_t id = 7;
+        plain(id); plain(offset); plain(length); plain(handle);
+        const std::string bytes = Encode(e);
+        EXPECT_EQ(bytes, plain.Take());
+        Extent back;
+        master::Decoder dec(bytes);
+        dec(back);
+        ASSERT_TRUE(dec.ok() && dec.done());
+        EXPECT_EQ(back, e);
+        e.length = 1;  // a shrink keeps the handle
+        EXPECT_EQ(e.handle(), handle);
+      }
+    }
+  }
+  for (auto [offset, length] : {std::pair{uint64_t{1} << Extent::kOffsetBits, uint64_t{1}},
+                                std::pair{uint64_t{0}, uint64_t{1} << Extent::kLengthBits}}) {
+    master::Encoder plain;
+    uint64_t id = 7;
+    uint32_t handle = 3;
+    plain(id); plain(offset); plain(length); plain(handle);
+    const std::string bytes = plain.Take();
+    Extent back;
+    master::Decoder dec(bytes);
+    dec(back);
+    EXPECT_FALSE(dec.ok()) << "offset " << offset << " length " << length;
+  }
+
+  const int64_t edge = (int64_t{1} << (ObjectMeta::kAccessBits - 1)) - 1;
+  for (int64_t ms : {int64_t{0}, int64_t{-5}, int64_t{1'800'000'000'000}, edge, -edge - 1}) {
+    ObjectMeta meta;
+    meta.last_access_ms = ms;
+    meta.reads = master::kMaxQueueReads;
+    meta.in_main = true;
+    meta.hard_pinned = true;
+    EXPECT_EQ(meta.last_access_ms, ms);
+    const std::string bytes = Encode(meta);
+    ObjectMeta back;
+    master::Decoder dec(bytes);
+    dec(back);
+    ASSERT_TRUE(dec.ok() && dec.done());
+    EXPECT_EQ(back.last_access_ms, ms);
+    EXPECT_EQ(back.reads, master::kMaxQueueReads);
+    EXPECT_TRUE(back.in_main && back.hard_pinned);
+  }
+  for (int64_t ms : {edge + 1, -edge - 2, INT64_MAX}) {
+    // The bytes a record of that time would have: an encode of it with the time patched in.
+    ObjectMeta meta;
+    meta.last_access_ms = 123456789012;
+    std::string bytes = Encode(meta);
+    master::Encoder patched_time;
+    patched_time(ms);
+    master::Encoder old_time;
+    int64_t old_ms = 123456789012;
+    old_time(old_ms);
+    const std::string from = old_time.Take();
+    const size_t at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, from.size(), patched_time.Take());
+    ObjectMeta back;
+    master::Decoder dec(bytes);
+    dec(back);
+    EXPECT_FALSE(dec.ok()) << ms;
+  }
+}
+
 // The point of the types: the record the master keeps for every key (issue 23, bytes/object).
 TEST(CompactFieldsTest, ObjectMetaIsSmall) {
-  EXPECT_LE(sizeof(ObjectMeta), 112u);
+  EXPECT_LE(sizeof(ObjectMeta), 96u);
+  EXPECT_EQ(sizeof(Extent), 24u);
   ObjectMeta meta;
   EXPECT_FALSE(meta.IsSoftPinned(0));
   meta.set_soft_pin(master::SoftPin{10, 5});

@@ -40,7 +40,7 @@ Result<uint64_t> SegmentTable::Mount(const std::string& client_id, const Segment
                   "segment size " + std::to_string(size) + " is below the minimum of " +
                       std::to_string(OffsetAllocator::kAlignment) + " bytes");
   }
-  if (size > (uint64_t{1} << 50)) {
+  if (size > kMaxSegmentBytes) {
     return Status(ErrorCode::INVALID_PARAMS, "segment size " + std::to_string(size) +
                                                  " exceeds the maximum of 1 PiB");
   }
@@ -141,7 +141,7 @@ void SegmentTable::Free(const Extent& extent) {
   if (it == segments_.end()) return;
   Segment& segment = *it->second;
   std::lock_guard seg_lock(segment.mu);
-  segment.allocator.Free(extent.handle);
+  segment.allocator.Free(extent.handle());
   used_bytes_.fetch_sub(OffsetAllocator::AllocationSize(extent.length), std::memory_order_relaxed);
   segment.replica_count.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -153,7 +153,7 @@ bool SegmentTable::Shrink(Extent& extent, uint64_t length) {
   if (it == segments_.end()) return false;
   Segment& segment = *it->second;
   std::lock_guard seg_lock(segment.mu);
-  if (!segment.allocator.Shrink(extent.handle, length)) return false;
+  if (!segment.allocator.Shrink(extent.handle(), length)) return false;
   used_bytes_.fetch_sub(OffsetAllocator::AllocationSize(extent.length) -
                             OffsetAllocator::AllocationSize(length),
                         std::memory_order_relaxed);

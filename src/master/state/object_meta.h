@@ -255,14 +255,22 @@ struct ObjectRare {
 static_assert(sizeof(ObjectRare) <= 72);
 
 struct ObjectMeta {
+  // Last access and the flags share one word (96 bytes, not 104: one per object): 48 bits of
+  // milliseconds reach the year 6400, and a snapshot's decode refuses what does not fit.
+  static constexpr int kAccessBits = 48;
+  static bool AccessFits(int64_t ms) {
+    const int64_t high = ms >> (kAccessBits - 1);
+    return high == 0 || high == -1;
+  }
+
   OptionalVersion committed;
-  int64_t last_access_ms = 0;
+  int64_t last_access_ms : kAccessBits = 0;
   // For the s3fifo eviction policy (kept under both, so switching policy needs no migration).
-  // queue_stamp orders each queue first in, first out: QueueStamp(time it entered, index in its op).
+  uint8_t reads : 8 = 0;        // reads since it entered its queue, capped at kMaxQueueReads
+  bool in_main : 1 = false;     // false: the probation queue new objects enter
+  bool hard_pinned : 1 = false;
+  // Orders each queue first in, first out: QueueStamp(time it entered, index in its op).
   int64_t queue_stamp = 0;
-  uint8_t reads = 0;     // reads since it entered its queue, capped at kMaxQueueReads
-  bool in_main = false;  // false: the probation queue new objects enter
-  bool hard_pinned = false;
 
   // The rare fields, read: an absent one reads as empty.
   const RareOptional<PendingWrite>& pending() const { return Rare().pending; }
@@ -377,5 +385,6 @@ struct ObjectMeta {
   }
   RareOptional<ObjectRare> rare_;
 };
+static_assert(sizeof(ObjectMeta) == 96);
 
 }  // namespace granary::master

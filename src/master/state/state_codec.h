@@ -28,7 +28,16 @@ template <typename IO> void Fields(IO& io, PutPersistence& p) {
 }
 
 template <typename IO> void Fields(IO& io, Extent& e) {
-  io(e.segment_id); io(e.offset); io(e.length); io(e.handle);
+  // The packed fields travel as the four plain ones they were; a decode refuses what no master
+  // makes (an offset past 2^52, a length past 2^44) rather than cut it.
+  uint64_t offset = e.offset;
+  uint64_t length = e.length;
+  uint32_t handle = e.handle();
+  io(e.segment_id); io(offset); io(length); io(handle);
+  if constexpr (IO::kDecoding) {
+    if (!Extent::Fits(offset, length)) return io.Fail();
+    e = Extent(e.segment_id, offset, length, handle);
+  }
 }
 template <typename IO> void Fields(IO& io, DiskReplica& d) {
   io(d.node_id); io(d.location); io(d.length); io(d.disk_id);
@@ -74,7 +83,9 @@ template <typename IO> void Fields(IO& io, ObjectMeta& m) {
   io(rare.demotion);
   io(rare.promotion);
   io(rare.readers);
-  io(m.hard_pinned);
+  bool hard_pinned = m.hard_pinned;
+  io(hard_pinned);
+  m.hard_pinned = hard_pinned;
   // The soft pin as two plain fields (0, 0 when absent), as before it moved out of line.
   int64_t soft_pin_until_ms = rare.soft_pin ? rare.soft_pin->until_ms : 0;
   int64_t soft_pin_ttl_ms = rare.soft_pin ? rare.soft_pin->ttl_ms : 0;
@@ -85,7 +96,17 @@ template <typename IO> void Fields(IO& io, ObjectMeta& m) {
     }
     m.SetRare(std::move(decoded));
   }
-  io(m.last_access_ms); io(m.queue_stamp); io(m.reads); io(m.in_main);
+  // The packed fields travel as the plain ones they were.
+  int64_t last_access_ms = m.last_access_ms;
+  uint8_t reads = m.reads;
+  bool in_main = m.in_main;
+  io(last_access_ms); io(m.queue_stamp); io(reads); io(in_main);
+  if constexpr (IO::kDecoding) {
+    if (!ObjectMeta::AccessFits(last_access_ms)) return io.Fail();
+    m.last_access_ms = last_access_ms;
+    m.reads = reads;
+    m.in_main = in_main;
+  }
 }
 
 // ---- operation bodies ----
