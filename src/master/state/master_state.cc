@@ -62,7 +62,7 @@ thread_local uint64_t tls_applied = 0;
 
 OpResult MasterState::Apply(Operation op) { return ApplyPrepared(std::move(op), nullptr); }
 
-OpResult MasterState::ApplyPrepared(Operation op, PreparedNodes* prepared) {
+OpResult MasterState::ApplyPrepared(Operation op, PreparedEntries* prepared) {
   OpResult result;
   // Under contention another caller's thread may apply op (ApplyCombiner): the seq is read
   // back from op here, on this thread, for LastSeqOnThisThread.
@@ -99,7 +99,7 @@ uint64_t MasterState::last_seq() const {
 uint64_t MasterState::LastSeqOnThisThread() { return tls_last_seq; }
 uint64_t MasterState::AppliedOnThisThread() { return tls_applied; }
 
-OpResult MasterState::ApplyLocked(const Operation& op, PreparedNodes* prepared) {
+OpResult MasterState::ApplyLocked(const Operation& op, PreparedEntries* prepared) {
   last_seq_ = op.seq;
   last_now_ms_ = op.now_ms;
   const int64_t now = op.now_ms;
@@ -182,21 +182,15 @@ MasterState::ShardGroups MasterState::GroupByShard(std::span<const std::string_v
       TagAndPrefetch(keys, [this](std::string_view k) { return ShardOf(k); }, shards_));
 }
 
-MasterState::PreparedNodes MasterState::PrepareNodes(const std::vector<std::string>& keys) {
-  // A node can only be made by a map: this thread's scratch map makes it and lets go of it
-  // (its buckets stay, so after the first call it allocates only the nodes).
-  thread_local ObjectMap scratch;
-  PreparedNodes prepared;
-  prepared.nodes.reserve(keys.size());
-  for (const std::string& key : keys) {
-    prepared.nodes.push_back(scratch.extract(scratch.try_emplace(ObjectKey(key)).first));
-  }
-  if (scratch.bucket_count() > 4096) scratch = ObjectMap();  // a huge batch's buckets go
+MasterState::PreparedEntries MasterState::PrepareEntries(const std::vector<std::string>& keys) {
+  PreparedEntries prepared;
+  prepared.entries.reserve(keys.size());
+  for (const std::string& key : keys) prepared.entries.push_back(ObjectTable::MakeEntry(key));
   return prepared;
 }
 
 std::vector<PutStartKeyResult> MasterState::PutStart(PutStartOp op) {
-  PreparedNodes prepared = PrepareNodes(op.keys);
+  PreparedEntries prepared = PrepareEntries(op.keys);
   return std::get<std::vector<PutStartKeyResult>>(
       ApplyPrepared(Operation{clock_->NowMs(), 0, std::move(op)}, &prepared));
 }
@@ -207,7 +201,7 @@ std::vector<PutStartKeyResult> MasterState::PutStart(PutStartOp op) {
 // Writes
 
 std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, int64_t now,
-                                                        PreparedNodes* prepared) {
+                                                        PreparedEntries* prepared) {
   std::vector<PutStartKeyResult> results(op.keys.size());
   if (op.keys.size() != op.sizes.size()) {
     Status bad(ErrorCode::INVALID_PARAMS, "keys and sizes differ in length");
@@ -233,9 +227,9 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
-      ObjectMap::node_type* node =
-          prepared != nullptr && i < prepared->nodes.size() ? &prepared->nodes[i] : nullptr;
-      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now, first_gen, node);
+      ObjectTable::EntryHandle* entry =
+          prepared != nullptr && i < prepared->entries.size() ? &prepared->entries[i] : nullptr;
+      results[i] = StartOne(shard, op.keys[i], op.sizes[i], op, order, i, now, first_gen, entry);
     }
   }
   return results;
@@ -244,7 +238,7 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
 PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, uint64_t size,
                                         const PutStartOp& op, const SegmentTable::Placement& order,
                                         size_t rotation, int64_t now, uint64_t op_first_gen,
-                                        ObjectMap::node_type* node) {
+                                        ObjectTable::EntryHandle* entry) {
   if (Status s = ValidateKey(key); !s.ok()) return {s, {}};
   if (size == 0) return {Status(ErrorCode::INVALID_PARAMS, "object size is 0"), {}};
   if (size > kMaxObjectBytes) {
@@ -253,15 +247,13 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
                                                   std::to_string(kMaxObjectBytes)),
             {}};
   }
-  // One lookup: a new key's entry is made now (from the node PutStart made before the lock,
-  // if it did) and erased again if the put fails.
+  // One lookup: a new key's entry is made now (the one PutStart made before the lock, if it
+  // did) and erased again if the put fails.
   ObjectIter it;
-  if (node != nullptr && !node->empty()) {
-    auto inserted = shard.objects.insert(std::move(*node));
-    it = inserted.position;
-    if (!inserted.inserted) *node = std::move(inserted.node);
+  if (entry != nullptr && *entry != nullptr) {
+    it = shard.objects.insert(*entry).first;
   } else {
-    it = shard.objects.try_emplace(ObjectKey(key)).first;
+    it = shard.objects.try_emplace(key).first;
   }
   if (Status s = MayWrite(shard, it, op.upsert, now, op.client_id, op_first_gen); !s.ok()) {
     return {s, {}};

@@ -41,6 +41,7 @@
 #include "master/state/ghost_index.h"
 #include "master/state/key_ref_set.h"
 #include "master/state/object_key.h"
+#include "master/state/object_table.h"
 #include "master/state/object_meta.h"
 #include "master/state/operations.h"
 #include "master/space/segment_table.h"
@@ -201,7 +202,7 @@ class MasterState {
   ExpireClientResult ExpireClient(std::string client_id) {
     return Do<ExpireClientOp, ExpireClientResult>(ExpireClientOp{std::move(client_id)});
   }
-  // Makes each key's map entry (the key copied, the node allocated) on this thread before the
+  // Makes each key's entry (its block allocated, the key copied in) on this thread before the
   // apply lock, so that under it a new key costs an insert, not an allocation.
   std::vector<PutStartKeyResult> PutStart(PutStartOp op);
   std::vector<Status> PutEnd(PutEndOp op) { return Do<PutEndOp, std::vector<Status>>(std::move(op)); }
@@ -387,26 +388,18 @@ class MasterState {
   uint64_t disk_garbage_dropped() const;  // forgotten at the bound
 
  private:
-  // The objects maps' hash. Our own functor, not std::hash: libstdc++ scans a table of up to 20
-  // entries linearly, comparing every key (most shards hold fewer), and this one is transparent,
-  // so a lookup by string_view copies no key. Not noexcept: that keeps each node's hash cached.
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
-  };
-  using ObjectMap = std::unordered_map<ObjectKey, ObjectMeta, KeyHash, std::equal_to<>>;
-  // A PutStart's map nodes, one per key in the op's order, made before the apply lock; StartOne
-  // inserts them. A node not taken (its key exists, or the put failed) is freed by the caller,
+  // A PutStart's entries, one per key in the op's order, made before the apply lock; StartOne
+  // inserts them. An entry not taken (its key exists, or the put failed) is freed by the caller,
   // after the lock.
-  struct PreparedNodes {
-    std::vector<ObjectMap::node_type> nodes;
+  struct PreparedEntries {
+    std::vector<ObjectTable::EntryHandle> entries;
   };
-  static PreparedNodes PrepareNodes(const std::vector<std::string>& keys);
-  // Apply, with the nodes `prepared` made for op's keys (nullptr: none).
-  OpResult ApplyPrepared(Operation op, PreparedNodes* prepared);
+  static PreparedEntries PrepareEntries(const std::vector<std::string>& keys);
+  // Apply, with the entries `prepared` made for op's keys (nullptr: none).
+  OpResult ApplyPrepared(Operation op, PreparedEntries* prepared);
   struct Shard {
     mutable std::mutex mu;
-    ObjectMap objects;
+    ObjectTable objects;
     // Keys with a pending write, and keys being demoted; views into `objects`' keys, so erase
     // from here first.
     KeyRefSet pending_keys;
@@ -436,14 +429,14 @@ class MasterState {
     uint64_t next = 0;
     uint64_t EntryAt(size_t i) const { return next - fifo.size() + i; }
   };
-  using ObjectIter = ObjectMap::iterator;
+  using ObjectIter = ObjectTable::iterator;
   struct DeferredFree {
     Extent extent;
     int64_t release_at_ms = 0;
   };
 
   // Caller holds apply_mu_. prepared: PutStart's nodes for op's keys (nullptr: none).
-  OpResult ApplyLocked(const Operation& op, PreparedNodes* prepared = nullptr);
+  OpResult ApplyLocked(const Operation& op, PreparedEntries* prepared = nullptr);
   size_t ShardOf(std::string_view key) const;
   // Key indices grouped by shard, so a batch takes each shard lock once: iterating gives
   // {shard, indices}, shards ascending, each shard's indices in the batch's order. Two flat
@@ -509,7 +502,7 @@ class MasterState {
   PingResult ApplyPing(const PingOp& op, int64_t now);
   ExpireClientResult ApplyExpireClient(const ExpireClientOp& op, int64_t now);
   std::vector<PutStartKeyResult> ApplyPutStart(const PutStartOp& op, int64_t now,
-                                               PreparedNodes* prepared);
+                                               PreparedEntries* prepared);
   std::vector<Status> ApplyPutEnd(const PutEndOp& op, int64_t now);
   std::vector<Status> ApplyPutRevoke(const PutRevokeOp& op, int64_t now);
   std::vector<ReadKeyResult> ApplyGetReplicaList(const GetReplicaListOp& op, int64_t now);
@@ -608,7 +601,7 @@ class MasterState {
   PutStartKeyResult StartOne(Shard& shard, const std::string& key, uint64_t size,
                              const PutStartOp& op, const SegmentTable::Placement& order,
                              size_t rotation, int64_t now, uint64_t op_first_gen,
-                             ObjectMap::node_type* node);
+                             ObjectTable::EntryHandle* entry);
   // Removes the committed version of a complete object (remove, evict). Locked extents are freed
   // only once every read lock on them has expired.
   void DropCommitted(Shard& shard, ObjectIter it, int64_t now);

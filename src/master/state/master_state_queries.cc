@@ -36,24 +36,6 @@ std::vector<int32_t> MasterState::BatchExist(std::span<const std::string_view> k
   return results;
 }
 
-namespace {
-// Whether this library maps a hash to its bucket as hash % bucket_count (libstdc++ does): FindRun
-// computes bucket indices itself, since unordered_map::bucket() takes no heterogeneous key before
-// C++26 and would build a std::string per key. Checked once on a real map; if not, FindRun uses
-// plain find().
-template <typename Map, typename Hash>
-bool BucketIsHashModCount() {
-  Map map;
-  for (int i = 0; i < 1000; ++i) {
-    map.try_emplace(typename Map::key_type("bucket-check/" + std::to_string(i)));
-  }
-  for (const auto& [key, value] : map) {
-    if (map.bucket(key) != Hash{}(key) % map.bucket_count()) return false;
-  }
-  return true;
-}
-}  // namespace
-
 void MasterState::FindEach(std::span<const std::string_view> keys,
                            const std::function<void(size_t, const ObjectMeta*)>& visit) const {
   const ShardGroups groups = GroupByShard(keys);
@@ -87,51 +69,32 @@ void MasterState::FindEach(std::span<const std::string_view> keys,
 void MasterState::FindRun(std::span<const ShardGroups::Group> run,
                           std::span<const std::string_view> keys,
                           std::vector<const ObjectMeta*>& found) const {
-  static const bool kBucketIsHashModCount = BucketIsHashModCount<ObjectMap, KeyHash>();
-  if (!kBucketIsHashModCount) {
-    for (const auto& [shard_index, indices] : run) {
-      const ObjectMap& objects = shards_[shard_index]->objects;
-      for (uint32_t i : indices) {
-        auto it = objects.find(keys[i]);
-        found[i] = it != objects.end() ? &it->second : nullptr;
-      }
-    }
-    return;
-  }
   struct Probe {
     uint32_t key = 0;
-    const ObjectMap* objects = nullptr;
-    size_t bucket = 0;
-    ObjectMap::const_local_iterator first;
+    const ObjectTable* objects = nullptr;
+    uint64_t hash = 0;
   };
   std::vector<Probe> probes;
   probes.reserve(keys.size());
   for (const auto& [shard_index, indices] : run) {
-    const ObjectMap& objects = shards_[shard_index]->objects;
+    const ObjectTable& objects = shards_[shard_index]->objects;
     for (uint32_t i : indices) {
       found[i] = nullptr;
-      if (objects.bucket_count() == 0) continue;
-      probes.push_back({i, &objects, KeyHash{}(keys[i]) % objects.bucket_count(), {}});
+      if (objects.empty()) continue;
+      probes.push_back({i, &objects, ObjectTable::Hash(keys[i])});
     }
   }
   // Stage by stage over the run: each stage's loads are independent of one another.
-  for (Probe& p : probes) {  // the bucket slot and the node before the bucket's first
-    p.first = p.objects->begin(p.bucket);
-    if (p.first != p.objects->end(p.bucket)) {
-      __builtin_prefetch(&*p.first);
-      __builtin_prefetch(&p.first->second.committed);
+  for (const Probe& p : probes) p.objects->Prefetch(p.hash);  // the home slot
+  for (const Probe& p : probes) {  // the first entry with the hash's 16 bits: key and version
+    if (const ObjectEntry* e = p.objects->FirstTagged(p.hash)) {
+      __builtin_prefetch(e->first.block());
+      __builtin_prefetch(&e->second);
     }
-  }
-  for (const Probe& p : probes) {  // the first node's key bytes (beyond the string's own buffer)
-    if (p.first != p.objects->end(p.bucket)) __builtin_prefetch(p.first->first.data());
   }
   for (const Probe& p : probes) {
-    for (auto it = p.first; it != p.objects->end(p.bucket); ++it) {
-      if (it->first == keys[p.key]) {
-        found[p.key] = &it->second;
-        break;
-      }
-    }
+    auto it = p.objects->find(keys[p.key], p.hash);
+    if (it != p.objects->end()) found[p.key] = &it->second;
   }
 }
 

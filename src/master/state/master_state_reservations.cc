@@ -205,7 +205,7 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
         results[i] = Status(ErrorCode::INVALID_PARAMS, "the reservation could not be trimmed");
         continue;
       }
-      if (it == shard.objects.end()) it = shard.objects.try_emplace(ObjectKey(key)).first;
+      if (it == shard.objects.end()) it = shard.objects.try_emplace(key).first;
       PendingWrite version;
       version.client_id = op.client_id;
       version.gen = held->first;

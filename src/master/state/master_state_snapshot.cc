@@ -216,7 +216,7 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
       return bad("malformed object record");
     }
     Shard& shard = *shards[XXH3_64bits(key.data(), key.size()) % shards.size()];
-    auto [it, inserted] = shard.objects.try_emplace(ObjectKey(key), std::move(meta));
+    auto [it, inserted] = shard.objects.try_emplace(key, std::move(meta));
     if (!inserted) return bad("duplicate key");
     committed += it->second.committed.has_value();
     if (const std::string_view tenant = TenantOfKey(it->first); !tenant.empty()) {

@@ -203,7 +203,7 @@ std::vector<Status> MasterState::ApplyDiskRegister(const DiskRegisterOp& op, int
                         "unknown key on a disk the master knows: removed or replaced since"));
           continue;
         }
-        if (it == shard.objects.end()) it = shard.objects.try_emplace(ObjectKey(entry.key)).first;
+        if (it == shard.objects.end()) it = shard.objects.try_emplace(entry.key).first;
         ObjectMeta& meta = it->second;
         meta.committed = Version{entry.size, entry.checksum, next_put_gen_++, {}, {}};
         meta.in_main = false;
