@@ -1,12 +1,13 @@
-// master/state/object_key.h - a key of the master's object maps, in one pointer.
+// master/state/object_key.h - a key in one pointer, and the key block format the master's
+// objects use: an ObjectTable entry keeps its key in the same format after its ObjectMeta, so
+// ViewOfBlock reads both, and a KeyRefSet lists either by its block.
 //
 // Promise: holds a copy of the key's bytes (any length, any bytes) in one heap block after its
 // length (a varint: one byte below 128, so for keys of 16-127 bytes the block is the size of a
 // std::string's heap block, and one byte more beyond); compares, hashes and views as that
 // std::string_view. Copies copy the bytes; moves hand the block over and leave the source empty
 // (the empty key). The bytes never move: a view of them stays valid until the key that holds
-// the block is destroyed or assigned to (the shards' side sets keep such views). 8 bytes in each
-// map node, where a std::string takes 32: the master holds one per object.
+// the block is destroyed or assigned to. 8 bytes where a std::string takes 32.
 // Ownership: owns its block. Thread safety: as a plain value (the caller synchronises).
 #pragma once
 

@@ -9,7 +9,7 @@
 // object run at once: the memory a demotion reads from is held until the demotion resolves, and
 // the disk copy is attached only if the version it copied is still the committed one. A promotion
 // (a disk-only version copied back into memory) is tracked apart the same way.
-// Ownership: held by value in a shard's map; guarded by that shard's mutex.
+// Ownership: held by value in its entry of a shard's ObjectTable; guarded by that shard's mutex.
 #pragma once
 
 #include <algorithm>
