@@ -389,6 +389,16 @@ TEST(CompactFieldsTest, PackedFieldsKeepEveryValueTheyTake) {
     EXPECT_FALSE(dec.ok()) << "offset " << offset << " length " << length;
   }
 
+  for (uint64_t size : {master::kMaxObjectBytes, master::kMaxObjectBytes + 1}) {
+    master::Version v;
+    v.size = size;
+    const std::string bytes = Encode(v);
+    master::Version back;
+    master::Decoder dec(bytes);
+    dec(back);
+    EXPECT_EQ(dec.ok(), size <= master::kMaxObjectBytes) << "a version of " << size << " bytes";
+  }
+
   const int64_t edge = (int64_t{1} << (ObjectMeta::kAccessBits - 1)) - 1;
   for (int64_t ms : {int64_t{0}, int64_t{-5}, int64_t{1'800'000'000'000}, edge, -edge - 1}) {
     ObjectMeta meta;

@@ -228,7 +228,9 @@ TEST_F(MasterReplicasTest, PlannerHandsOutOnlyWhatANodeCanTakeAndIdlesWithoutSca
   ASSERT_TRUE(state_.SetReplicas({keys, 2})[0].ok());
   auto taken = planner.Take("node0", 100, 1002);
   for (const auto& k : taken) {
-    for (const auto& e : state_.Stat(k)->replicas) EXPECT_NE(e.segment_id, SegmentId(0)) << k;
+    auto stat = state_.Stat(k);  // held: a range over the temporary's member would dangle
+    ASSERT_TRUE(stat.ok()) << k;
+    for (const auto& e : stat->replicas) EXPECT_NE(e.segment_id, SegmentId(0)) << k;
   }
   EXPECT_EQ(planner.GetStats().backlog_objects + taken.size(), 10u);
 }

@@ -387,12 +387,15 @@ bool SegmentTable::Decode(Decoder& in) {
     in(identity->usable_from_ms);
     uint64_t replicas = 0;
     in(replicas);
+    // Past kMaxSegmentBytes an extent's offset would not fit its bits (Extent): no mount made it.
     if (!in.ok() || identity->id >= next_id || segments.count(identity->id) ||
-        by_name.count(identity->name)) {
+        by_name.count(identity->name) || identity->size > kMaxSegmentBytes) {
       return false;
     }
     auto segment = std::make_unique<Segment>(identity, 0);
-    if (!segment->allocator.Decode(in)) return false;
+    if (!segment->allocator.Decode(in) || segment->allocator.capacity() > kMaxSegmentBytes) {
+      return false;
+    }
     segment->replica_count = replicas;
     capacity += segment->allocator.capacity();
     used += segment->allocator.GetStats().used_bytes;

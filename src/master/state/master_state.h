@@ -95,8 +95,6 @@ struct MasterPolicy {
 
 // Limits on what a caller may ask for; beyond them a request is INVALID_KEY / INVALID_PARAMS.
 inline constexpr size_t kMaxKeyBytes = 4096;
-inline constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 40;  // 1 TiB
-static_assert(kMaxObjectBytes >> Extent::kLengthBits == 0);  // an extent's length holds it
 inline constexpr size_t kMaxBatchKeys = 65'536;
 inline constexpr uint32_t kMaxReplicas = 64;
 inline constexpr size_t kMaxPatternBytes = 4096;

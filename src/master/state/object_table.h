@@ -55,7 +55,9 @@ class EntryKey {
 };
 
 // One object: `first` and `second` as in a std::unordered_map's value, so `auto& [key, meta]`
-// and `it->second` read as they did. `first` takes no room: it sits at the entry's start.
+// and `it->second` read as they did. `first` takes no room: it sits at the entry's start (the
+// Itanium ABI's place for an empty no_unique_address member; ObjectTableTest checks it), and
+// EntryKey::block() counts from there.
 struct ObjectEntry {
   explicit ObjectEntry(ObjectMeta meta) : second(std::move(meta)) {}
   [[no_unique_address]] EntryKey first;
@@ -144,7 +146,8 @@ class ObjectTable {
     return At(table_.Find(key, hash));
   }
 
-  // The entry of `key`, made with `meta` if there was none (and then true).
+  // The entry of `key`, made with `meta` if there was none (and then true); `meta` is taken
+  // either way.
   std::pair<iterator, bool> try_emplace(std::string_view key, ObjectMeta meta = {}) {
     const size_t found = table_.Find(key);
     if (found != table_.capacity()) return {At(found), false};

@@ -45,9 +45,12 @@ template <typename IO> void Fields(IO& io, DiskReplica& d) {
 template <typename IO> void Fields(IO& io, Version& v) {
   io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk); io(v.offload_declined);
   io(v.persistence); io(v.want_replicas);
-  // A state never holds an unknown value (PutStart refuses it): a snapshot that does is malformed.
+  // A state never holds an unknown value (PutStart refuses it), nor a size past kMaxObjectBytes
+  // (an extent's length would not fit its bits): a snapshot that does is malformed.
   if constexpr (IO::kDecoding) {
-    if (static_cast<uint8_t>(v.persistence) > kMaxPutPersistence) io.Fail();
+    if (static_cast<uint8_t>(v.persistence) > kMaxPutPersistence || v.size > kMaxObjectBytes) {
+      io.Fail();
+    }
   }
 }
 template <typename IO> void Fields(IO& io, Demotion& d) {
@@ -83,9 +86,8 @@ template <typename IO> void Fields(IO& io, ObjectMeta& m) {
   io(rare.demotion);
   io(rare.promotion);
   io(rare.readers);
-  bool hard_pinned = m.hard_pinned;
+  bool hard_pinned = m.hard_pinned;  // set below, on a decode only: an encode only reads
   io(hard_pinned);
-  m.hard_pinned = hard_pinned;
   // The soft pin as two plain fields (0, 0 when absent), as before it moved out of line.
   int64_t soft_pin_until_ms = rare.soft_pin ? rare.soft_pin->until_ms : 0;
   int64_t soft_pin_ttl_ms = rare.soft_pin ? rare.soft_pin->ttl_ms : 0;
@@ -104,6 +106,7 @@ template <typename IO> void Fields(IO& io, ObjectMeta& m) {
   if constexpr (IO::kDecoding) {
     if (!ObjectMeta::AccessFits(last_access_ms)) return io.Fail();
     m.last_access_ms = last_access_ms;
+    m.hard_pinned = hard_pinned;
     m.reads = reads;
     m.in_main = in_main;
   }
