@@ -6,11 +6,11 @@
 // hash) and a bucket per entry; the master holds tens of millions of objects (issue 23). Here a
 // slot is the block's address with the top 16 bits of the key's hash in the address's unused top
 // bits; probing is linear from the hash's top bits, at most 3/4 of the slots in use counting
-// erased ones. A probe reads a block only when its 16 bits match; up to 2^16 slots a rehash
-// reads none. The 16 bits are the same top bits the home slot comes from, so they tell apart
-// only entries with other homes and, among those of one home, in 16 - log2(slots) bits: at 2^14
-// slots (a shard at 10M objects) a lookup reads 0.1-0.2 blocks too many, beyond 2^16 slots
-// nearly one (taking them elsewhere would make every rehash read every key). A table holds 3/8-3/4 as many entries as slots while it grows (11-21 bytes an
+// erased ones. A probe reads a block only when its 16 bits match. Up to 2^16 slots they are the
+// hash's top bits, which also pick the home slot, so a rehash reads no block, and among entries
+// of one home they differ in 16 - log2(slots) bits (at 2^14 slots, a shard at 10M objects, a
+// lookup reads about 0.1 blocks too many); beyond 2^16 slots they are bits apart from the
+// home's, and a rehash reads every block. A table holds 3/8-3/4 as many entries as slots while it grows (11-21 bytes an
 // entry); an insert into a table under 1/4 full shrinks it.
 //
 // Promise: a set of distinct keys, each read from its block by KeyOf, looked up by the key's
@@ -62,7 +62,7 @@ class TaggedRefTable {
   size_t Find(std::string_view key) const { return Find(key, Hash(key)); }
   size_t Find(std::string_view key, uint64_t hash) const {
     if (size_ == 0) return capacity_;
-    const uint64_t tag = hash >> kTagShift;
+    const uint64_t tag = Tag(hash);
     const size_t mask = capacity_ - 1;
     for (size_t i = Home(hash);; i = (i + 1) & mask) {  // ends: a quarter of the slots are empty
       const uint64_t slot = slots_[i];
@@ -86,7 +86,7 @@ class TaggedRefTable {
     if ((used_ + 1) * 4 > capacity_ * 3 || (capacity_ > 16 && size_ * 4 < capacity_)) {
       Rehash(size_ + 1);
     }
-    const uint64_t tag = hash >> kTagShift;
+    const uint64_t tag = Tag(hash);
     const size_t mask = capacity_ - 1;
     size_t free = capacity_;
     size_t i = Home(hash);
@@ -142,7 +142,7 @@ class TaggedRefTable {
   }
   Block* FirstTagged(uint64_t hash) const {
     if (size_ == 0) return nullptr;
-    const uint64_t tag = hash >> kTagShift;
+    const uint64_t tag = Tag(hash);
     const size_t mask = capacity_ - 1;
     for (size_t i = Home(hash);; i = (i + 1) & mask) {
       const uint64_t slot = slots_[i];
@@ -164,8 +164,15 @@ class TaggedRefTable {
   static Block* BlockOf(uint64_t slot) {
     return reinterpret_cast<Block*>(static_cast<uintptr_t>(slot & kAddressMask));
   }
-  // Probing starts at the hash's top bits, so up to 2^16 slots a rehash needs only the tag.
+  // Probing starts at the hash's top bits.
   size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> (64 - bits_)); }
+  // The 16 bits a slot keeps. Up to 2^16 slots, the hash's top bits: they hold the home slot's,
+  // so a rehash reads no key. Beyond, the low bits, apart from the home's, so that they tell
+  // entries of one home apart too (a rehash there reads every key anyway).
+  static constexpr int kTagBits = 64 - kTagShift;
+  uint64_t Tag(uint64_t hash) const {
+    return bits_ <= kTagBits ? hash >> kTagShift : hash & ((uint64_t{1} << kTagBits) - 1);
+  }
 
   // A table for `want` entries, more than a quarter and at most half full (or 16 slots), without
   // erased slots.
@@ -176,6 +183,7 @@ class TaggedRefTable {
     auto fresh = std::make_unique<uint64_t[]>(capacity);  // zeroed: every slot kEmpty
     std::unique_ptr<uint64_t[]> old = std::exchange(slots_, std::move(fresh));
     const size_t old_capacity = capacity_;
+    const int old_bits = bits_;
     capacity_ = capacity;
     bits_ = std::countr_zero(capacity);
     used_ = size_;
@@ -183,11 +191,13 @@ class TaggedRefTable {
     for (size_t k = 0; k < old_capacity; ++k) {
       const uint64_t slot = old[k];
       if (slot <= kErased) continue;
-      const uint64_t hash =
-          bits_ <= 64 - kTagShift ? slot & ~kAddressMask : Hash(KeyOf::Of(BlockOf(slot)));
+      // Both tables at most 2^16 slots: the tag is the hash's top bits, all a home needs.
+      const uint64_t hash = old_bits <= kTagBits && bits_ <= kTagBits
+                                ? slot & ~kAddressMask
+                                : Hash(KeyOf::Of(BlockOf(slot)));
       size_t i = Home(hash);
       while (slots_[i] != kEmpty) i = (i + 1) & mask;
-      slots_[i] = slot;
+      slots_[i] = (Tag(hash) << kTagShift) | (slot & kAddressMask);
     }
   }
 
