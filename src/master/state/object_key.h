@@ -23,15 +23,8 @@ class ObjectKey {
   ObjectKey() = default;
   explicit ObjectKey(std::string_view key) {
     if (key.empty()) return;
-    size_t prefix = 1;
-    for (size_t n = key.size(); n >= 0x80; n >>= 7) ++prefix;
-    block_ = static_cast<char*>(::operator new(prefix + key.size()));
-    char* out = block_;
-    for (size_t n = key.size(); ; n >>= 7) {
-      *out++ = static_cast<char>(n < 0x80 ? n : (n & 0x7F) | 0x80);
-      if (n < 0x80) break;
-    }
-    std::memcpy(out, key.data(), key.size());
+    block_ = static_cast<char*>(::operator new(BlockSize(key)));
+    WriteBlock(block_, key);
   }
   ObjectKey(const ObjectKey& other) : ObjectKey(other.view()) {}
   ObjectKey(ObjectKey&& other) noexcept : block_(other.block_) { other.block_ = nullptr; }
@@ -53,6 +46,20 @@ class ObjectKey {
   // The block itself (null for the empty key), and the key a block holds: a KeyRefSet keeps
   // one pointer per entry and reads the key back through it.
   const char* block() const { return block_; }
+  // The block format, for whoever keeps a key's block inside a block of its own (ObjectTable):
+  // the bytes a block for `key` takes, and the block written at `out`.
+  static size_t BlockSize(std::string_view key) {
+    size_t prefix = 1;
+    for (size_t n = key.size(); n >= 0x80; n >>= 7) ++prefix;
+    return prefix + key.size();
+  }
+  static void WriteBlock(char* out, std::string_view key) {
+    for (size_t n = key.size();; n >>= 7) {
+      *out++ = static_cast<char>(n < 0x80 ? n : (n & 0x7F) | 0x80);
+      if (n < 0x80) break;
+    }
+    std::memcpy(out, key.data(), key.size());
+  }
   static std::string_view ViewOfBlock(const char* block) {
     size_t length = 0;
     const char* in = block;

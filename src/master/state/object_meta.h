@@ -259,7 +259,7 @@ struct ObjectRare {
 static_assert(sizeof(ObjectRare) <= 72);
 
 struct ObjectMeta {
-  // Last access and the flags share one word (96 bytes, not 104: one per object): 48 bits of
+  // Last access and the flags share one word (8 bytes fewer in each object): 48 bits of
   // milliseconds reach the year 6400, and a snapshot's decode refuses what does not fit.
   static constexpr int kAccessBits = 48;
   static bool AccessFits(int64_t ms) {

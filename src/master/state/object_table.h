@@ -18,7 +18,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -85,16 +84,9 @@ class ObjectTable {
   // An entry made outside the table (a put makes its entries before it takes the lock).
   using EntryHandle = std::unique_ptr<ObjectEntry, Free>;
   static EntryHandle MakeEntry(std::string_view key, ObjectMeta meta = {}) {
-    size_t prefix = 1;
-    for (size_t n = key.size(); n >= 0x80; n >>= 7) ++prefix;
-    void* raw = ::operator new(sizeof(ObjectEntry) + prefix + key.size());
+    void* raw = ::operator new(sizeof(ObjectEntry) + ObjectKey::BlockSize(key));
     EntryHandle entry(new (raw) ObjectEntry(std::move(meta)));
-    char* out = static_cast<char*>(raw) + sizeof(ObjectEntry);
-    for (size_t n = key.size();; n >>= 7) {
-      *out++ = static_cast<char>(n < 0x80 ? n : (n & 0x7F) | 0x80);
-      if (n < 0x80) break;
-    }
-    std::memcpy(out, key.data(), key.size());
+    ObjectKey::WriteBlock(static_cast<char*>(raw) + sizeof(ObjectEntry), key);
     return entry;
   }
 
@@ -149,10 +141,11 @@ class ObjectTable {
   // The entry of `key`, made with `meta` if there was none (and then true); `meta` is taken
   // either way.
   std::pair<iterator, bool> try_emplace(std::string_view key, ObjectMeta meta = {}) {
-    const size_t found = table_.Find(key);
+    const uint64_t hash = Table::Hash(key);
+    const size_t found = table_.Find(key, hash);
     if (found != table_.capacity()) return {At(found), false};
     EntryHandle entry = MakeEntry(key, std::move(meta));
-    auto [slot, inserted] = table_.Insert(entry.get(), key);
+    auto [slot, inserted] = table_.Insert(entry.get(), key, hash);
     entry.release();  // inserted: the table had no such key
     return {At(slot), inserted};
   }

@@ -73,16 +73,18 @@ class TaggedRefTable {
     }
   }
 
-  // Lists `block`, whose key is `key`: its slot and true; or, if an entry has that key already,
-  // that entry's slot and false (the table is unchanged but for a rehash).
+  // Lists `block`, whose key is `key` (whose Hash is `hash`): its slot and true; or, if an entry
+  // has that key already, that entry's slot and false (the table is unchanged but for a rehash).
   std::pair<size_t, bool> Insert(Block* block, std::string_view key) {
+    return Insert(block, key, Hash(key));
+  }
+  std::pair<size_t, bool> Insert(Block* block, std::string_view key, uint64_t hash) {
     const auto address = reinterpret_cast<uintptr_t>(block);
     if (address <= kErased || (address >> kTagShift) != 0) {
       std::fprintf(stderr, "TaggedRefTable: a block at %p cannot be listed\n",
                    static_cast<const void*>(block));
       std::abort();  // an address this 64-bit layout cannot hold: a bug
     }
-    const uint64_t hash = Hash(key);
     if ((used_ + 1) * 4 > capacity_ * 3 || (capacity_ > 16 && size_ * 4 < capacity_)) {
       Rehash(size_ + 1);
     }
