@@ -47,8 +47,8 @@ class Shadow {
     if (a.offset > capacity_ || a.size > capacity_ - a.offset) {
       return ::testing::AssertionFailure() << "outside the segment: " << a.offset << "+" << a.size;
     }
-    if (offset_of_.count(a.handle) != 0) {
-      return ::testing::AssertionFailure() << "handle " << a.handle << " is already live";
+    if (by_offset_.count(a.offset) != 0) {
+      return ::testing::AssertionFailure() << "offset " << a.offset << " is already live";
     }
     auto next = by_offset_.lower_bound(a.offset);
     if (next != by_offset_.end() && next->first < a.offset + a.size) {
@@ -61,27 +61,25 @@ class Shadow {
                                              << prev->first;
       }
     }
-    by_offset_[a.offset] = Live{a.size, a.handle};
-    offset_of_[a.handle] = a.offset;
+    by_offset_[a.offset] = Live{a.size};
     used_ += a.size;
     return ::testing::AssertionSuccess();
   }
 
   // A live allocation now of RoundUp(size) bytes at the same offset.
-  void Shrink(uint32_t handle, uint64_t size) {
-    auto it = offset_of_.find(handle);
-    ASSERT_NE(it, offset_of_.end());
-    Live& live = by_offset_[it->second];
+  void Shrink(uint64_t offset, uint64_t size) {
+    auto it = by_offset_.find(offset);
+    ASSERT_NE(it, by_offset_.end());
+    Live& live = it->second;
     used_ -= live.size - RoundUp(size);
     live.size = RoundUp(size);
   }
 
-  void Remove(uint32_t handle) {
-    auto it = offset_of_.find(handle);
-    ASSERT_NE(it, offset_of_.end());
-    used_ -= by_offset_[it->second].size;
-    by_offset_.erase(it->second);
-    offset_of_.erase(it);
+  void Remove(uint64_t offset) {
+    auto it = by_offset_.find(offset);
+    ASSERT_NE(it, by_offset_.end());
+    used_ -= it->second.size;
+    by_offset_.erase(it);
   }
 
   std::vector<uint64_t> Gaps() const {
@@ -117,12 +115,10 @@ class Shadow {
  private:
   struct Live {
     uint64_t size;
-    uint32_t handle;
   };
   uint64_t capacity_;
   uint64_t used_ = 0;
   std::map<uint64_t, Live> by_offset_;
-  std::unordered_map<uint32_t, uint64_t> offset_of_;
 };
 
 TEST(OffsetAllocatorTest, CapacityIsRoundedDownToAlignment) {
@@ -151,7 +147,7 @@ TEST(OffsetAllocatorTest, BasicAllocateAndFree) {
   ASSERT_TRUE(y.has_value());
   EXPECT_EQ(y->offset, 128u);
   EXPECT_EQ(y->size, 64u);
-  EXPECT_NE(x->handle, y->handle);
+  EXPECT_NE(x->offset, y->offset);
 
   OffsetAllocator::Stats s = a.GetStats();
   EXPECT_EQ(s.used_bytes, 192u);
@@ -160,13 +156,13 @@ TEST(OffsetAllocatorTest, BasicAllocateAndFree) {
   EXPECT_EQ(s.free_block_count, 1u);
   EXPECT_EQ(s.largest_free_block, 1 * kMiB - 192);
 
-  a.Free(x->handle);
+  a.Free(x->offset, x->size);
   s = a.GetStats();
   EXPECT_EQ(s.used_bytes, 64u);
   EXPECT_EQ(s.allocation_count, 1u);
   EXPECT_EQ(s.free_block_count, 2u);  // [0,128) and the tail, split by y
 
-  a.Free(y->handle);
+  a.Free(y->offset, y->size);
   s = a.GetStats();
   EXPECT_EQ(s.used_bytes, 0u);
   EXPECT_EQ(s.allocation_count, 0u);
@@ -219,7 +215,7 @@ TEST(OffsetAllocatorTest, FullCapacitySingleAllocation) {
   EXPECT_EQ(s.fragmentation(), 0.0);
   EXPECT_FALSE(a.Allocate(1).has_value());
 
-  a.Free(all->handle);
+  a.Free(all->offset, all->size);
   s = a.GetStats();
   EXPECT_EQ(s.largest_free_block, 1 * kTiB);
   EXPECT_EQ(s.free_block_count, 1u);
@@ -238,8 +234,8 @@ TEST(OffsetAllocatorTest, LargestPossibleCapacityDoesNotOverflow) {
   ASSERT_TRUE(rest.has_value());
   EXPECT_EQ(rest->offset, uint64_t{1} << 63);
   EXPECT_EQ(a.GetStats().free_bytes, 0u);
-  a.Free(half->handle);
-  a.Free(rest->handle);
+  a.Free(half->offset, half->size);
+  a.Free(rest->offset, rest->size);
   EXPECT_EQ(a.GetStats().largest_free_block, cap);
 }
 
@@ -250,7 +246,7 @@ TEST(OffsetAllocatorTest, ExactFitAndSplit) {
   auto y = a.Allocate(8 * kKiB);
   auto z = a.Allocate(4 * kKiB);
   ASSERT_TRUE(x && y && z);
-  a.Free(y->handle);
+  a.Free(y->offset, y->size);
   EXPECT_EQ(a.GetStats().free_block_count, 2u);
 
   auto again = a.Allocate(8 * kKiB);
@@ -258,7 +254,7 @@ TEST(OffsetAllocatorTest, ExactFitAndSplit) {
   EXPECT_EQ(again->offset, y->offset);  // the hole, not the tail
   EXPECT_EQ(a.GetStats().free_block_count, 1u);
 
-  a.Free(again->handle);
+  a.Free(again->offset, again->size);
   auto part = a.Allocate(3 * kKiB);
   ASSERT_TRUE(part.has_value());
   EXPECT_EQ(part->offset, y->offset);
@@ -303,18 +299,18 @@ TEST(OffsetAllocatorTest, FreeCoalescesWithBothNeighbours) {
   ASSERT_TRUE(b0 && b1 && b2 && b3);
   EXPECT_EQ(a.GetStats().free_block_count, 0u);
 
-  a.Free(b0->handle);
-  a.Free(b2->handle);
+  a.Free(b0->offset, b0->size);
+  a.Free(b2->offset, b2->size);
   EXPECT_EQ(a.GetStats().free_block_count, 2u);
   EXPECT_EQ(a.GetStats().largest_free_block, 16 * kKiB);
 
-  a.Free(b1->handle);  // joins b0 on the left and b2 on the right
+  a.Free(b1->offset, b1->size);  // joins b0 on the left and b2 on the right
   OffsetAllocator::Stats s = a.GetStats();
   EXPECT_EQ(s.free_block_count, 1u);
   EXPECT_EQ(s.largest_free_block, 48 * kKiB);
   EXPECT_EQ(s.fragmentation(), 0.0);
 
-  a.Free(b3->handle);
+  a.Free(b3->offset, b3->size);
   s = a.GetStats();
   EXPECT_EQ(s.free_block_count, 1u);
   EXPECT_EQ(s.largest_free_block, 64 * kKiB);
@@ -325,18 +321,18 @@ TEST(OffsetAllocatorTest, FreeingEverythingInAnyOrderLeavesOneBlock) {
   OffsetAllocator a(256 * kMiB);
   Shadow shadow(a.capacity());
   std::mt19937_64 rng(11);
-  std::vector<uint32_t> handles;
+  std::vector<OffsetAllocator::Allocation> live;
   for (;;) {
     const uint64_t size = Uniform(rng, 1, 512 * kKiB);
     auto r = a.Allocate(size);
     if (!r) break;
     ASSERT_TRUE(shadow.Add(*r, size));
-    handles.push_back(r->handle);
+    live.push_back(*r);
   }
-  std::shuffle(handles.begin(), handles.end(), rng);
-  for (size_t i = 0; i < handles.size(); ++i) {
-    a.Free(handles[i]);
-    shadow.Remove(handles[i]);
+  std::shuffle(live.begin(), live.end(), rng);
+  for (size_t i = 0; i < live.size(); ++i) {
+    a.Free(live[i].offset, live[i].size);
+    shadow.Remove(live[i].offset);
     if (i % 64 == 0) {
       ASSERT_TRUE(shadow.Matches(a)) << "after " << i << " frees";
     }
@@ -350,29 +346,65 @@ TEST(OffsetAllocatorTest, FreeingEverythingInAnyOrderLeavesOneBlock) {
   EXPECT_TRUE(a.Allocate(a.capacity()).has_value());
 }
 
-// Debug builds assert; release builds ignore the call. Either way the allocator stays intact.
-TEST(OffsetAllocatorTest, DoubleFreeAndBogusHandlesDoNotCorrupt) {
+// Debug builds assert; release builds ignore the call. Either way the allocator stays intact:
+// a double free (alone, or merged into a free neighbour), ranges that start or end at a free
+// block's edge, past the segment, misaligned, empty, or larger than all that is allocated.
+TEST(OffsetAllocatorTest, DoubleFreeAndBogusRangesDoNotCorrupt) {
   OffsetAllocator a(1 * kMiB);
   auto x = a.Allocate(4 * kKiB);
   auto y = a.Allocate(4 * kKiB);
-  ASSERT_TRUE(x && y);
-  a.Free(x->handle);  // x's node is now a free block
+  auto z = a.Allocate(4 * kKiB);
+  ASSERT_TRUE(x && y && z);
+  a.Free(x->offset, x->size);  // [0, 4 KiB) is now a free block
   const OffsetAllocator::Stats before = a.GetStats();
-  EXPECT_DEBUG_DEATH(a.Free(x->handle), "bogus handle or double free");
-  EXPECT_DEBUG_DEATH(a.Free(12345), "bogus handle or double free");
-  EXPECT_DEBUG_DEATH(a.Free(std::numeric_limits<uint32_t>::max()), "bogus handle");
+  const char* kDeath = "not a live allocation";
+  EXPECT_DEBUG_DEATH(a.Free(x->offset, x->size), kDeath);
+  EXPECT_DEBUG_DEATH(a.Free(x->offset, 1), kDeath) << "starts at a free block's start";
+  EXPECT_DEBUG_DEATH(a.Free(kAlign, x->size - kAlign), kDeath) << "ends at its end";
+  EXPECT_DEBUG_DEATH(a.Free(z->offset + z->size, 4 * kKiB), kDeath) << "the segment's tail";
+  EXPECT_DEBUG_DEATH(a.Free(y->offset + 1, 64), kDeath) << "misaligned";
+  EXPECT_DEBUG_DEATH(a.Free(y->offset, 0), kDeath) << "empty";
+  EXPECT_DEBUG_DEATH(a.Free(1 * kMiB - kAlign, 2 * kAlign), kDeath) << "past the segment";
+  EXPECT_DEBUG_DEATH(a.Free(0, std::numeric_limits<uint64_t>::max()), kDeath);
+  EXPECT_DEBUG_DEATH(a.Free(y->offset, 64 * kKiB), kDeath) << "more than is allocated";
   OffsetAllocator::Stats after = a.GetStats();
   EXPECT_EQ(after.used_bytes, before.used_bytes);
   EXPECT_EQ(after.free_block_count, before.free_block_count);
   EXPECT_EQ(after.allocation_count, before.allocation_count);
+  EXPECT_EQ(after.largest_free_block, before.largest_free_block);
 
-  a.Free(y->handle);  // merges everything; y's node becomes an unused slot
-  EXPECT_DEBUG_DEATH(a.Free(y->handle), "bogus handle or double free");
+  a.Free(y->offset, y->size);  // merges with x's block: [0, 8 KiB) free
+  EXPECT_DEBUG_DEATH(a.Free(y->offset, y->size), kDeath) << "ends at the merged block's end";
+  a.Free(z->offset, z->size);  // everything is one free block
+  EXPECT_DEBUG_DEATH(a.Free(z->offset, z->size), kDeath) << "no allocation is left";
   after = a.GetStats();
   EXPECT_EQ(after.used_bytes, 0u);
   EXPECT_EQ(after.free_block_count, 1u);
   EXPECT_EQ(after.allocation_count, 0u);
   EXPECT_TRUE(a.Allocate(1 * kMiB).has_value());
+}
+
+// The allocator's memory follows its free blocks, not its allocations: 100,000 allocations
+// packed end to end need one node (the segment's free tail); freeing every other one makes a
+// node per hole, and refilling the holes gives the nodes back for reuse.
+TEST(OffsetAllocatorTest, LiveAllocationsCostNoNode) {
+  OffsetAllocator a(1 * kGiB);
+  std::vector<OffsetAllocator::Allocation> live;
+  for (int i = 0; i < 100000; ++i) {
+    auto r = a.Allocate(4 * kKiB);
+    ASSERT_TRUE(r.has_value());
+    live.push_back(*r);
+  }
+  EXPECT_EQ(a.GetStats().allocation_count, 100000u);
+  EXPECT_LE(a.node_count(), 1u);
+  for (size_t i = 0; i < live.size(); i += 2) a.Free(live[i].offset, live[i].size);
+  EXPECT_EQ(a.GetStats().free_block_count, 50001u);
+  EXPECT_EQ(a.node_count(), 50001u);
+  for (int i = 0; i < 50000; ++i) ASSERT_TRUE(a.Allocate(4 * kKiB).has_value());
+  EXPECT_EQ(a.GetStats().free_block_count, 1u);
+  EXPECT_EQ(a.node_count(), 50001u) << "the table keeps its slots for reuse";
+  for (size_t i = 0; i < live.size(); i += 2) a.Free(live[i].offset, live[i].size);
+  EXPECT_EQ(a.node_count(), 50001u) << "the holes took the freed slots, no new ones";
 }
 
 // 200k random operations against the shadow: no overlap, nothing outside the segment, exact
@@ -382,9 +414,8 @@ TEST(OffsetAllocatorTest, RandomChurnNeverOverlapsAndStatsAreExact) {
   OffsetAllocator a(256 * kMiB + 4 * kKiB);
   Shadow shadow(a.capacity());
   std::mt19937_64 rng(20240601);
-  std::vector<uint32_t> live;
-  size_t peak_live = 0;
-  uint32_t max_handle = 0;
+  std::vector<OffsetAllocator::Allocation> live;
+  uint64_t peak_free_blocks = 0;
   uint64_t failures = 0;
   for (int op = 0; op < 200000; ++op) {
     // Alternate phases that fill the segment and phases that drain it.
@@ -395,8 +426,7 @@ TEST(OffsetAllocatorTest, RandomChurnNeverOverlapsAndStatsAreExact) {
       auto r = a.Allocate(size);
       if (r) {
         ASSERT_TRUE(shadow.Add(*r, size)) << "op " << op;
-        live.push_back(r->handle);
-        max_handle = std::max(max_handle, r->handle);
+        live.push_back(*r);
       } else {
         ++failures;
         for (uint64_t gap : shadow.Gaps()) {
@@ -406,12 +436,12 @@ TEST(OffsetAllocatorTest, RandomChurnNeverOverlapsAndStatsAreExact) {
       }
     } else {
       const size_t i = Uniform(rng, 0, live.size() - 1);
-      a.Free(live[i]);
-      shadow.Remove(live[i]);
+      a.Free(live[i].offset, live[i].size);
+      shadow.Remove(live[i].offset);
       live[i] = live.back();
       live.pop_back();
     }
-    peak_live = std::max(peak_live, live.size());
+    peak_free_blocks = std::max(peak_free_blocks, a.GetStats().free_block_count);
     ASSERT_EQ(a.GetStats().used_bytes, shadow.used()) << "op " << op;
     ASSERT_EQ(a.GetStats().allocation_count, live.size()) << "op " << op;
     if (op % 1000 == 0) {
@@ -420,11 +450,11 @@ TEST(OffsetAllocatorTest, RandomChurnNeverOverlapsAndStatsAreExact) {
   }
   EXPECT_TRUE(shadow.Matches(a));
   EXPECT_GT(failures, 1000u);  // the segment really was full many times
-  // Nodes are allocations + free blocks (never more than allocations + 1): slots are recycled.
-  EXPECT_LT(max_handle, 2 * peak_live + 2);
+  // Nodes are free blocks only, and their slots are recycled: never more than the peak of them.
+  EXPECT_LE(a.node_count(), peak_free_blocks);
 }
 
-// Shrink: same offset and handle, the tail free at once and usable, merged with a free right
+// Shrink: same offset, the tail free at once and usable, merged with a free right
 // neighbour (no two free blocks ever adjacent), and refusals that change nothing.
 TEST(OffsetAllocatorTest, ShrinkGivesBackTheTailAtOnce) {
   OffsetAllocator a(256 * kKiB);
@@ -432,7 +462,7 @@ TEST(OffsetAllocatorTest, ShrinkGivesBackTheTailAtOnce) {
   auto b1 = a.Allocate(64 * kKiB);
   ASSERT_TRUE(b0 && b1);
   // Used right neighbour: the tail becomes a free block of its own.
-  ASSERT_TRUE(a.Shrink(b0->handle, 40 * kKiB + 1));
+  ASSERT_TRUE(a.Shrink(b0->offset, b0->size, 40 * kKiB + 1));
   OffsetAllocator::Stats s = a.GetStats();
   EXPECT_EQ(s.used_bytes, RoundUp(40 * kKiB + 1) + 64 * kKiB);
   EXPECT_EQ(s.free_block_count, 2u);  // the tail, and the segment's end
@@ -440,16 +470,18 @@ TEST(OffsetAllocatorTest, ShrinkGivesBackTheTailAtOnce) {
   ASSERT_TRUE(in_tail);
   EXPECT_EQ(in_tail->offset, b0->offset + RoundUp(40 * kKiB + 1)) << "the tail is what was freed";
   // Free right neighbour: it grows over the tail, one free block.
-  a.Free(in_tail->handle);
-  a.Free(b1->handle);
+  a.Free(in_tail->offset, in_tail->size);
+  a.Free(b1->offset, b1->size);
   EXPECT_EQ(a.GetStats().free_block_count, 1u);
-  ASSERT_TRUE(a.Shrink(b0->handle, 8 * kKiB));
+  ASSERT_TRUE(a.Shrink(b0->offset, 40 * kKiB + 1, 8 * kKiB)) << "named by its size now";
   s = a.GetStats();
   EXPECT_EQ(s.free_block_count, 1u);
   EXPECT_EQ(s.used_bytes, 8 * kKiB);
   EXPECT_EQ(s.largest_free_block, 248 * kKiB);
   // Freeing the shrunk allocation frees what it holds now: the whole segment is one block.
-  a.Free(b0->handle);
+  EXPECT_DEBUG_DEATH(a.Free(b0->offset, b0->size), "not a live allocation")
+      << "its size before the shrink: more than is allocated";
+  a.Free(b0->offset, 8 * kKiB);
   EXPECT_EQ(a.GetStats().free_block_count, 1u);
   EXPECT_TRUE(a.Allocate(256 * kKiB).has_value());
 }
@@ -459,17 +491,19 @@ TEST(OffsetAllocatorTest, ShrinkRefusesWhatItCannotDoAndChangesNothing) {
   auto b = a.Allocate(64 * kKiB);
   ASSERT_TRUE(b);
   const OffsetAllocator::Stats before = a.GetStats();
-  EXPECT_FALSE(a.Shrink(b->handle, 0));
-  EXPECT_FALSE(a.Shrink(b->handle, 64 * kKiB + 1)) << "larger than the allocation";
-  EXPECT_FALSE(a.Shrink(b->handle, std::numeric_limits<uint64_t>::max()));
-  EXPECT_FALSE(a.Shrink(b->handle + 1, 4 * kKiB)) << "not a live handle (a free block)";
-  EXPECT_FALSE(a.Shrink(12345, 4 * kKiB)) << "out of range";
-  EXPECT_TRUE(a.Shrink(b->handle, 64 * kKiB - kAlign + 1)) << "within the last unit: a no-op";
+  const uint64_t at = b->offset, size = b->size;
+  EXPECT_FALSE(a.Shrink(at, size, 0));
+  EXPECT_FALSE(a.Shrink(at, size, 64 * kKiB + 1)) << "larger than the allocation";
+  EXPECT_FALSE(a.Shrink(at, size, std::numeric_limits<uint64_t>::max()));
+  EXPECT_FALSE(a.Shrink(at + size, 4 * kKiB, kAlign)) << "not a live allocation (a free block)";
+  EXPECT_FALSE(a.Shrink(at, 2 * kMiB, 4 * kKiB)) << "past the segment";
+  EXPECT_FALSE(a.Shrink(at + 1, size, 4 * kKiB)) << "misaligned";
+  EXPECT_TRUE(a.Shrink(at, size, 64 * kKiB - kAlign + 1)) << "within the last unit: a no-op";
   const OffsetAllocator::Stats after = a.GetStats();
   EXPECT_EQ(after.used_bytes, before.used_bytes);
   EXPECT_EQ(after.free_block_count, before.free_block_count);
-  a.Free(b->handle);
-  EXPECT_FALSE(a.Shrink(b->handle, 4 * kKiB)) << "freed";
+  a.Free(at, size);
+  EXPECT_FALSE(a.Shrink(at, size, 4 * kKiB)) << "freed";
   EXPECT_EQ(a.GetStats().used_bytes, 0u);
 }
 
@@ -478,24 +512,24 @@ TEST(OffsetAllocatorTest, RandomChurnWithShrinksNeverOverlapsAndStatsAreExact) {
   OffsetAllocator a(64 * kMiB);
   Shadow shadow(a.capacity());
   std::mt19937_64 rng(7);
-  std::vector<std::pair<uint32_t, uint64_t>> live;  // handle, current size
+  std::vector<std::pair<uint64_t, uint64_t>> live;  // offset, current size
   for (int op = 0; op < 100000; ++op) {
     const uint64_t pick = Uniform(rng, 0, 9);
     if (live.empty() || pick < 5) {
       const uint64_t size = Uniform(rng, 1, 512 * kKiB);
       if (auto r = a.Allocate(size)) {
         ASSERT_TRUE(shadow.Add(*r, size)) << "op " << op;
-        live.emplace_back(r->handle, size);
+        live.emplace_back(r->offset, size);
       }
     } else if (pick < 7) {
-      auto& [handle, size] = live[Uniform(rng, 0, live.size() - 1)];
+      auto& [offset, size] = live[Uniform(rng, 0, live.size() - 1)];
       const uint64_t smaller = Uniform(rng, 1, size);
-      ASSERT_TRUE(a.Shrink(handle, smaller)) << "op " << op;
-      shadow.Shrink(handle, smaller);
+      ASSERT_TRUE(a.Shrink(offset, size, smaller)) << "op " << op;
+      shadow.Shrink(offset, smaller);
       size = smaller;
     } else {
       const size_t i = Uniform(rng, 0, live.size() - 1);
-      a.Free(live[i].first);
+      a.Free(live[i].first, live[i].second);
       shadow.Remove(live[i].first);
       live[i] = live.back();
       live.pop_back();
@@ -534,7 +568,7 @@ struct FillResult {
 };
 
 FillResult FillUntilFirstFailure(OffsetAllocator& a, std::mt19937_64& rng, const Mix& m,
-                                 std::vector<std::pair<uint32_t, uint64_t>>* live) {
+                                 std::vector<std::pair<uint64_t, uint64_t>>* live) {
   FillResult f;
   for (;;) {
     const uint64_t size = Draw(rng, m);
@@ -544,7 +578,7 @@ FillResult FillUntilFirstFailure(OffsetAllocator& a, std::mt19937_64& rng, const
       return f;
     }
     f.requested += size;
-    live->emplace_back(r->handle, size);
+    live->emplace_back(r->offset, size);
   }
 }
 
@@ -555,7 +589,7 @@ TEST(OffsetAllocatorTest, FreshSegmentFillsToAtLeast95Percent) {
     for (uint64_t seed = 1; seed <= 3; ++seed) {
       OffsetAllocator a(m.capacity);
       std::mt19937_64 rng(mix * 100 + seed);
-      std::vector<std::pair<uint32_t, uint64_t>> live;
+      std::vector<std::pair<uint64_t, uint64_t>> live;
       const FillResult f = FillUntilFirstFailure(a, rng, m, &live);
       const double utilisation = static_cast<double>(f.requested) / m.capacity;
       // The exact property: the first failure comes only when what is left is too small.
@@ -586,17 +620,17 @@ TEST(OffsetAllocatorTest, SteadyStateUtilisationAfterChurn) {
     const Mix& m = kMixes[mix];
     OffsetAllocator a(m.capacity);
     std::mt19937_64 rng(99 + mix);
-    std::vector<std::pair<uint32_t, uint64_t>> live;
+    std::vector<std::pair<uint64_t, uint64_t>> live;
     FillUntilFirstFailure(a, rng, m, &live);
     double min_util = 1.0, sum = 0.0;
     for (int round = 0; round < kRounds; ++round) {
       std::shuffle(live.begin(), live.end(), rng);
       const size_t keep = live.size() / 2;
-      for (size_t i = keep; i < live.size(); ++i) a.Free(live[i].first);
+      for (size_t i = keep; i < live.size(); ++i) a.Free(live[i].first, live[i].second);
       live.resize(keep);
       FillUntilFirstFailure(a, rng, m, &live);
       uint64_t requested = 0;
-      for (const auto& [handle, size] : live) requested += size;
+      for (const auto& [offset, size] : live) requested += size;
       const double utilisation = static_cast<double>(requested) / m.capacity;
       min_util = std::min(min_util, utilisation);
       sum += utilisation;
@@ -621,15 +655,15 @@ TEST(OffsetAllocatorTest, CostPerCallDoesNotGrowWithLiveBlocks) {
   for (int k = 0; k < 2; ++k) {
     OffsetAllocator a(1 * kTiB);
     std::mt19937_64 rng(5);
-    std::vector<uint32_t> live;
+    std::vector<OffsetAllocator::Allocation> live;
     for (size_t i = 0; i < 2 * kLive[k]; ++i) {
       auto r = a.Allocate(Uniform(rng, 4 * kKiB, 4 * kMiB));
       ASSERT_TRUE(r.has_value());
-      live.push_back(r->handle);
+      live.push_back(*r);
     }
     // Free every other block: many free blocks, long lists in every bin.
-    for (size_t i = 0; i < live.size(); i += 2) a.Free(live[i]);
-    std::vector<uint32_t> kept;
+    for (size_t i = 0; i < live.size(); i += 2) a.Free(live[i].offset, live[i].size);
+    std::vector<OffsetAllocator::Allocation> kept;
     for (size_t i = 1; i < live.size(); i += 2) kept.push_back(live[i]);
     live.swap(kept);
     ASSERT_GE(a.GetStats().free_block_count, kLive[k]);
@@ -641,10 +675,10 @@ TEST(OffsetAllocatorTest, CostPerCallDoesNotGrowWithLiveBlocks) {
       const uint64_t before = a.probe_count();
       if (op % 2 == 0) {
         auto r = a.Allocate(Uniform(rng, 4 * kKiB, 4 * kMiB));
-        if (r) live.push_back(r->handle);
+        if (r) live.push_back(*r);
       } else {
         const size_t i = Uniform(rng, 0, live.size() - 1);
-        a.Free(live[i]);
+        a.Free(live[i].offset, live[i].size);
         live[i] = live.back();
         live.pop_back();
       }
@@ -670,14 +704,14 @@ TEST(OffsetAllocatorTest, FragmentationOfCheckerboard) {
   constexpr uint64_t kBlock = 64 * kKiB;
   constexpr int kBlocks = 64;
   OffsetAllocator a(kBlocks * kBlock);
-  std::vector<uint32_t> handles;
+  std::vector<OffsetAllocator::Allocation> blocks;
   for (int i = 0; i < kBlocks; ++i) {
     auto r = a.Allocate(kBlock);
     ASSERT_TRUE(r.has_value());
-    handles.push_back(r->handle);
+    blocks.push_back(*r);
   }
   EXPECT_EQ(a.GetStats().fragmentation(), 0.0);  // nothing free
-  for (int i = 0; i < kBlocks; i += 2) a.Free(handles[i]);
+  for (int i = 0; i < kBlocks; i += 2) a.Free(blocks[i].offset, blocks[i].size);
 
   OffsetAllocator::Stats s = a.GetStats();
   EXPECT_EQ(s.free_bytes, kBlocks / 2 * kBlock);
@@ -686,7 +720,7 @@ TEST(OffsetAllocatorTest, FragmentationOfCheckerboard) {
   EXPECT_DOUBLE_EQ(s.fragmentation(), 1.0 - 1.0 / (kBlocks / 2));
   EXPECT_FALSE(a.Allocate(kBlock + 1).has_value());  // half the segment free, no room for it
 
-  a.Free(handles[1]);  // joins blocks 0, 1, 2
+  a.Free(blocks[1].offset, blocks[1].size);  // joins blocks 0, 1, 2
   s = a.GetStats();
   EXPECT_EQ(s.free_block_count, static_cast<uint64_t>(kBlocks / 2 - 1));
   EXPECT_EQ(s.largest_free_block, 3 * kBlock);

@@ -113,7 +113,7 @@ TEST(RareOptionalTest, TheRareBlockGoesWithItsLastField) {
   EXPECT_TRUE(meta.has_rare_block());
   meta.set_soft_pin(master::SoftPin{10, 5});
   meta.set_demotion(master::Demotion{"node", 3, 0, {}, 0, 9});
-  meta.HoldForDemotion(std::vector<master::Extent>{{1, 0, 64, 0}});
+  meta.HoldForDemotion(std::vector<master::Extent>{{1, 0, 64}});
   EXPECT_EQ(meta.demotion()->held.size(), 1u);
   EXPECT_EQ(meta.demotion()->hold_until_ms, 60) << "held until its read locks expire";
   EXPECT_TRUE(meta.ReleaseReadLock("a"));

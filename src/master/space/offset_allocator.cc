@@ -22,9 +22,12 @@
 // the segment in use than doing it second. Only blocks behind the head of the own class can be
 // missed; exact best fit (a sorted map, O(log n)) was measured only ~1% better.
 //
-// A taken block is split: the request keeps the low part and the node (its handle); the rest
-// becomes a new free node. Every node is also linked to its physical neighbours, so Free merges
-// with a free neighbour on either side by unlinking it from its bin: no search anywhere.
+// A taken block is split: the request gets the low part, and the rest stays a free block under
+// the same node. Only free blocks have nodes. Free finds its free neighbours in two hash maps
+// (EdgeMap: a free block by its first unit, and by the unit after its last) and merges with
+// them by unlinking them from their bins: no search anywhere. An allocation needs no node
+// because its owner names it by offset and size; the master keeps 10M objects, and a node each
+// was 24 bytes of every one.
 
 #include "master/space/offset_allocator.h"
 
@@ -52,7 +55,9 @@ OffsetAllocator::OffsetAllocator(uint64_t capacity_bytes)
   bin_head_.fill(kNone);
   if (capacity_ == 0) return;
   const uint32_t node = NewNode();
-  nodes_[node].offset = 0;  // the last block: it ends at capacity_
+  nodes_[node].size = capacity_ / kUnit;  // one free block: the whole segment
+  by_start_.Set(0, node);
+  by_end_.Set(nodes_[node].size, node);
   InsertFree(node);
 }
 
@@ -86,9 +91,8 @@ uint32_t OffsetAllocator::FirstNonEmptyBinAtLeast(uint32_t bin) const {
 }
 
 void OffsetAllocator::InsertFree(uint32_t node) {
-  const uint32_t bin = FloorBin(SizeOf(node));
   Node& n = nodes_[node];
-  n.set_state(State::kFree);
+  const uint32_t bin = FloorBin(n.size);
   n.list_prev = kNone;
   n.list_next = bin_head_[bin];
   if (n.list_next != kNone) nodes_[n.list_next].list_prev = node;
@@ -100,11 +104,11 @@ void OffsetAllocator::InsertFree(uint32_t node) {
 
 void OffsetAllocator::RemoveFree(uint32_t node) {
   Node& n = nodes_[node];
-  assert(n.state() == State::kFree);
+  assert(n.size != 0);
   if (n.list_prev != kNone) {
     nodes_[n.list_prev].list_next = n.list_next;
   } else {
-    const uint32_t bin = FloorBin(SizeOf(node));
+    const uint32_t bin = FloorBin(n.size);
     bin_head_[bin] = n.list_next;
     if (n.list_next == kNone) {  // the bin became empty: clear its bit, then maybe its group's
       const uint32_t group = bin / kBinsPerGroup;
@@ -130,7 +134,7 @@ uint32_t OffsetAllocator::NewNode() {
 }
 
 void OffsetAllocator::ReleaseNode(uint32_t node) {
-  nodes_[node] = Node{};  // state kUnused: a later Free of this handle is recognised as bogus
+  nodes_[node] = Node{};  // size 0: an unused slot
   nodes_[node].list_next = unused_head_;
   unused_head_ = node;
 }
@@ -146,7 +150,7 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
   const uint32_t own = bin_head_[FloorBin(units)];
   if (own != kNone) {
     ++probe_count_;
-    if (SizeOf(own) >= units) node = own;
+    if (nodes_[own].size >= units) node = own;
   }
   if (node == kNone) {
     const uint32_t bin = FirstNonEmptyBinAtLeast(CeilBin(units));
@@ -157,92 +161,92 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
   }
   if (node == kNone) return std::nullopt;
 
-  // Get the remainder's node before taking references: NewNode may grow the vector.
-  uint32_t rest = kNone;
-  const uint64_t block = SizeOf(node);
-  if (block > units) {
-    rest = NewNode();
-    if (rest == kNone) return std::nullopt;
-  }
   RemoveFree(node);
   Node& n = nodes_[node];
-  if (rest != kNone) {
-    Node& r = nodes_[rest];
-    r.offset = n.offset + units;  // n now ends where r starts: units long
-    r.phys_prev = node;
-    r.phys_next = n.phys_next;
-    if (n.phys_next != kNone) nodes_[n.phys_next].phys_prev = rest;
-    n.phys_next = rest;
-    InsertFree(rest);
+  const uint64_t offset = n.offset;
+  by_start_.Erase(offset);
+  if (n.size > units) {  // the rest stays free under the same node, at the head of its bin
+    n.offset += units;
+    n.size -= units;
+    by_start_.Set(n.offset, node);
+    InsertFree(node);
+  } else {
+    by_end_.Erase(offset + units);
+    ReleaseNode(node);
   }
-  n.set_state(State::kUsed);
   used_units_ += units;
   ++allocation_count_;
-  return Allocation{n.offset * kUnit, units * kUnit, node};
+  return Allocation{offset * kUnit, units * kUnit};
 }
 
-void OffsetAllocator::Free(uint32_t handle) {
-  if (handle >= nodes_.size() || nodes_[handle].state() != State::kUsed) {
-    assert(false && "OffsetAllocator::Free: bogus handle or double free");
+bool OffsetAllocator::MayBeLive(uint64_t offset, uint64_t units) const {
+  const uint64_t capacity_units = capacity_ / kUnit;
+  if (units == 0 || units > used_units_ || offset > capacity_units - units) return false;
+  // A live allocation's first unit starts no free block, and its end ends none.
+  return by_start_.Find(offset) == EdgeMap::kAbsent && by_end_.Find(offset + units) == EdgeMap::kAbsent;
+}
+
+void OffsetAllocator::MakeFree(uint64_t offset, uint64_t units) {
+  const uint64_t end = offset + units;
+  const uint32_t right = by_start_.Find(end);
+  const uint32_t left = by_end_.Find(offset);
+  probe_count_ += 2;
+  if (left != EdgeMap::kAbsent) {  // the free block on the left grows over the range...
+    RemoveFree(left);
+    by_end_.Erase(offset);
+    nodes_[left].size += units;
+    if (right != EdgeMap::kAbsent) {  // ...and over the free block on the right
+      RemoveFree(right);
+      by_start_.Erase(end);
+      nodes_[left].size += nodes_[right].size;
+      by_end_.Set(nodes_[right].offset + nodes_[right].size, left);
+      ReleaseNode(right);
+    } else {
+      by_end_.Set(end, left);
+    }
+    InsertFree(left);
+  } else if (right != EdgeMap::kAbsent) {  // the free block on the right grows leftwards
+    RemoveFree(right);
+    by_start_.Erase(end);
+    nodes_[right].offset = offset;
+    nodes_[right].size += units;
+    by_start_.Set(offset, right);
+    InsertFree(right);
+  } else {
+    const uint32_t node = NewNode();
+    if (node == kNone) {
+      // 2^32 - 1 free blocks already: the range stays taken (lost space) rather than untracked.
+      used_units_ += units;
+      return;
+    }
+    nodes_[node].offset = offset;
+    nodes_[node].size = units;
+    by_start_.Set(offset, node);
+    by_end_.Set(end, node);
+    InsertFree(node);
+  }
+}
+
+void OffsetAllocator::Free(uint64_t offset, uint64_t size) {
+  const uint64_t units = size / kUnit + (size % kUnit != 0 ? 1 : 0);
+  if (offset % kUnit != 0 || !MayBeLive(offset / kUnit, units) || allocation_count_ == 0) {
+    assert(false && "OffsetAllocator::Free: not a live allocation (bogus range or double free)");
     return;  // release builds: ignore, the structures are untouched
   }
-  uint32_t node = handle;
-  used_units_ -= SizeOf(node);
+  used_units_ -= units;
   --allocation_count_;
-
-  // Absorb a free right neighbour into this block.
-  const uint32_t next = nodes_[node].phys_next;
-  if (next != kNone) {
-    ++probe_count_;
-    if (nodes_[next].state() == State::kFree) {
-      RemoveFree(next);
-      nodes_[node].phys_next = nodes_[next].phys_next;  // node now ends where next ended
-      if (nodes_[next].phys_next != kNone) nodes_[nodes_[next].phys_next].phys_prev = node;
-      ReleaseNode(next);
-    }
-  }
-  // Let a free left neighbour absorb this block.
-  const uint32_t prev = nodes_[node].phys_prev;
-  if (prev != kNone) {
-    ++probe_count_;
-    if (nodes_[prev].state() == State::kFree) {
-      RemoveFree(prev);
-      nodes_[prev].phys_next = nodes_[node].phys_next;  // prev now ends where node ended
-      if (nodes_[node].phys_next != kNone) nodes_[nodes_[node].phys_next].phys_prev = prev;
-      ReleaseNode(node);
-      node = prev;
-    }
-  }
-  InsertFree(node);
+  MakeFree(offset / kUnit, units);
 }
 
-bool OffsetAllocator::Shrink(uint32_t handle, uint64_t size) {
-  if (handle >= nodes_.size() || nodes_[handle].state() != State::kUsed || size == 0) return false;
-  const uint64_t block = SizeOf(handle);
-  if (size > block * kUnit) return false;  // first: the round-up cannot overflow
-  const uint64_t units = (size + kUnit - 1) / kUnit;
-  const uint64_t tail = block - units;
+bool OffsetAllocator::Shrink(uint64_t offset, uint64_t size, uint64_t new_size) {
+  const uint64_t units = size / kUnit + (size % kUnit != 0 ? 1 : 0);
+  if (new_size == 0 || offset % kUnit != 0 || !MayBeLive(offset / kUnit, units)) return false;
+  if (new_size > units * kUnit) return false;  // first: the round-up cannot overflow
+  const uint64_t kept = (new_size + kUnit - 1) / kUnit;
+  const uint64_t tail = units - kept;
   if (tail == 0) return true;
-  const uint32_t next = nodes_[handle].phys_next;
-  if (next != kNone && nodes_[next].state() == State::kFree) {
-    // The free neighbour grows leftwards over the tail (its size class may change).
-    ++probe_count_;
-    RemoveFree(next);
-    nodes_[next].offset -= tail;  // handle shrinks with it
-    InsertFree(next);
-  } else {
-    const uint32_t rest = NewNode();  // before taking references: it may grow the vector
-    if (rest == kNone) return false;
-    Node& n = nodes_[handle];
-    Node& r = nodes_[rest];
-    r.offset = n.offset + units;  // tail units long: it ends where handle ended
-    r.phys_prev = handle;
-    r.phys_next = n.phys_next;
-    if (n.phys_next != kNone) nodes_[n.phys_next].phys_prev = rest;
-    n.phys_next = rest;
-    InsertFree(rest);
-  }
   used_units_ -= tail;
+  MakeFree(offset / kUnit + kept, tail);  // its left is the allocation: it merges rightwards only
   return true;
 }
 
@@ -261,7 +265,7 @@ OffsetAllocator::Stats OffsetAllocator::GetStats() const {
     const uint32_t bin = group * kBinsPerGroup + top_in_group;
     uint64_t largest = 0;
     for (uint32_t n = bin_head_[bin]; n != kNone; n = nodes_[n].list_next) {
-      largest = std::max(largest, SizeOf(n));
+      largest = std::max(largest, nodes_[n].size);
     }
     s.largest_free_block = largest * kUnit;
   }
@@ -271,9 +275,8 @@ OffsetAllocator::Stats OffsetAllocator::GetStats() const {
 std::vector<OffsetAllocator::Block> OffsetAllocator::FreeBlocks() const {
   std::vector<Block> out;
   out.reserve(free_block_count_);
-  for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    const Node& n = nodes_[i];
-    if (n.state() == State::kFree) out.push_back({n.offset * kUnit, SizeOf(i) * kUnit});
+  for (const Node& n : nodes_) {
+    if (n.size != 0) out.push_back({n.offset * kUnit, n.size * kUnit});
   }
   std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
   return out;
@@ -301,19 +304,13 @@ void OffsetAllocator::Encode(Encoder& out) const {
   }
   uint64_t count = nodes_.size();
   out(count);
-  // Each node as when it kept its size (0 for unused slots): the snapshot's format is unchanged.
-  for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    const Node& n = nodes_[i];
-    uint64_t offset = n.offset, size = n.state() == State::kUnused ? 0 : SizeOf(i);
-    uint32_t lp = n.list_prev, ln = n.list_next, pp = n.phys_prev, pn = n.phys_next;
-    uint8_t state = static_cast<uint8_t>(n.state());
+  for (const Node& n : nodes_) {  // free blocks and unused slots (size 0)
+    uint64_t offset = n.offset, size = n.size;
+    uint32_t lp = n.list_prev, ln = n.list_next;
     out(offset);
     out(size);
     out(lp);
     out(ln);
-    out(pp);
-    out(pn);
-    out(state);
   }
 }
 
@@ -329,69 +326,70 @@ bool OffsetAllocator::Decode(Decoder& in) {
   for (uint32_t& h : a.bin_head_) in(h);
   uint64_t count = 0;
   in(count);
-  // Each node takes at least 7 bytes: a larger count is a lie, not a reason to allocate.
+  // Each node takes at least 4 bytes: a larger count is a lie, not a reason to allocate.
   if (!in.ok() || count >= kNone || count > (uint64_t{1} << 40)) return false;
+  if (a.capacity_ % kUnit != 0) return false;
+  const uint64_t capacity_units = a.capacity_ / kUnit;
   a.nodes_.reserve(std::min<uint64_t>(count, 1 << 20));
-  std::vector<uint64_t> sizes;  // as encoded: each block's must be what the tiling gives it
-  sizes.reserve(std::min<uint64_t>(count, 1 << 20));
-  uint64_t units = 0;
   for (uint64_t i = 0; i < count && in.ok(); ++i) {
     Node n;
-    uint8_t state = 0;
-    uint64_t offset = 0;
-    in(offset);
-    if (offset >= (uint64_t{1} << 62)) return false;  // past any segment, and past the field
-    n.offset = offset;
-    uint64_t size = 0;
-    in(size);
+    in(n.offset);
+    in(n.size);
     in(n.list_prev);
     in(n.list_next);
-    in(n.phys_prev);
-    in(n.phys_next);
-    in(state);
-    if (state > static_cast<uint8_t>(State::kUsed)) return false;
-    n.set_state(static_cast<State>(state));
-    if (n.state() != State::kUnused) units += size;
+    if (n.size > capacity_units || n.offset > capacity_units - n.size) return false;
     a.nodes_.push_back(n);
-    sizes.push_back(size);
   }
-  if (!in.ok() || a.capacity_ % kUnit != 0 || units != a.capacity_ / kUnit) return false;
+  if (!in.ok() || a.used_units_ > capacity_units || a.allocation_count_ > a.used_units_) {
+    return false;
+  }
   auto valid = [&](uint32_t idx) { return idx == kNone || idx < a.nodes_.size(); };
-  if (!valid(a.unused_head_)) return false;
-  for (uint32_t h : a.bin_head_) {
-    if (!valid(h)) return false;
-  }
-  for (const Node& n : a.nodes_) {
-    if (!valid(n.list_prev) || !valid(n.list_next) || !valid(n.phys_prev) ||
-        !valid(n.phys_next)) {
-      return false;
+  // Every bin's list: free blocks of that class, each linked back to the one before it.
+  std::vector<uint8_t> seen(a.nodes_.size(), 0);
+  uint64_t listed = 0;
+  std::vector<Block> blocks;
+  for (uint32_t bin = 0; bin < kBins; ++bin) {
+    const uint32_t head = a.bin_head_[bin];
+    const bool marked = (a.bin_mask_[bin / kBinsPerGroup] >> (bin % kBinsPerGroup)) & 1;
+    if (!valid(head) || marked != (head != kNone)) return false;
+    for (uint32_t n = head, prev = kNone; n != kNone; prev = n, n = a.nodes_[n].list_next) {
+      if (!valid(n) || seen[n] != 0) return false;
+      const Node& node = a.nodes_[n];
+      if (node.size == 0 || FloorBin(node.size) != bin || node.list_prev != prev ||
+          !valid(node.list_next)) {
+        return false;
+      }
+      seen[n] = 1;
+      ++listed;
+      blocks.push_back({node.offset, node.size});
     }
   }
+  for (uint32_t g = 0; g < kGroups; ++g) {
+    if (((a.group_mask_ >> g) & 1) != (a.bin_mask_[g] != 0 ? 1u : 0u)) return false;
+  }
+  // The unused slots: one chain, each a size-0 node, with every node either there or listed.
+  uint64_t unused = 0;
+  for (uint32_t n = a.unused_head_; n != kNone; n = a.nodes_[n].list_next) {
+    if (!valid(n) || seen[n] != 0 || a.nodes_[n].size != 0) return false;
+    seen[n] = 1;
+    ++unused;
+  }
+  if (listed != a.free_block_count_ || listed + unused != a.nodes_.size()) return false;
+  // Free blocks neither overlap nor touch (they would have merged), and add up to what is free.
+  std::sort(blocks.begin(), blocks.end(),
+            [](const Block& x, const Block& y) { return x.offset < y.offset; });
+  uint64_t free_units = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i > 0 && blocks[i - 1].offset + blocks[i - 1].size >= blocks[i].offset) return false;
+    free_units += blocks[i].size;
+  }
+  if (free_units != capacity_units - a.used_units_) return false;
   for (uint32_t i = 0; i < a.nodes_.size(); ++i) {
     const Node& n = a.nodes_[i];
-    if (n.state() == State::kUnused) continue;
-    const uint64_t end = a.EndOf(i);
-    if (end < n.offset || end - n.offset != sizes[i] || sizes[i] == 0) return false;
+    if (n.size == 0) continue;
+    a.by_start_.Set(n.offset, i);
+    a.by_end_.Set(n.offset + n.size, i);
   }
-  // The blocks tile [0, capacity): one chain by address from offset 0, whose neighbours name
-  // each other, holds every block once (each ends where the next starts, checked above).
-  uint64_t blocks = 0;
-  uint32_t first = kNone;
-  for (uint32_t i = 0; i < a.nodes_.size(); ++i) {
-    const Node& n = a.nodes_[i];
-    if (n.state() == State::kUnused) continue;
-    ++blocks;
-    if (n.phys_prev == kNone) {
-      if (first != kNone || n.offset != 0) return false;
-      first = i;
-    }
-  }
-  uint64_t walked = 0;
-  for (uint32_t i = first, prev = kNone; i != kNone; prev = i, i = a.nodes_[i].phys_next) {
-    const Node& n = a.nodes_[i];
-    if (n.state() == State::kUnused || n.phys_prev != prev || ++walked > blocks) return false;
-  }
-  if (walked != blocks) return false;
   *this = std::move(a);
   return true;
 }

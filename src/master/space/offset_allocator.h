@@ -1,17 +1,18 @@
 // master/space/offset_allocator.h - O(1) bookkeeping of byte ranges inside one segment.
 //
-// Promise: Allocate and Free are O(1): a fixed number of bitmap and list-link operations, never a
-// search over free lists (probe_count() lets tests check it). Every offset and size is a multiple
-// of kAlignment. A request gets exactly its size rounded up to kAlignment (a larger free block is
-// split and the rest stays free), so internal waste is alignment only. Free coalesces with free
-// neighbours at once, so no two free blocks are ever adjacent. Allocate fails only when no free
-// block is big enough, or when the only big-enough blocks share the request's own size class
-// (within 1/8 of the request) and are not at the head of that class's list. Hence a fresh segment
-// fills until what is left is smaller than the request; refilling after random frees keeps
-// ~97-98% of the segment in use for 4 KiB..64 MiB mixes (offset_allocator_test.cc measures it).
-// Ownership: the allocator owns only its metadata (a node table it grows to its peak block count
-// and then reuses); the segment's bytes live elsewhere. A handle names one live allocation from
-// Allocate until the matching Free; after that the handle may be reused by a later Allocate.
+// Promise: Allocate and Free are O(1): a fixed number of bitmap, list-link and hash lookups,
+// never a search over free lists (probe_count() lets tests check it). Every offset and size is a
+// multiple of kAlignment. A request gets exactly its size rounded up to kAlignment (a larger free
+// block is split and the rest stays free), so internal waste is alignment only. Free coalesces
+// with free neighbours at once, so no two free blocks are ever adjacent. Allocate fails only when
+// no free block is big enough, or when the only big-enough blocks share the request's own size
+// class (within 1/8 of the request) and are not at the head of that class's list. Hence a fresh
+// segment fills until what is left is smaller than the request; refilling after random frees
+// keeps ~97-98% of the segment in use for 4 KiB..64 MiB mixes (offset_allocator_test.cc).
+// Ownership: the allocator owns only its metadata, and keeps it for free blocks only: an
+// allocation is named by its offset and size, which the caller keeps anyway (the master's
+// Extent), so a live allocation costs the allocator nothing (the master holds one per object).
+// The segment's bytes live elsewhere.
 // Thread safety: NOT thread-safe. The caller holds the segment's lock around every call,
 // including GetStats.
 #pragma once
@@ -20,6 +21,8 @@
 #include <cstdint>
 #include <optional>
 #include <vector>
+
+#include "master/space/edge_map.h"
 
 namespace granary::master {
 
@@ -47,25 +50,26 @@ class OffsetAllocator {
   struct Allocation {
     uint64_t offset;  // bytes from the start of the segment
     uint64_t size;    // the request rounded up to kAlignment
-    uint32_t handle;  // pass to Free
   };
 
-  // nullopt if size == 0, size > capacity, nothing fits, or the node table is full (2^32 - 1
-  // blocks). Never overflows for any uint64.
+  // nullopt if size == 0, size > capacity or nothing fits. Never overflows for any uint64.
   std::optional<Allocation> Allocate(uint64_t size);
 
-  // handle must come from Allocate and not have been freed. A handle that is out of range or not
-  // live (double free) asserts in debug builds and is ignored in release builds, leaving the
-  // allocator intact. A stale handle whose slot was reused by a later Allocate cannot be told
-  // apart from the new owner: it frees that allocation (the caller's bookkeeping must prevent it).
-  void Free(uint32_t handle);
+  // Frees the live allocation at `offset` whose size is `size` rounded up to kAlignment (the
+  // request, or the allocation's size: both name it). The caller's bookkeeping must name exactly
+  // one live allocation. What can be told in O(1) is refused (asserts in debug builds, ignored
+  // in release builds, the allocator intact): a misaligned or empty range, one past the segment
+  // or larger than what is allocated, and one that starts at a free block's start or ends at a
+  // free block's end (a double free names such a range). A range inside a free block that touches
+  // neither of its edges cannot be told apart from a live one.
+  void Free(uint64_t offset, uint64_t size);
 
-  // Gives back the end of a live allocation: from then on it occupies AllocationSize(size) bytes
-  // at the same offset under the same handle, and the rest is free at once (merged into a free
-  // right neighbour). For a put committed into space reserved for a larger object. Returns false,
-  // changing nothing, for a handle that is not live, a size of 0, a size larger than the
-  // allocation, or a full node table; a size within the allocation's last kAlignment is a no-op.
-  bool Shrink(uint32_t handle, uint64_t size);
+  // Gives back the end of the live allocation at `offset` of `size` bytes (as for Free): from
+  // then on it occupies AllocationSize(new_size) bytes at the same offset, and the rest is free
+  // at once (merged into a free right neighbour). For a put committed into space reserved for a
+  // larger object. Returns false, changing nothing, for a new_size of 0 or larger than the
+  // allocation, or a range Free would refuse; a new_size within the last kAlignment is a no-op.
+  bool Shrink(uint64_t offset, uint64_t size, uint64_t new_size);
 
   struct Stats {
     uint64_t capacity = 0;
@@ -94,9 +98,15 @@ class OffsetAllocator {
   // Every free block, by address. O(blocks): for eviction planning, off the Allocate/Free path.
   std::vector<Block> FreeBlocks() const;
 
+  // Nodes in the table: free blocks and slots kept for reuse, never live allocations. What the
+  // allocator's memory grows with (24 bytes each, and two edge-map slots per free block).
+  size_t node_count() const { return nodes_.size(); }
+
   // The allocator's whole state (node table, free lists in their order, counters), so that a
   // decoded copy makes exactly the same choices from then on: part of a master snapshot.
-  // Decode replaces *this only if the bytes describe a consistent allocator; false otherwise.
+  // Decode replaces *this only if the bytes describe a consistent allocator (every free block
+  // in the list of its size class once, none overlapping or adjacent, the counters matching);
+  // false otherwise.
   void Encode(Encoder& out) const;
   bool Decode(Decoder& in);
 
@@ -113,44 +123,33 @@ class OffsetAllocator {
   static constexpr uint32_t kNone = UINT32_MAX;  // null node index
   static constexpr uint32_t kNoBin = UINT32_MAX;
 
-  enum class State : uint8_t { kUnused, kFree, kUsed };
-
-  // One block of the segment (free or allocated), or an unused slot. Offsets are in kAlignment
-  // units. A node's index is its handle. 24 bytes: one per object in the master, so the state
-  // rides in the offset's top bits (an offset in units is below 2^58), and a block's size is not
-  // kept: the blocks tile the segment, so it ends where its right neighbour starts (SizeOf).
-  // A free block's size is its bin's key: it changes only while the block is out of its list.
+  // One free block, or an unused slot (size 0) kept for reuse and chained through list_next.
+  // Offsets and sizes are in kAlignment units. A node's size is its bin's key: it changes only
+  // while the block is out of its list.
   struct Node {
-    uint64_t offset : 62 = 0;
-    uint64_t state_bits : 2 = static_cast<uint64_t>(State::kUnused);
+    uint64_t offset = 0;
+    uint64_t size = 0;
     uint32_t list_prev = kNone;  // free blocks: the bin's list; unused slots: list_next only
     uint32_t list_next = kNone;
-    uint32_t phys_prev = kNone;  // neighbours by address, free or allocated
-    uint32_t phys_next = kNone;
-
-    State state() const { return static_cast<State>(state_bits); }
-    void set_state(State s) { state_bits = static_cast<uint64_t>(s); }
   };
   static_assert(sizeof(Node) == 24);
-
-  // Where block `node` (free or used) ends, in units: its right neighbour's start, or the
-  // segment's end; and so its size.
-  uint64_t EndOf(uint32_t node) const {
-    const uint32_t next = nodes_[node].phys_next;
-    return next != kNone ? nodes_[next].offset : capacity_ / kAlignment;
-  }
-  uint64_t SizeOf(uint32_t node) const { return EndOf(node) - nodes_[node].offset; }
 
   static uint32_t FloorBin(uint64_t units);
   static uint32_t CeilBin(uint64_t units);
   uint32_t FirstNonEmptyBinAtLeast(uint32_t bin) const;
-  void InsertFree(uint32_t node);
-  void RemoveFree(uint32_t node);
-  uint32_t NewNode();  // kNone if the node table is full (2^32 - 1 nodes)
+  void InsertFree(uint32_t node);  // into its bin's list
+  void RemoveFree(uint32_t node);  // from its bin's list
+  uint32_t NewNode();              // kNone if the node table is full (2^32 - 1 nodes)
   void ReleaseNode(uint32_t node);
+  // Whether [offset, offset + units) may be a live allocation, as far as O(1) can tell (Free).
+  bool MayBeLive(uint64_t offset, uint64_t units) const;
+  // Makes [offset, offset + units) free, merged with the free blocks on either side.
+  void MakeFree(uint64_t offset, uint64_t units);
 
   uint64_t capacity_ = 0;  // bytes
   std::vector<Node> nodes_;
+  EdgeMap by_start_;  // a free block's first unit -> its node
+  EdgeMap by_end_;    // the unit after a free block's last -> its node
   uint32_t unused_head_ = kNone;  // chain of unused slots through list_next
   uint64_t group_mask_ = 0;       // bit g set: some bin of group g is non-empty
   std::array<uint8_t, kGroups> bin_mask_{};  // bit m of [g] set: bin g*8+m is non-empty

@@ -130,7 +130,7 @@ std::optional<Extent> SegmentTable::AllocateOn(const std::vector<uint64_t>& cand
     if (!allocation) continue;
     segment.replica_count.fetch_add(1, std::memory_order_relaxed);
     used_bytes_.fetch_add(allocation->size, std::memory_order_relaxed);
-    return Extent{id, allocation->offset, size, allocation->handle};
+    return Extent{id, allocation->offset, size};
   }
   return std::nullopt;
 }
@@ -141,7 +141,7 @@ void SegmentTable::Free(const Extent& extent) {
   if (it == segments_.end()) return;
   Segment& segment = *it->second;
   std::lock_guard seg_lock(segment.mu);
-  segment.allocator.Free(extent.handle());
+  segment.allocator.Free(extent.offset, extent.length);
   used_bytes_.fetch_sub(OffsetAllocator::AllocationSize(extent.length), std::memory_order_relaxed);
   segment.replica_count.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -153,7 +153,7 @@ bool SegmentTable::Shrink(Extent& extent, uint64_t length) {
   if (it == segments_.end()) return false;
   Segment& segment = *it->second;
   std::lock_guard seg_lock(segment.mu);
-  if (!segment.allocator.Shrink(extent.handle(), length)) return false;
+  if (!segment.allocator.Shrink(extent.offset, extent.length, length)) return false;
   used_bytes_.fetch_sub(OffsetAllocator::AllocationSize(extent.length) -
                             OffsetAllocator::AllocationSize(length),
                         std::memory_order_relaxed);
@@ -387,7 +387,7 @@ bool SegmentTable::Decode(Decoder& in) {
     in(identity->usable_from_ms);
     uint64_t replicas = 0;
     in(replicas);
-    // Past kMaxSegmentBytes an extent's offset would not fit its bits (Extent): no mount made it.
+    // No mount makes a segment past kMaxSegmentBytes.
     if (!in.ok() || identity->id >= next_id || segments.count(identity->id) ||
         by_name.count(identity->name) || identity->size > kMaxSegmentBytes) {
       return false;

@@ -76,45 +76,16 @@ struct DrainMark {
 // The largest segment MountSegment takes: 1 PiB.
 inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 50;
 
-// One replica's bytes inside a segment. 24 bytes, not 32: the master keeps one per object, so
-// the allocator handle rides in the top bits of the offset (a segment is at most 2^50 bytes,
-// kMaxSegmentBytes) and of the length (an object at most 2^40, kMaxObjectBytes).
+// One replica's bytes inside a segment. Its offset and length also name its allocation: the
+// allocator keeps nothing per allocation (OffsetAllocator), so this is all an object's replica
+// costs the master.
 struct Extent {
-  static constexpr int kOffsetBits = 52;
-  static constexpr int kLengthBits = 44;
-  static constexpr int kHandleLowBits = 64 - kOffsetBits;
-
-  Extent() = default;
-  Extent(uint64_t segment_id, uint64_t offset, uint64_t length, uint32_t handle = 0)
-      : segment_id(segment_id), offset(offset), length(length) {
-    set_handle(handle);
-  }
-
-  // Whether an offset and a length fit (a decoded snapshot's may not).
-  static bool Fits(uint64_t offset, uint64_t length) {
-    return offset >> kOffsetBits == 0 && length >> kLengthBits == 0;
-  }
-  uint32_t handle() const {  // the allocator's handle, to free it
-    return static_cast<uint32_t>(handle_low_ | (handle_high_ << kHandleLowBits));
-  }
-  void set_handle(uint32_t handle) {
-    handle_low_ = handle & ((uint32_t{1} << kHandleLowBits) - 1);
-    handle_high_ = handle >> kHandleLowBits;
-  }
-  friend bool operator==(const Extent& a, const Extent& b) {
-    return a.segment_id == b.segment_id && a.offset == b.offset && a.length == b.length &&
-           a.handle() == b.handle();
-  }
-
   uint64_t segment_id = 0;
-  uint64_t offset : kOffsetBits = 0;
-  uint64_t handle_low_ : kHandleLowBits = 0;
-  // The object's size; it occupies OffsetAllocator::AllocationSize(length).
-  uint64_t length : kLengthBits = 0;
-  uint64_t handle_high_ : 64 - kLengthBits = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;  // the object's size; it occupies OffsetAllocator::AllocationSize(length)
+  friend bool operator==(const Extent&, const Extent&) = default;
 };
 static_assert(sizeof(Extent) == 24);
-static_assert(kMaxSegmentBytes >> Extent::kOffsetBits == 0);
 
 class SegmentTable {
  public:

@@ -31,7 +31,6 @@ namespace granary::master {
 
 // The largest object a put takes (and a snapshot holds).
 inline constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 40;  // 1 TiB
-static_assert(kMaxObjectBytes >> Extent::kLengthBits == 0);  // an extent's length holds it
 
 // What extents occupy in their segments: the unit eviction counts in, the same as segment usage.
 inline uint64_t OccupiedBytes(std::span<const Extent> extents) {

@@ -18,7 +18,8 @@ namespace granary::master {
 // 5: reservations (one-round-trip puts) and their policy.
 // 6: releases name their place.
 // 7: segments' capability keys.
-inline constexpr uint64_t kSnapshotFormat = 8;  // 8: wanted replicas, copies, drains
+// 8: wanted replicas, copies, drains.
+inline constexpr uint64_t kSnapshotFormat = 9;  // 9: allocations have no handle
 
 // One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
 template <typename IO> void Fields(IO& io, PutPersistence& p) {
@@ -28,16 +29,7 @@ template <typename IO> void Fields(IO& io, PutPersistence& p) {
 }
 
 template <typename IO> void Fields(IO& io, Extent& e) {
-  // The packed fields travel as the four plain ones they were; a decode refuses what no master
-  // makes (an offset past 2^52, a length past 2^44) rather than cut it.
-  uint64_t offset = e.offset;
-  uint64_t length = e.length;
-  uint32_t handle = e.handle();
-  io(e.segment_id); io(offset); io(length); io(handle);
-  if constexpr (IO::kDecoding) {
-    if (!Extent::Fits(offset, length)) return io.Fail();
-    e = Extent(e.segment_id, offset, length, handle);
-  }
+  io(e.segment_id); io(e.offset); io(e.length);
 }
 template <typename IO> void Fields(IO& io, DiskReplica& d) {
   io(d.node_id); io(d.location); io(d.length); io(d.disk_id);
@@ -46,7 +38,7 @@ template <typename IO> void Fields(IO& io, Version& v) {
   io(v.size); io(v.checksum); io(v.gen); io(v.replicas); io(v.disk); io(v.offload_declined);
   io(v.persistence); io(v.want_replicas);
   // A state never holds an unknown value (PutStart refuses it), nor a size past kMaxObjectBytes
-  // (an extent's length would not fit its bits): a snapshot that does is malformed.
+  // (no put makes one): a snapshot that does is malformed.
   if constexpr (IO::kDecoding) {
     if (static_cast<uint8_t>(v.persistence) > kMaxPutPersistence || v.size > kMaxObjectBytes) {
       io.Fail();
