@@ -3,8 +3,11 @@
 // else is left.
 #include "master/policy/evictor.h"
 #include "master/master_config.h"
+#include "master/codec/binary_codec.h"
+#include "master/state/ghost_index.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <functional>
 
@@ -335,10 +338,9 @@ TEST_F(S3FifoTest, ReadBetweenChoiceAndApplyEarnsAnotherPass) {
   EXPECT_TRUE(Exists("a"));
 }
 
-// The ghost keeps hashes only in its FIFO (an entry's number follows from its place) and its
-// index in an open-addressing table: a state whose ghost has wrapped (entries left its FIFO) and
-// holds re-added keys encodes to the snapshot a build before that change gave, and a load of it
-// gives the same snapshot and ghost.
+// The ghost keeps fingerprints only in its FIFO (an entry's number follows from its place) and
+// its index in an open-addressing table: a state whose ghost has wrapped (entries left its FIFO)
+// and holds re-added keys loads to the same snapshot and ghost, and encodes to fixed bytes.
 TEST(S3FifoGhostTest, TheGhostKeepsItsSnapshotBytes) {
   ManualClock clock;
   MasterPolicy policy;
@@ -367,9 +369,63 @@ TEST(S3FifoGhostTest, TheGhostKeepsItsSnapshotBytes) {
   EXPECT_EQ(restored.ghost_count(), state.ghost_count());
   // What a build of 3593b64 (the ghost as a deque of pairs and an unordered_map) encoded for the
   // same operations was 3,822 bytes; snapshot format 9 (extents without an allocator handle, an
-  // allocator without nodes for allocations) made it these 3,623 bytes, this digest.
-  EXPECT_EQ(snapshot.size(), 3623u);
-  EXPECT_EQ(state.Digest(), 0x2f6f4e025a643107ull);
+  // allocator without nodes for allocations, the ghost's fingerprints of 32 bits and no entry
+  // numbers in its FIFO) made it these 3,268 bytes, this digest.
+  EXPECT_EQ(snapshot.size(), 3268u);
+  EXPECT_EQ(state.Digest(), 0x1571f5ed18694724ull);
+}
+
+// The ghost's index keeps 32 bits of an entry's number, which name one entry only within its
+// FIFO: a load refuses a live entry outside the FIFO, one whose FIFO place holds another key's
+// fingerprint, and a fingerprint of 0 (no key's).
+TEST(S3FifoGhostTest, ALoadRefusesAGhostEntryTheFifoDoesNotHold) {
+  ManualClock clock;
+  MasterPolicy policy;
+  policy.eviction_policy = EvictionPolicy::kS3Fifo;
+  MasterState state(policy, &clock, uint64_t{1} << 32);
+  Evictor evictor(&state);
+  ASSERT_TRUE(state.Mount({"node", {"seg", 100 * kMiB, "", "", "", 0, true}}).status.ok());
+  auto started = state.PutStart({"w", {"a"}, {kMiB}, {}, false});
+  ASSERT_TRUE(started[0].status.ok());
+  ASSERT_TRUE(state.PutEnd({"w", {"a"}, {0}, {started[0].put_gen}})[0].ok());
+  ASSERT_EQ(evictor.EvictBytes(kMiB).objects, 1u);
+  ASSERT_EQ(state.ghost_count(), 1u);
+  const std::string snapshot = state.EncodeSnapshot();
+
+  // a's stripe: next 1, a FIFO of one (its fingerprint), one live entry (its fingerprint, 0).
+  const uint32_t fp = GhostFingerprint(XXH3_64bits("a", 1));
+  auto stripe = [](uint32_t fifo_fp, uint32_t live_fp, uint64_t entry) {
+    Encoder e;
+    uint64_t next = 1, n = 1, m = 1;
+    e(next); e(n); e(fifo_fp); e(m); e(live_fp); e(entry);
+    return e.Take();
+  };
+  const std::string genuine = stripe(fp, fp, 0);
+  const size_t at = snapshot.find(genuine);
+  ASSERT_NE(at, std::string::npos) << "the ghost's layout changed: update this test";
+  ASSERT_EQ(snapshot.find(genuine, at + 1), std::string::npos);
+  auto with = [&](const std::string& forged) {
+    std::string bytes = snapshot;
+    bytes.replace(at, genuine.size(), forged);
+    return bytes;
+  };
+  {
+    MasterState copy(policy, &clock, uint64_t{1} << 32);
+    ASSERT_TRUE(copy.LoadSnapshot(with(genuine)).ok());
+    EXPECT_EQ(copy.ghost_count(), 1u);
+  }
+  const std::pair<const char*, std::string> refused[] = {
+      {"an entry never numbered", with(stripe(fp, fp, 1))},
+      {"another key's place", with(stripe(fp, fp ^ 1, 0))},
+      {"a fingerprint of 0", with(stripe(0, fp, 0))},
+  };
+  for (const auto& [why, bytes] : refused) {
+    MasterState copy(policy, &clock, uint64_t{1} << 32);
+    const Status loaded = copy.LoadSnapshot(bytes);
+    EXPECT_FALSE(loaded.ok()) << why;
+    EXPECT_NE(loaded.message().find("malformed ghost"), std::string::npos) << loaded.message();
+    EXPECT_EQ(copy.ghost_count(), 0u) << "a refused load changes nothing";
+  }
 }
 
 TEST_F(S3FifoTest, ReplayingTheOperationsGivesTheSameQueues) {

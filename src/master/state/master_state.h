@@ -420,13 +420,20 @@ class MasterState {
   static constexpr size_t kGhostStripes = 16;
   struct GhostStripe {
     mutable std::mutex mu;
-    // Key hashes, oldest first. Entries are numbered in order and leave from the front, so
-    // fifo[i] is entry next - fifo.size() + i: the numbers need not be kept (8 bytes an entry).
-    std::deque<uint64_t> fifo;
-    GhostIndex live;  // key hash -> its newest entry number
+    // Key fingerprints (GhostFingerprint), oldest first. Entries are numbered in order and
+    // leave from the front, so fifo[i] is entry next - fifo.size() + i: the numbers need not be
+    // kept (4 bytes an entry). At most kMaxGhostPerStripe, so the 32 bits `live` keeps of a
+    // number name one entry of the FIFO.
+    std::deque<uint32_t> fifo;
+    GhostIndex live;  // fingerprint -> its newest entry number's low 32 bits
     uint64_t next = 0;
     uint64_t EntryAt(size_t i) const { return next - fifo.size() + i; }
+    // The whole number of the FIFO's entry whose low 32 bits `live` keeps.
+    uint64_t EntryOf(uint32_t low) const {
+      return next - static_cast<uint32_t>(static_cast<uint32_t>(next) - low);
+    }
   };
+  static constexpr uint64_t kMaxGhostPerStripe = uint64_t{1} << 31;
   using ObjectIter = ObjectTable::iterator;
   struct DeferredFree {
     Extent extent;

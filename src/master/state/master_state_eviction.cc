@@ -55,19 +55,22 @@ EvictResult MasterState::ApplyEvict(const EvictOp& op, int64_t now) {
 void MasterState::GhostAdd(std::string_view key) {
   const uint64_t hash = XXH3_64bits(key.data(), key.size());
   GhostStripe& g = ghost_[hash >> 60];  // the shard takes the low bits
+  const uint32_t fp = GhostFingerprint(hash);
   std::lock_guard lock(g.mu);
   const uint64_t entry = g.next++;
-  g.fifo.push_back(hash);
-  g.live.Set(hash, entry);
+  g.fifo.push_back(fp);
+  g.live.Set(fp, static_cast<uint32_t>(entry));
   // The ghost covers eviction_ghost_ratio x the objects held, spread over the stripes.
   const uint64_t held = committed_count_.load(std::memory_order_relaxed);
-  const uint64_t limit = static_cast<uint64_t>(policy_.eviction_ghost_ratio *
-                                               static_cast<double>(held) / kGhostStripes) + 1;
+  const double share = policy_.eviction_ghost_ratio * static_cast<double>(held) / kGhostStripes;
+  const uint64_t limit = share >= static_cast<double>(kMaxGhostPerStripe)
+                             ? kMaxGhostPerStripe
+                             : static_cast<uint64_t>(share) + 1;
   while (g.fifo.size() > limit) {
-    const uint64_t old_hash = g.fifo.front();
-    const uint64_t old_entry = g.EntryAt(0);
+    const uint32_t old_fp = g.fifo.front();
+    const auto old_entry = static_cast<uint32_t>(g.EntryAt(0));
     g.fifo.pop_front();
-    if (g.live.Find(old_hash) == old_entry) g.live.Erase(old_hash);
+    if (g.live.Find(old_fp) == old_entry) g.live.Erase(old_fp);
   }
 }
 
@@ -75,7 +78,7 @@ bool MasterState::GhostTake(std::string_view key) {
   const uint64_t hash = XXH3_64bits(key.data(), key.size());
   GhostStripe& g = ghost_[hash >> 60];
   std::lock_guard lock(g.mu);
-  return g.live.Erase(hash);
+  return g.live.Erase(GhostFingerprint(hash));
 }
 
 size_t MasterState::ghost_count() const {

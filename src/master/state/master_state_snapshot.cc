@@ -90,19 +90,15 @@ void MasterState::EncodeLocked(Encoder& out) const {
     uint64_t next = g.next, n = g.fifo.size();
     out(next);
     out(n);
-    for (size_t i = 0; i < g.fifo.size(); ++i) {
-      uint64_t hash = g.fifo[i], entry = g.EntryAt(i);
-      out(hash);
-      out(entry);
-    }
-    std::vector<std::pair<uint64_t, uint64_t>> live;
+    for (uint32_t fp : g.fifo) out(fp);  // entry next - n + i: numbers follow from places
+    std::vector<std::pair<uint32_t, uint64_t>> live;
     live.reserve(g.live.size());
-    g.live.ForEach([&](uint64_t hash, uint64_t entry) { live.emplace_back(hash, entry); });
+    g.live.ForEach([&](uint32_t fp, uint32_t low) { live.emplace_back(fp, g.EntryOf(low)); });
     std::sort(live.begin(), live.end());
     uint64_t m = live.size();
     out(m);
-    for (auto& [hash, entry] : live) {
-      out(hash);
+    for (auto& [fp, entry] : live) {
+      out(fp);
       out(entry);
     }
   }
@@ -261,26 +257,33 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
     in(d.release_at_ms);
     deferred.push_back(d);
   }
-  std::array<std::tuple<uint64_t, std::deque<uint64_t>, GhostIndex>, kGhostStripes> ghost;
+  std::array<std::tuple<uint64_t, std::deque<uint32_t>, GhostIndex>, kGhostStripes> ghost;
   for (auto& [next, fifo, live] : ghost) {
     in(next);
     in(n);
     // The FIFO's entries are numbered in order up to next - 1 (GhostStripe keeps no numbers).
     if (in.ok() && n > next) return bad("malformed ghost: more entries than were numbered");
+    if (in.ok() && n > kMaxGhostPerStripe) return bad("malformed ghost: a FIFO past its limit");
     for (uint64_t i = 0; i < n && in.ok(); ++i) {
-      uint64_t hash = 0, entry = 0;
-      in(hash);
-      in(entry);
-      if (in.ok() && entry != next - n + i) return bad("malformed ghost: entries out of order");
-      fifo.push_back(hash);
+      uint32_t fp = 0;
+      in(fp);
+      if (in.ok() && fp == 0) return bad("malformed ghost: a fingerprint of 0");
+      fifo.push_back(fp);
     }
-    in(n);
-    for (uint64_t i = 0; i < n && in.ok(); ++i) {
-      uint64_t hash = 0, entry = 0;
-      in(hash);
+    uint64_t m = 0;
+    in(m);
+    // Each live entry names an entry of the FIFO with its fingerprint, one per fingerprint.
+    for (uint64_t i = 0; i < m && in.ok(); ++i) {
+      uint32_t fp = 0;
+      uint64_t entry = 0;
+      in(fp);
       in(entry);
-      if (in.ok() && entry >= next) return bad("malformed ghost: an entry never numbered");
-      live.Set(hash, entry);
+      if (!in.ok()) break;
+      if (entry >= next || entry < next - n || fifo[entry - (next - n)] != fp) {
+        return bad("malformed ghost: a live entry that is not its key's in the FIFO");
+      }
+      if (live.Find(fp)) return bad("malformed ghost: a key listed twice");
+      live.Set(fp, static_cast<uint32_t>(entry));
     }
   }
   DiskGarbage garbage(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes);

@@ -19,7 +19,8 @@ namespace granary::master {
 // 6: releases name their place.
 // 7: segments' capability keys.
 // 8: wanted replicas, copies, drains.
-inline constexpr uint64_t kSnapshotFormat = 9;  // 9: allocations have no handle
+// 9: allocations have no handle (nor allocator node); the ghost keeps 32-bit fingerprints.
+inline constexpr uint64_t kSnapshotFormat = 9;
 
 // One byte on the wire; any value round-trips (PutStart is what refuses unknown ones).
 template <typename IO> void Fields(IO& io, PutPersistence& p) {
