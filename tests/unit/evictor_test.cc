@@ -377,7 +377,7 @@ TEST(S3FifoGhostTest, TheGhostKeepsItsSnapshotBytes) {
 
 // The ghost's index keeps 32 bits of an entry's number, which name one entry only within its
 // FIFO: a load refuses a live entry outside the FIFO, one whose FIFO place holds another key's
-// fingerprint, and a fingerprint of 0 (no key's).
+// fingerprint or is not its key's newest, a key listed twice, and a fingerprint of 0 (no key's).
 TEST(S3FifoGhostTest, ALoadRefusesAGhostEntryTheFifoDoesNotHold) {
   ManualClock clock;
   MasterPolicy policy;
@@ -394,13 +394,20 @@ TEST(S3FifoGhostTest, ALoadRefusesAGhostEntryTheFifoDoesNotHold) {
 
   // a's stripe: next 1, a FIFO of one (its fingerprint), one live entry (its fingerprint, 0).
   const uint32_t fp = GhostFingerprint(XXH3_64bits("a", 1));
-  auto stripe = [](uint32_t fifo_fp, uint32_t live_fp, uint64_t entry) {
+  // A stripe's bytes: next, the FIFO's fingerprints, the live (fingerprint, entry) pairs.
+  auto stripe = [](uint64_t next, std::vector<uint32_t> fifo,
+                   std::vector<std::pair<uint32_t, uint64_t>> live) {
     Encoder e;
-    uint64_t next = 1, n = 1, m = 1;
-    e(next); e(n); e(fifo_fp); e(m); e(live_fp); e(entry);
+    uint64_t n = fifo.size(), m = live.size();
+    e(next); e(n);
+    for (uint32_t f : fifo) e(f);
+    e(m);
+    for (auto [f, entry] : live) {
+      e(f); e(entry);
+    }
     return e.Take();
   };
-  const std::string genuine = stripe(fp, fp, 0);
+  const std::string genuine = stripe(1, {fp}, {{fp, 0}});
   const size_t at = snapshot.find(genuine);
   ASSERT_NE(at, std::string::npos) << "the ghost's layout changed: update this test";
   ASSERT_EQ(snapshot.find(genuine, at + 1), std::string::npos);
@@ -414,16 +421,27 @@ TEST(S3FifoGhostTest, ALoadRefusesAGhostEntryTheFifoDoesNotHold) {
     ASSERT_TRUE(copy.LoadSnapshot(with(genuine)).ok());
     EXPECT_EQ(copy.ghost_count(), 1u);
   }
+  {
+    // Two entries of a, the second live: as a re-evicted key leaves it.
+    MasterState copy(policy, &clock, uint64_t{1} << 32);
+    ASSERT_TRUE(copy.LoadSnapshot(with(stripe(2, {fp, fp}, {{fp, 1}}))).ok());
+    EXPECT_EQ(copy.ghost_count(), 1u);
+  }
+  // Each forged stripe is refused by its own check (the message after "malformed ghost: ").
   const std::pair<const char*, std::string> refused[] = {
-      {"an entry never numbered", with(stripe(fp, fp, 1))},
-      {"another key's place", with(stripe(fp, fp ^ 1, 0))},
-      {"a fingerprint of 0", with(stripe(0, fp, 0))},
+      {"an entry never numbered", with(stripe(1, {fp}, {{fp, 1}}))},
+      {"a live entry that left the FIFO", with(stripe(2, {fp}, {{fp, 0}}))},
+      {"another key's entry", with(stripe(1, {fp}, {{fp ^ 1, 0}}))},
+      {"a key listed twice", with(stripe(2, {fp, fp}, {{fp, 1}, {fp, 1}}))},
+      {"a live entry older than its key's newest", with(stripe(2, {fp, fp}, {{fp, 0}}))},
+      {"a fingerprint of 0", with(stripe(1, {0}, {{fp, 0}}))},
   };
   for (const auto& [why, bytes] : refused) {
     MasterState copy(policy, &clock, uint64_t{1} << 32);
     const Status loaded = copy.LoadSnapshot(bytes);
     EXPECT_FALSE(loaded.ok()) << why;
-    EXPECT_NE(loaded.message().find("malformed ghost"), std::string::npos) << loaded.message();
+    EXPECT_NE(loaded.message().find(std::string("malformed ghost: ") + why), std::string::npos)
+        << why << ": " << loaded.message();
     EXPECT_EQ(copy.ghost_count(), 0u) << "a refused load changes nothing";
   }
 }

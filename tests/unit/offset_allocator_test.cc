@@ -2,6 +2,7 @@
 // fragmentation reporting and the O(1) cost per call.
 
 #include "master/space/offset_allocator.h"
+#include "master/codec/binary_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -382,6 +383,48 @@ TEST(OffsetAllocatorTest, DoubleFreeAndBogusRangesDoNotCorrupt) {
   EXPECT_EQ(after.free_block_count, 1u);
   EXPECT_EQ(after.allocation_count, 0u);
   EXPECT_TRUE(a.Allocate(1 * kMiB).has_value());
+}
+
+// The double free O(1) cannot see: x, z and then y freed merge into one free block, so a second
+// free of y touches neither of its edges. Unchecked, the allocator takes it (and would then hand
+// out space twice); checked, as the tests and the processes they start run, it is refused.
+TEST(OffsetAllocatorTest, CheckedFreesRefuseADoubleFreeInsideAMergedBlock) {
+  for (bool checked : {false, true}) {
+    OffsetAllocator a(1 * kMiB, checked);
+    EXPECT_EQ(a.checked(), checked);
+    auto x = a.Allocate(4 * kKiB);
+    auto y = a.Allocate(4 * kKiB);
+    auto z = a.Allocate(4 * kKiB);
+    auto w = a.Allocate(4 * kKiB);
+    ASSERT_TRUE(x && y && z && w);
+    ASSERT_TRUE(a.Free(x->offset, x->size));
+    ASSERT_TRUE(a.Free(z->offset, z->size));
+    ASSERT_TRUE(a.Free(y->offset, y->size));  // [0, 12 KiB) is one free block
+    if (!checked) {
+      EXPECT_TRUE(a.Free(y->offset, y->size)) << "what O(1) cannot tell (see Free)";
+      continue;
+    }
+    EXPECT_DEBUG_DEATH(EXPECT_FALSE(a.Free(y->offset, y->size)), "not a live allocation");
+    EXPECT_DEBUG_DEATH(EXPECT_FALSE(a.Free(y->offset + kAlign, kAlign)), "not a live allocation");
+    EXPECT_DEBUG_DEATH(EXPECT_FALSE(a.Free(z->offset, z->size + kAlign)), "not a live allocation")
+        << "overlaps the free block and w";
+    EXPECT_FALSE(a.Shrink(y->offset, y->size, kAlign));
+    const OffsetAllocator::Stats s = a.GetStats();
+    EXPECT_EQ(s.used_bytes, 4 * kKiB) << "w alone";
+    EXPECT_EQ(s.allocation_count, 1u);
+    EXPECT_EQ(s.free_block_count, 2u);
+    // A decoded copy keeps checking.
+    Encoder out;
+    a.Encode(out);
+    const std::string bytes = out.Take();
+    OffsetAllocator copy(0, true);
+    Decoder in(bytes);
+    ASSERT_TRUE(copy.Decode(in));
+    EXPECT_TRUE(copy.checked());
+    EXPECT_DEBUG_DEATH(EXPECT_FALSE(copy.Free(y->offset, y->size)), "not a live allocation");
+    EXPECT_TRUE(copy.Free(w->offset, w->size));
+    EXPECT_EQ(copy.GetStats().free_block_count, 1u);
+  }
 }
 
 // The allocator's memory follows its free blocks, not its allocations: 100,000 allocations

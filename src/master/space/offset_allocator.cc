@@ -34,6 +34,8 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <cstdlib>
+#include <iterator>
 
 #include "master/codec/binary_codec.h"
 
@@ -45,14 +47,24 @@ constexpr uint64_t kUnit = OffsetAllocator::kAlignment;
 
 }  // namespace
 
+// Read once a process: the tests (scripts/test.sh, ctest) set it; a production master does not.
+bool OffsetAllocator::CheckFreesByDefault() {
+  static const bool on = [] {
+    const char* v = std::getenv("GRANARY_CHECK_FREES");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
 double OffsetAllocator::Stats::fragmentation() const {
   if (free_bytes == 0) return 0.0;
   return 1.0 - static_cast<double>(largest_free_block) / static_cast<double>(free_bytes);
 }
 
-OffsetAllocator::OffsetAllocator(uint64_t capacity_bytes)
+OffsetAllocator::OffsetAllocator(uint64_t capacity_bytes, bool checked)
     : capacity_(capacity_bytes / kUnit * kUnit) {
   bin_head_.fill(kNone);
+  if (checked) checked_.emplace();
   if (capacity_ == 0) return;
   const uint32_t node = NewNode();
   nodes_[node].size = capacity_ / kUnit;  // one free block: the whole segment
@@ -100,6 +112,7 @@ void OffsetAllocator::InsertFree(uint32_t node) {
   bin_mask_[bin / kBinsPerGroup] |= static_cast<uint8_t>(1u << (bin % kBinsPerGroup));
   group_mask_ |= uint64_t{1} << (bin / kBinsPerGroup);
   ++free_block_count_;
+  if (checked_) (*checked_)[n.offset] = n.offset + n.size;
 }
 
 void OffsetAllocator::RemoveFree(uint32_t node) {
@@ -119,6 +132,7 @@ void OffsetAllocator::RemoveFree(uint32_t node) {
   if (n.list_next != kNone) nodes_[n.list_next].list_prev = n.list_prev;
   n.list_prev = n.list_next = kNone;
   --free_block_count_;
+  if (checked_) checked_->erase(n.offset);
 }
 
 uint32_t OffsetAllocator::NewNode() {
@@ -183,10 +197,18 @@ bool OffsetAllocator::MayBeLive(uint64_t offset, uint64_t units) const {
   const uint64_t capacity_units = capacity_ / kUnit;
   if (units == 0 || units > used_units_ || offset > capacity_units - units) return false;
   // A live allocation's first unit starts no free block, and its end ends none.
-  return by_start_.Find(offset) == EdgeMap::kAbsent && by_end_.Find(offset + units) == EdgeMap::kAbsent;
+  if (by_start_.Find(offset) != EdgeMap::kAbsent || by_end_.Find(offset + units) != EdgeMap::kAbsent) {
+    return false;
+  }
+  if (!checked_) return true;
+  // No free block overlaps it: the one starting after it begins past its end, and the one
+  // before it ends by its start.
+  auto after = checked_->upper_bound(offset);
+  if (after != checked_->end() && after->first < offset + units) return false;
+  return after == checked_->begin() || std::prev(after)->second <= offset;
 }
 
-void OffsetAllocator::MakeFree(uint64_t offset, uint64_t units) {
+bool OffsetAllocator::MakeFree(uint64_t offset, uint64_t units) {
   const uint64_t end = offset + units;
   const uint32_t right = by_start_.Find(end);
   const uint32_t left = by_end_.Find(offset);
@@ -214,28 +236,27 @@ void OffsetAllocator::MakeFree(uint64_t offset, uint64_t units) {
     InsertFree(right);
   } else {
     const uint32_t node = NewNode();
-    if (node == kNone) {
-      // 2^32 - 1 free blocks already: the range stays taken (lost space) rather than untracked.
-      used_units_ += units;
-      return;
-    }
+    if (node == kNone) return false;  // 2^32 - 1 free blocks already
     nodes_[node].offset = offset;
     nodes_[node].size = units;
     by_start_.Set(offset, node);
     by_end_.Set(end, node);
     InsertFree(node);
   }
+  return true;
 }
 
-void OffsetAllocator::Free(uint64_t offset, uint64_t size) {
+bool OffsetAllocator::Free(uint64_t offset, uint64_t size) {
   const uint64_t units = size / kUnit + (size % kUnit != 0 ? 1 : 0);
-  if (offset % kUnit != 0 || !MayBeLive(offset / kUnit, units) || allocation_count_ == 0) {
+  if (offset % kUnit != 0 || allocation_count_ == 0 || !MayBeLive(offset / kUnit, units)) {
     assert(false && "OffsetAllocator::Free: not a live allocation (bogus range or double free)");
-    return;  // release builds: ignore, the structures are untouched
+    return false;  // release builds: refused, the structures untouched
   }
+  // Past 2^32 - 1 free blocks the range stays allocated (lost space) rather than untracked.
+  if (!MakeFree(offset / kUnit, units)) return false;
   used_units_ -= units;
   --allocation_count_;
-  MakeFree(offset / kUnit, units);
+  return true;
 }
 
 bool OffsetAllocator::Shrink(uint64_t offset, uint64_t size, uint64_t new_size) {
@@ -245,8 +266,9 @@ bool OffsetAllocator::Shrink(uint64_t offset, uint64_t size, uint64_t new_size) 
   const uint64_t kept = (new_size + kUnit - 1) / kUnit;
   const uint64_t tail = units - kept;
   if (tail == 0) return true;
+  // Its left is the allocation: it merges rightwards only.
+  if (!MakeFree(offset / kUnit + kept, tail)) return false;
   used_units_ -= tail;
-  MakeFree(offset / kUnit + kept, tail);  // its left is the allocation: it merges rightwards only
   return true;
 }
 
@@ -315,7 +337,7 @@ void OffsetAllocator::Encode(Encoder& out) const {
 }
 
 bool OffsetAllocator::Decode(Decoder& in) {
-  OffsetAllocator a(0);
+  OffsetAllocator a(0, checked());
   in(a.capacity_);
   in(a.group_mask_);
   in(a.used_units_);
@@ -340,7 +362,9 @@ bool OffsetAllocator::Decode(Decoder& in) {
     if (n.size > capacity_units || n.offset > capacity_units - n.size) return false;
     a.nodes_.push_back(n);
   }
-  if (!in.ok() || a.used_units_ > capacity_units || a.allocation_count_ > a.used_units_) {
+  // Each allocation holds at least a unit, and units are held only by allocations.
+  if (!in.ok() || a.used_units_ > capacity_units || a.allocation_count_ > a.used_units_ ||
+      (a.used_units_ == 0) != (a.allocation_count_ == 0)) {
     return false;
   }
   auto valid = [&](uint32_t idx) { return idx == kNone || idx < a.nodes_.size(); };
@@ -389,6 +413,7 @@ bool OffsetAllocator::Decode(Decoder& in) {
     if (n.size == 0) continue;
     a.by_start_.Set(n.offset, i);
     a.by_end_.Set(n.offset + n.size, i);
+    if (a.checked_) (*a.checked_)[n.offset] = n.offset + n.size;
   }
   *this = std::move(a);
   return true;

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -38,8 +39,13 @@ class OffsetAllocator {
   }
 
   // capacity_bytes is rounded down to kAlignment; any uint64 is accepted (below 64 gives an
-  // allocator where nothing fits).
-  explicit OffsetAllocator(uint64_t capacity_bytes);
+  // allocator where nothing fits). `checked`: checked frees (see Free); by default as the
+  // environment's GRANARY_CHECK_FREES says.
+  explicit OffsetAllocator(uint64_t capacity_bytes)
+      : OffsetAllocator(capacity_bytes, CheckFreesByDefault()) {}
+  OffsetAllocator(uint64_t capacity_bytes, bool checked);
+  static bool CheckFreesByDefault();  // GRANARY_CHECK_FREES is set and not 0 (read once)
+  bool checked() const { return checked_.has_value(); }
 
   // Copyable and movable; a moved-from allocator may only be destroyed or assigned to.
   OffsetAllocator(const OffsetAllocator&) = default;
@@ -57,18 +63,21 @@ class OffsetAllocator {
 
   // Frees the live allocation at `offset` whose size is `size` rounded up to kAlignment (the
   // request, or the allocation's size: both name it). The caller's bookkeeping must name exactly
-  // one live allocation. What can be told in O(1) is refused (asserts in debug builds, ignored
-  // in release builds, the allocator intact): a misaligned or empty range, one past the segment
-  // or larger than what is allocated, and one that starts at a free block's start or ends at a
-  // free block's end (a double free names such a range). A range inside a free block that touches
-  // neither of its edges cannot be told apart from a live one.
-  void Free(uint64_t offset, uint64_t size);
+  // one live allocation. What can be told in O(1) is refused (false; asserts in debug builds;
+  // the allocator intact): a misaligned or empty range, one past the segment or larger than what
+  // is allocated, and one that starts at a free block's start or ends at a free block's end. A
+  // double free of a block whose neighbours were freed too lies inside one merged free block and
+  // touches neither edge: only checked frees (GRANARY_CHECK_FREES=1 in the environment, as the
+  // tests run; O(log n) a call) refuse every range that overlaps a free block. Decode keeps the
+  // allocator's own mode.
+  bool Free(uint64_t offset, uint64_t size);
 
   // Gives back the end of the live allocation at `offset` of `size` bytes (as for Free): from
   // then on it occupies AllocationSize(new_size) bytes at the same offset, and the rest is free
   // at once (merged into a free right neighbour). For a put committed into space reserved for a
   // larger object. Returns false, changing nothing, for a new_size of 0 or larger than the
-  // allocation, or a range Free would refuse; a new_size within the last kAlignment is a no-op.
+  // allocation, a range Free would refuse, or a full node table; a new_size within the last
+  // kAlignment is a no-op.
   bool Shrink(uint64_t offset, uint64_t size, uint64_t new_size);
 
   struct Stats {
@@ -110,8 +119,8 @@ class OffsetAllocator {
   void Encode(Encoder& out) const;
   bool Decode(Decoder& in);
 
-  // Blocks examined by Allocate and Free since construction (at most 2 per call); lets tests
-  // check that the cost per call does not grow with the number of blocks.
+  // Blocks examined by Allocate, Free and Shrink since construction (at most 2 per call); lets
+  // tests check that the cost per call does not grow with the number of blocks.
   uint64_t probe_count() const { return probe_count_; }
 
  private:
@@ -141,15 +150,19 @@ class OffsetAllocator {
   void RemoveFree(uint32_t node);  // from its bin's list
   uint32_t NewNode();              // kNone if the node table is full (2^32 - 1 nodes)
   void ReleaseNode(uint32_t node);
-  // Whether [offset, offset + units) may be a live allocation, as far as O(1) can tell (Free).
+  // Whether [offset, offset + units) may be a live allocation, as far as O(1) can tell (Free),
+  // or, with checked frees, whether it overlaps no free block.
   bool MayBeLive(uint64_t offset, uint64_t units) const;
-  // Makes [offset, offset + units) free, merged with the free blocks on either side.
-  void MakeFree(uint64_t offset, uint64_t units);
+  // Makes [offset, offset + units) free, merged with the free blocks on either side; false,
+  // changing nothing, when it would need a node and the table is full. Counters are the caller's.
+  bool MakeFree(uint64_t offset, uint64_t units);
 
   uint64_t capacity_ = 0;  // bytes
   std::vector<Node> nodes_;
   EdgeMap by_start_;  // a free block's first unit -> its node
   EdgeMap by_end_;    // the unit after a free block's last -> its node
+  // Checked frees only: every free block, start -> end (units), kept by InsertFree/RemoveFree.
+  std::optional<std::map<uint64_t, uint64_t>> checked_;
   uint32_t unused_head_ = kNone;  // chain of unused slots through list_next
   uint64_t group_mask_ = 0;       // bit g set: some bin of group g is non-empty
   std::array<uint8_t, kGroups> bin_mask_{};  // bit m of [g] set: bin g*8+m is non-empty

@@ -272,18 +272,26 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
     }
     uint64_t m = 0;
     in(m);
-    // Each live entry names an entry of the FIFO with its fingerprint, one per fingerprint.
+    // Each live entry names the newest FIFO entry of its fingerprint, one per fingerprint.
     for (uint64_t i = 0; i < m && in.ok(); ++i) {
       uint32_t fp = 0;
       uint64_t entry = 0;
       in(fp);
       in(entry);
       if (!in.ok()) break;
-      if (entry >= next || entry < next - n || fifo[entry - (next - n)] != fp) {
-        return bad("malformed ghost: a live entry that is not its key's in the FIFO");
-      }
+      if (entry >= next) return bad("malformed ghost: an entry never numbered");
+      if (entry < next - n) return bad("malformed ghost: a live entry that left the FIFO");
+      if (fifo[entry - (next - n)] != fp) return bad("malformed ghost: another key's entry");
       if (live.Find(fp)) return bad("malformed ghost: a key listed twice");
       live.Set(fp, static_cast<uint32_t>(entry));
+    }
+    // A live entry's place in the FIFO from its 32 bits (a FIFO holds at most 2^31 entries).
+    const auto first = static_cast<uint32_t>(next - n);
+    for (uint64_t i = 0; i < fifo.size() && in.ok(); ++i) {
+      const std::optional<uint32_t> listed = live.Find(fifo[i]);
+      if (listed && static_cast<uint32_t>(*listed - first) < i) {
+        return bad("malformed ghost: a live entry older than its key's newest");
+      }
     }
   }
   DiskGarbage garbage(policy.disk_garbage_max_entries, policy.disk_garbage_max_key_bytes);

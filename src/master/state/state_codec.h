@@ -31,6 +31,11 @@ template <typename IO> void Fields(IO& io, PutPersistence& p) {
 
 template <typename IO> void Fields(IO& io, Extent& e) {
   io(e.segment_id); io(e.offset); io(e.length);
+  // No mount makes a segment past kMaxSegmentBytes, no put an object past kMaxObjectBytes: a
+  // snapshot that does is malformed (a length near 2^64 would occupy 0 bytes once rounded up).
+  if constexpr (IO::kDecoding) {
+    if (e.offset > kMaxSegmentBytes || e.length > kMaxObjectBytes) io.Fail();
+  }
 }
 template <typename IO> void Fields(IO& io, DiskReplica& d) {
   io(d.node_id); io(d.location); io(d.length); io(d.disk_id);
