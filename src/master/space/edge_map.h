@@ -68,7 +68,8 @@ class EdgeMap {
   }
 
   std::size_t size() const { return count_; }
-  std::size_t slot_count() const { return keys_.size(); }  // what it holds memory for: 12 bytes each
+  // What it holds memory for: 12 bytes a slot.
+  std::size_t slot_count() const { return keys_.size(); }
   void clear() {
     keys_.clear();
     values_.clear();

@@ -197,7 +197,8 @@ bool OffsetAllocator::MayBeLive(uint64_t offset, uint64_t units) const {
   const uint64_t capacity_units = capacity_ / kUnit;
   if (units == 0 || units > used_units_ || offset > capacity_units - units) return false;
   // A live allocation's first unit starts no free block, and its end ends none.
-  if (by_start_.Find(offset) != EdgeMap::kAbsent || by_end_.Find(offset + units) != EdgeMap::kAbsent) {
+  if (by_start_.Find(offset) != EdgeMap::kAbsent ||
+      by_end_.Find(offset + units) != EdgeMap::kAbsent) {
     return false;
   }
   if (!checked_) return true;
