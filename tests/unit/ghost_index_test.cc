@@ -24,6 +24,15 @@ void ExpectSame(const GhostIndex& index, const std::unordered_map<uint32_t, uint
   for (const auto& [hash, entry] : want) EXPECT_EQ(index.Find(hash), entry) << hash;
 }
 
+// A fingerprint is the 32 hash bits below the stripe's four (bits 28-59), and never 0, the
+// index's empty slot: a hash whose bits there are all 0 reads as 1.
+TEST(GhostIndexTest, AFingerprintIsTheBitsBelowTheStripeAndNeverZero) {
+  EXPECT_EQ(GhostFingerprint(uint64_t{5} << 28), 5u);
+  EXPECT_EQ(GhostFingerprint(uint64_t{0xFFFFFFFF} << 28), 0xFFFFFFFFu);
+  EXPECT_EQ(GhostFingerprint(0xF000000000000000ull | 0x0FFFFFFFull), 1u) << "other bits only";
+  EXPECT_EQ(GhostFingerprint(0), 1u);
+}
+
 TEST(GhostIndexTest, AnswersAsAnUnorderedMap) {
   // Key sets: spread out; crowded onto few low bits (one home slot for many, runs that wrap past
   // the end of a small table); and the extremes of the key space (0 is no key: never made).
