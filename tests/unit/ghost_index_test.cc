@@ -34,8 +34,9 @@ TEST(GhostIndexTest, AFingerprintIsTheBitsBelowTheStripeAndNeverZero) {
 }
 
 TEST(GhostIndexTest, AnswersAsAnUnorderedMap) {
-  // Key sets: spread out; crowded onto few low bits (one home slot for many, runs that wrap past
-  // the end of a small table); and the extremes of the key space (0 is no key: never made).
+  // Key sets: spread out; sharing their low bits (which no longer share a home: IntMap hashes
+  // keys; EdgeMapTest.AnEraseInsideARunKeepsTheRunFindable crowds one run on purpose); and the
+  // extremes of the key space (0 is no key: never made).
   std::mt19937_64 rng(5);
   const std::vector<uint32_t> spread = [&] {
     std::vector<uint32_t> k(5000);

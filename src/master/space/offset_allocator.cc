@@ -197,10 +197,7 @@ bool OffsetAllocator::MayBeLive(uint64_t offset, uint64_t units) const {
   const uint64_t capacity_units = capacity_ / kUnit;
   if (units == 0 || units > used_units_ || offset > capacity_units - units) return false;
   // A live allocation's first unit starts no free block, and its end ends none.
-  if (by_start_.Find(offset) != EdgeMap::kAbsent ||
-      by_end_.Find(offset + units) != EdgeMap::kAbsent) {
-    return false;
-  }
+  if (by_start_.Find(offset) || by_end_.Find(offset + units)) return false;
   if (!checked_) return true;
   // No free block overlaps it: the one starting after it begins past its end, and the one
   // before it ends by its start.
@@ -211,14 +208,14 @@ bool OffsetAllocator::MayBeLive(uint64_t offset, uint64_t units) const {
 
 bool OffsetAllocator::MakeFree(uint64_t offset, uint64_t units) {
   const uint64_t end = offset + units;
-  const uint32_t right = by_start_.Find(end);
-  const uint32_t left = by_end_.Find(offset);
+  const uint32_t right = by_start_.Find(end).value_or(kNone);
+  const uint32_t left = by_end_.Find(offset).value_or(kNone);
   probe_count_ += 2;
-  if (left != EdgeMap::kAbsent) {  // the free block on the left grows over the range...
+  if (left != kNone) {  // the free block on the left grows over the range...
     RemoveFree(left);
     by_end_.Erase(offset);
     nodes_[left].size += units;
-    if (right != EdgeMap::kAbsent) {  // ...and over the free block on the right
+    if (right != kNone) {  // ...and over the free block on the right
       RemoveFree(right);
       by_start_.Erase(end);
       nodes_[left].size += nodes_[right].size;
@@ -228,7 +225,7 @@ bool OffsetAllocator::MakeFree(uint64_t offset, uint64_t units) {
       by_end_.Set(end, left);
     }
     InsertFree(left);
-  } else if (right != EdgeMap::kAbsent) {  // the free block on the right grows leftwards
+  } else if (right != kNone) {  // the free block on the right grows leftwards
     RemoveFree(right);
     by_start_.Erase(end);
     nodes_[right].offset = offset;
