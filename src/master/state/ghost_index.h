@@ -5,9 +5,9 @@
 // holds more entries than the master has objects. A slot is a 32-bit fingerprint of the key and
 // the low 32 bits of the entry's number, 8 bytes, in an IntMap (common/int_map.h: between 1/4
 // and 3/4 full): 11-21 bytes an entry while it grows, at most 32 after any set. With 64-bit
-// hashes and numbers a slot was 16 bytes, and a ghost entry ~37 bytes with its FIFO's, ~150 an object held
-// (issue 23). A fingerprint is not the key: two keys may share one, and the ghost then answers
-// for both (an admission hint, never data; GhostFingerprint says how rare).
+// hashes and numbers a slot was 16 bytes, and a ghost entry ~37 bytes with its FIFO's, ~150 an
+// object held (issue 23). A fingerprint is not the key: two keys may share one, and the ghost
+// then answers for both (an admission hint, never data; GhostFingerprint says how rare).
 // Promise: IntMap's, for any key but 0 (GhostFingerprint never makes it) and any value.
 // Thread safety: as a plain value (the stripe's mutex guards it).
 #pragma once

@@ -10,8 +10,8 @@
 // hash's top bits, which also pick the home slot, so a rehash reads no block, and among entries
 // of one home they differ in 16 - log2(slots) bits (at 2^14 slots, a shard at 10M objects, a
 // lookup reads about 0.1 blocks too many); beyond 2^16 slots they are bits apart from the
-// home's, and a rehash reads every block. A table holds 3/8-3/4 as many entries as slots while it grows (11-21 bytes an
-// entry); an insert into a table under 1/4 full shrinks it.
+// home's, and a rehash reads every block. A table holds 3/8-3/4 as many entries as slots while
+// it grows (11-21 bytes an entry); an insert into a table under 1/4 full shrinks it.
 //
 // Promise: a set of distinct keys, each read from its block by KeyOf, looked up by the key's
 // bytes. Slot indices visit each entry once in an unspecified order; erasing a slot neither moves
