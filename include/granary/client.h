@@ -83,6 +83,12 @@ struct ClientOptions {
   // pages of a segment its node did not prefault.
   bool warm_shared_memory = true;
   bool use_fast_path = true;       // false: every master call over gRPC, never the fast port
+  // Gets ask the master for a cache lease of this long on each key; until it ends (less a
+  // margin) a repeat get of the key reads the replicas it was named without asking the master
+  // (docs/control-path.md). Another client's put or remove of the key returns only once the
+  // lease is over. 0: every get asks the master. At most location_cache_entries keys are kept.
+  int64_t location_cache_ms = 2'000;
+  size_t location_cache_entries = 65'536;
   size_t io_threads = 4;           // transfers of one batch run in parallel on these
   // Space reserved ahead of puts (one replica, no preferred segments), so that such a put is one
   // copy and one master call instead of two calls. Refilled in the background; 0: off.
@@ -191,6 +197,8 @@ struct ClientStats {
   // segment (BatchGetIntoDevice, BatchPutFromDevice).
   uint64_t shm_bytes_read_by_device = 0;
   uint64_t shm_bytes_written_by_device = 0;
+  // Gets served from the location cache with no master call (ClientOptions::location_cache_ms).
+  uint64_t cached_gets = 0;
 };
 
 // Asked once per found object, on the calling thread, in key order, before any byte moves:

@@ -18,11 +18,23 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
   std::vector<size_t> todo(n);  // indices into keys still to read
   for (size_t i = 0; i < n; ++i) todo[i] = i;
 
+  const bool caching = options_.location_cache_ms > 0 && options_.location_cache_entries > 0;
+  if (caching) {
+    GetCached(keys, destination, device, todo, results, dst, dst_size, has_dst);
+    if (todo.empty()) return results;
+  }
+
   constexpr int kAttempts = 2;
   for (int attempt = 0; attempt < kAttempts && !todo.empty(); ++attempt) {
     proto::BatchGetReplicaListRequest req;
     req.set_client_id(client_id_);
     for (size_t i : todo) req.add_keys(keys[i]);
+    std::vector<uint64_t> stamps;  // LocationCache: a put of ours since keeps the answer out
+    if (caching) {
+      req.set_cache_ms(static_cast<uint64_t>(options_.location_cache_ms));
+      stamps.reserve(todo.size());
+      for (size_t i : todo) stamps.push_back(cache_.Stamp(keys[i]));
+    }
     proto::BatchGetReplicaListResponse replicas;
     const Clock::time_point sent = Clock::now();
     Status s = link_.GetReplicaList(req, &replicas);
@@ -84,38 +96,32 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
         results[i] = Status(ErrorCode::OBJECT_NOT_FOUND, "no memory replica");
         return;  // on disk only: LoadFromDisk below
       }
-      // Local replicas first: a memcpy beats any socket.
-      std::vector<int> order(r.replicas_size());
-      for (int j = 0; j < r.replicas_size(); ++j) order[j] = j;
-      if (order.size() > 1) {
-        std::stable_partition(order.begin(), order.end(),
-                              [&](int j) { return io_.IsLocal(r.replicas(j)); });
-      }
-      Status last(ErrorCode::OBJECT_NOT_FOUND, "no replica");
-      for (int j : order) {
-        if (Clock::now() >= deadline) {
-          late[k] = 1;
-          return;
-        }
-        auto got = io_.Read(r.replicas(j), dst[i], device);
-        if (Clock::now() >= deadline) {  // whatever was read, the lease no longer covered it
-          late[k] = 1;
-          return;
-        }
-        if (!got.ok()) {
-          last = got.status();
-          continue;
-        }
-        if (*got != r.checksum()) {
-          last = Status(ErrorCode::CHECKSUM_MISMATCH,
-                        "replica on " + r.replicas(j).segment_name() + " failed its checksum");
-          continue;
-        }
+      bool was_late = false;
+      Status got = ReadMemory(r, dst[i], deadline, device, &was_late);
+      if (was_late) {
+        late[k] = 1;
+      } else if (got.ok()) {
         results[i] = r.size();
-        return;
+      } else {
+        results[i] = got;
       }
-      results[i] = last;
     });
+    const int64_t cache_ms = static_cast<int64_t>(
+        std::min<uint64_t>(replicas.cache_lease_ms(), uint64_t{1} << 40));
+    if (caching && cache_ms > 0) {
+      // The cache lease counted as the read lease is, from before the request, less its margin.
+      const int64_t cache_margin =
+          std::max<int64_t>(cache_ms / 10, std::min<int64_t>(100, cache_ms / 2));
+      const Clock::time_point cached_until =
+          sent + std::chrono::milliseconds(cache_ms - cache_margin);
+      for (size_t k : reading) {
+        const size_t i = todo[k];
+        const auto& r = replicas.results(static_cast<int>(k));
+        if (!late[k] && results[i].ok() && r.replicas_size() > 0) {
+          cache_.Insert(keys[i], stamps[k], r, cached_until);
+        }
+      }
+    }
     // Whatever memory did not give (no memory replica, or every one failed) comes from disk.
     std::vector<size_t> from_disk;  // positions in todo
     for (size_t k : reading) {
@@ -146,6 +152,117 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
     todo = std::move(retry);
   }
   return results;
+}
+
+Status ClientImpl::ReadMemory(const proto::GetReplicaResult& r, std::vector<MutableByteSpan>& dst,
+                              std::chrono::steady_clock::time_point deadline,
+                              DeviceMemory* device, bool* late) {
+  using Clock = std::chrono::steady_clock;
+  *late = false;
+  // Local replicas first: a memcpy beats any socket.
+  std::vector<int> order(r.replicas_size());
+  for (int j = 0; j < r.replicas_size(); ++j) order[j] = j;
+  if (order.size() > 1) {
+    std::stable_partition(order.begin(), order.end(),
+                          [&](int j) { return io_.IsLocal(r.replicas(j)); });
+  }
+  Status last(ErrorCode::OBJECT_NOT_FOUND, "no replica");
+  for (int j : order) {
+    if (Clock::now() >= deadline) {
+      *late = true;
+      return last;
+    }
+    auto got = io_.Read(r.replicas(j), dst, device);
+    if (Clock::now() >= deadline) {  // whatever was read, the lease no longer covered it
+      *late = true;
+      return last;
+    }
+    if (!got.ok()) {
+      last = got.status();
+      continue;
+    }
+    if (*got != r.checksum()) {
+      last = Status(ErrorCode::CHECKSUM_MISMATCH,
+                    "replica on " + r.replicas(j).segment_name() + " failed its checksum");
+      continue;
+    }
+    return Status::Ok();
+  }
+  return last;
+}
+
+void ClientImpl::GetCached(
+    const std::vector<std::string>& keys,
+    const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination,
+    DeviceMemory* device, std::vector<size_t>& todo, std::vector<Result<uint64_t>>& results,
+    std::vector<std::vector<MutableByteSpan>>& dst, std::vector<uint64_t>& dst_size,
+    std::vector<bool>& has_dst) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<const LocationCache::Entry>> hits;
+  std::vector<size_t> hit_keys, rest;
+  for (size_t i : todo) {
+    auto entry = cache_.Lookup(keys[i], now);
+    if (!entry) {
+      rest.push_back(i);
+      continue;
+    }
+    Result<std::vector<MutableByteSpan>> d = Status(ErrorCode::INTERNAL_ERROR, "");
+    try {  // as GetCore's: a caller's BufferProvider may throw
+      d = destination(i, entry->where.size());
+    } catch (const std::exception& e) {
+      d = Status(ErrorCode::INTERNAL_ERROR, std::string("buffer provider failed: ") + e.what());
+    } catch (...) {
+      d = Status(ErrorCode::INTERNAL_ERROR, "buffer provider failed");
+    }
+    if (!d.ok()) {
+      results[i] = d.status();  // the caller's answer; the master would not change it
+      continue;
+    }
+    dst[i] = std::move(*d);
+    dst_size[i] = entry->where.size();
+    has_dst[i] = true;
+    hits.push_back(std::move(entry));
+    hit_keys.push_back(i);
+  }
+  std::vector<char> served(hits.size(), 0), ask(hits.size(), 0);
+  auto read = [&](size_t x) {
+    const size_t i = hit_keys[x];
+    bool late = false;
+    Status got = ReadMemory(hits[x]->where, dst[i], hits[x]->deadline, device, &late);
+    if (got.ok() && !late) {
+      results[i] = hits[x]->where.size();
+      served[x] = 1;
+      return;
+    }
+    // The master is asked where the location may be out of date: the lease ran out, the node
+    // remounted (a new token), the range or the bytes are not the object's. A failed copy or an
+    // unreachable node would fail the same way under the master's answer: that is the result.
+    switch (got.code()) {
+      case ErrorCode::SEGMENT_NOT_FOUND:
+      case ErrorCode::CHECKSUM_MISMATCH:
+      case ErrorCode::INVALID_PARAMS:
+      case ErrorCode::OBJECT_NOT_FOUND:
+        ask[x] = 1;
+        break;
+      default:
+        ask[x] = late;
+    }
+    if (!ask[x]) results[i] = got;
+  };
+  if (hits.size() == 1) {
+    read(0);  // no hand-off to a worker for the common single get
+  } else {
+    pool_.ParallelFor(hits.size(), read);
+  }
+  for (size_t x = 0; x < hits.size(); ++x) {
+    if (served[x]) continue;
+    cache_.Invalidate(keys[hit_keys[x]]);  // the next get asks the master
+    if (ask[x]) rest.push_back(hit_keys[x]);
+  }
+  cached_gets_.fetch_add(hits.size() - std::count(served.begin(), served.end(), 0),
+                         std::memory_order_relaxed);
+  std::sort(rest.begin(), rest.end());
+  todo = std::move(rest);
 }
 
 // Disk loads: one DISK_READ batch per node, the nodes in parallel; a key whose copy fails on

@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 #include "client/master_link.h"
+#include "client/location_cache.h"
 #include "client/master_locator.h"
 #include "client/read_releaser.h"
 #include "client/replica_io.h"
@@ -69,7 +70,8 @@ class ClientImpl final : public Client {
         io_(&directory_, &mappings_, &tcp_, options.use_shared_memory,
             options.warm_shared_memory, &pool_),
         releaser_(&link_, client_id_),
-        reservations_(&link_, client_id_, options.reserve_bytes) {}
+        reservations_(&link_, client_id_, options.reserve_bytes),
+        cache_(options.location_cache_ms > 0 ? options.location_cache_entries : 0) {}
 
   ~ClientImpl() override { Close(); }
 
@@ -328,8 +330,11 @@ class ClientImpl final : public Client {
     for (const auto& k : keys) req.add_keys(k);
     req.set_force(force);
     proto::BatchStatusResponse resp;
+    Forget(keys);
     Status s = master_->Call(&proto::Master::Stub::BatchRemove, req, &resp, "remove",
                               /*idempotent=*/false);
+    Forget(keys);
+    if (s.ok()) Settle(resp.settle_ms());
     return Statuses(s, resp, keys.size());
   }
   Result<uint64_t> RemoveByRegex(const std::string& pattern, bool force) override {
@@ -338,9 +343,12 @@ class ClientImpl final : public Client {
     req.set_pattern(pattern);
     req.set_force(force);
     proto::RemoveCountResponse resp;
+    cache_.Clear();
     Status s = master_->Call(&proto::Master::Stub::RemoveByRegex, req, &resp, "remove by regex",
                               /*idempotent=*/false);
+    cache_.Clear();
     if (!s.ok()) return s;
+    Settle(resp.settle_ms());
     if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
     return resp.removed();
   }
@@ -363,9 +371,12 @@ class ClientImpl final : public Client {
     proto::RemoveAllRequest req;
     req.set_force(force);
     proto::RemoveCountResponse resp;
+    cache_.Clear();
     Status s = master_->Call(&proto::Master::Stub::RemoveAll, req, &resp, "remove all",
                               /*idempotent=*/false);
+    cache_.Clear();
     if (!s.ok()) return s;
+    Settle(resp.settle_ms());
     if (resp.code() != 0) return rpc::FromCode(resp.code(), resp.message());
     return resp.removed();
   }
@@ -435,6 +446,7 @@ class ClientImpl final : public Client {
     ClientStats stats = io_.Stats();
     stats.reserved_puts = reserved_puts_.load(std::memory_order_relaxed);
     stats.reservations_held = reservations_.stats().held;
+    stats.cached_gets = cached_gets_.load(std::memory_order_relaxed);
     return stats;
   }
   void Close() override {
@@ -463,6 +475,35 @@ class ClientImpl final : public Client {
                                                   std::to_string(need));
   }
   static std::vector<Status> Fill(size_t n, const Status& s) { return std::vector<Status>(n, s); }
+  // This client writes or removes `keys`: its cached locations of them go (LocationCache).
+  template <typename Keys>
+  void Forget(const Keys& keys) {
+    cache_.InvalidateAll(keys);
+  }
+  // A commit or remove answered that other clients may read the keys' former versions from
+  // their caches for `ms` yet: the write is complete only after that (bounded, against a
+  // hostile or broken answer, by the longest lease a client asks).
+  static void Settle(uint64_t ms) {
+    if (ms == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint64_t>(ms, 60'000)));
+  }
+  // Reads one key from its memory replicas (this host's first) into `dst`, under a lease that
+  // ends at `deadline`: OK with the size, or why not; *late when the deadline passed before
+  // the copy or during it (the bytes are then abandoned, whatever they are).
+  Status ReadMemory(const proto::GetReplicaResult& r, std::vector<MutableByteSpan>& dst,
+                    std::chrono::steady_clock::time_point deadline, DeviceMemory* device,
+                    bool* late);
+  // Gets of keys this client holds live cache entries for: each read from its replicas with no
+  // master call. Keys served, or failed for a reason the master's answer would not change (a
+  // failed copy, an unreachable node), leave `todo` with their result; a key whose location may
+  // be out of date stays, its entry dropped and its destination already asked (has_dst, dst,
+  // dst_size).
+  void GetCached(const std::vector<std::string>& keys,
+                 const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination,
+                 DeviceMemory* device, std::vector<size_t>& todo,
+                 std::vector<Result<uint64_t>>& results,
+                 std::vector<std::vector<MutableByteSpan>>& dst, std::vector<uint64_t>& dst_size,
+                 std::vector<bool>& has_dst);
   template <typename T>
   static std::vector<Result<T>> FillResult(size_t n, const Status& s) {
     return std::vector<Result<T>>(n, Result<T>(s));
@@ -489,6 +530,10 @@ class ClientImpl final : public Client {
                               const std::vector<std::vector<ByteSpan>>& parts,
                               const ReplicateConfig& config, bool upsert,
                               DeviceMemory* device = nullptr);
+  // PutCore less the cache's bookkeeping.
+  std::vector<Status> PutOnce(const std::vector<std::string>& keys,
+                              const std::vector<std::vector<ByteSpan>>& parts,
+                              const ReplicateConfig& config, bool upsert, DeviceMemory* device);
   // Puts into space reserved ahead: one copy and one commit call. The keys it did not settle
   // are left in `rest`: all of them unless a reservation was ready for every key (a batch is
   // never split between the two ways before its writes), or those whose reservation turned out
@@ -533,6 +578,8 @@ class ClientImpl final : public Client {
   client::ReadReleaser releaser_;
   client::ReservationPool reservations_;
   std::atomic<uint64_t> reserved_puts_{0};
+  client::LocationCache cache_;
+  std::atomic<uint64_t> cached_gets_{0};  // gets served from cache_, no master call
   std::mutex close_mu_;
   std::unique_ptr<node::StorageNode> node_;
 };

@@ -8,6 +8,17 @@ std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
                                         const std::vector<std::vector<ByteSpan>>& parts,
                                         const ReplicateConfig& config, bool upsert,
                                         DeviceMemory* device) {
+  // Before and after (LocationCache): no answer of a get begun before the put is cached.
+  Forget(keys);
+  std::vector<Status> results = PutOnce(keys, parts, config, upsert, device);
+  Forget(keys);
+  return results;
+}
+
+std::vector<Status> ClientImpl::PutOnce(const std::vector<std::string>& keys,
+                                        const std::vector<std::vector<ByteSpan>>& parts,
+                                        const ReplicateConfig& config, bool upsert,
+                                        DeviceMemory* device) {
   const size_t n = keys.size();
   if (parts.size() != n) return Fill(n, Mismatch("values"));
   if (n == 0) return {};
@@ -105,6 +116,7 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
   if (!committing.empty()) {
     proto::BatchStatusResponse resp;
     Status s = link_.PutCommit(commit, &resp);
+    if (s.ok()) Settle(resp.settle_ms());
     // Unknown outcome: each key may be committed in its reservation, which must then never be
     // written again; so the reservations are dropped and the keys report the call's error.
     std::vector<Status> statuses = Statuses(s, resp, committing.size());
@@ -219,6 +231,7 @@ std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys
   if (!ended.empty()) {
     proto::BatchStatusResponse resp;
     Status e = link_.PutEnd(end, &resp);
+    if (e.ok()) Settle(resp.settle_ms());
     std::vector<Status> statuses = Statuses(e, resp, ended.size());
     for (size_t k = 0; k < ended.size(); ++k) {
       // Another put of the key took this one over (this client again, or a writer after the

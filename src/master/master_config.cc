@@ -26,6 +26,10 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                  "with fewer the apply lock passes in arrival order", 1, 4096);
   MasterPolicy& p = c->policy;
   schema.AddDurationMs("lease_ttl", &p.lease_ttl_ms, "how long a read lock lasts unless released");
+  schema.AddDurationMs("cache_lease", &p.cache_lease_ms,
+                       "the longest cache lease a get grants: a client re-reads the key from the "
+                       "replicas it was named without asking, and another client's put or remove "
+                       "of the key waits it out (0: none; at most 60s)");
   schema.AddDurationMs("mount_quarantine", &p.mount_quarantine_ms,
                        "a remounted segment takes no new objects for this long (late readers and "
                        "writers of its old mount)");
@@ -147,6 +151,11 @@ Status ValidateMasterConfig(const MasterConfig& c) {
                          {p.soft_pin_ttl_ms, "soft_pin_ttl"},
                          {p.reservation_ttl_ms, "reservation_ttl"}}) {
     if (Status s = positive(v, name); !s.ok()) return s;
+  }
+  if (p.cache_lease_ms < 0 || p.cache_lease_ms > 60'000) {
+    // A client waits at most 60 s for a settle (client_impl.h Settle): a longer lease could
+    // outlive the wait.
+    return Status(ErrorCode::INVALID_PARAMS, "cache_lease must be between 0 and 60s");
   }
   if (c.eviction_policy != "lru" && c.eviction_policy != "s3fifo" && c.eviction_policy != "prefix") {
     return Status(ErrorCode::INVALID_PARAMS,

@@ -346,6 +346,9 @@ void StorageNode::Stop() {
   if (server_) server_->Stop();
   populator_.reset();
   std::lock_guard lock(segment_mu_);
+  // A client on this host may still hold the memory mapped, and a cached location in it
+  // (client/location_cache.h): the retired token makes its next copy ask the master instead.
+  if (segment_ && !segment_->retired()) segment_->Retire();
   segment_.reset();  // unlinks the shm
 }
 

@@ -488,6 +488,7 @@ grpc::Status MasterService::BatchPutEnd(Ctx* ctx, const proto::BatchPutEndReques
        std::vector<uint64_t>(req->checksums().begin(), req->checksums().end()),
        std::vector<uint64_t>(req->put_gens().begin(), req->put_gens().end())});
   scope.KeyErrors(FillStatuses(statuses, resp));
+  SetSettle(req->client_id(), req->keys(), who, statuses, resp);
   return admission.Finish();
 }
 
@@ -601,6 +602,7 @@ grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommit
   if (quota_lock.owns_lock()) quota_lock.unlock();
   if (shaped) CountPuts(statuses, sizes);
   scope.KeyErrors(FillStatuses(statuses, resp));
+  SetSettle(req->client_id(), req->keys(), who, statuses, resp);
   return admission.Finish();
 }
 

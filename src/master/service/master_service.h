@@ -197,6 +197,21 @@ class MasterService final : public proto::Master::Service {
   // A tenant's client ids live in its namespace too, so it cannot ping, reserve or release as
   // a node or another tenant's client. "" stays "" (refused as such by the state).
   std::string HeldClient(const std::string& id, const Principal* who) const;
+  // A commit's or remove's answer: how long its writer waits for other clients' cache leases
+  // on the keys that succeeded (MasterState::SettleMs). Asks nothing when no lease is live.
+  template <typename Repeated>
+  void SetSettle(const std::string& client_id, const Repeated& keys, const Principal* who,
+                 const std::vector<Status>& statuses, proto::BatchStatusResponse* resp) const {
+    if (state_->SettleAllMs() == 0) return;
+    std::vector<std::string> held = HeldKeys(keys, who);
+    std::vector<std::string> done;
+    for (size_t i = 0; i < held.size() && i < statuses.size(); ++i) {
+      if (statuses[i].ok()) done.push_back(std::move(held[i]));
+    }
+    if (done.empty()) return;
+    resp->set_settle_ms(
+        static_cast<uint64_t>(state_->SettleMs(HeldClient(client_id, who), done)));
+  }
   // Of sizes[i] in order, which fit the tenant's quota beside what it holds (*admitted[i]);
   // the others are QUOTA_EXCEEDED in *refused[i]. No quota: all. Caller holds quota_mu.
   void FitQuota(const Principal* who, TenantRuntime* t, std::span<const uint64_t> sizes,

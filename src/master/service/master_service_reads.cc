@@ -22,7 +22,9 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   const std::string client = HeldClient(req->client_id(), who);
-  GetReplicaListOp op{client, HeldKeys(req->keys(), who)};
+  GetReplicaListOp op{client, HeldKeys(req->keys(), who),
+                      static_cast<int64_t>(std::min<uint64_t>(req->cache_ms(), 1ull << 40))};
+  const int64_t cache_ms = std::min(op.cache_ms, state_->policy().cache_lease_ms);
   const std::vector<std::string> keys = op.keys;  // the op is moved into the state
   // A read lock lasts lease_ttl_ms from the apply: after it the bytes may be freed and reused.
   const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kRead,
@@ -69,6 +71,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   // unremovable (OBJECT_HAS_LEASE) until the lease ran out.
   if (!unreadable.empty()) (void)state_->FinishRead({client, std::move(unreadable)});
   resp->set_lease_ttl_ms(static_cast<uint64_t>(state_->policy().lease_ttl_ms));
+  resp->set_cache_lease_ms(static_cast<uint64_t>(std::max<int64_t>(0, cache_ms)));
   scope.KeyErrors(errors);
   return admission.Finish();
 }
@@ -173,6 +176,7 @@ grpc::Status MasterService::BatchRemove(Ctx* ctx, const proto::BatchRemoveReques
   if (req->force() && !who->admin()) return Deny(who, "a forced BatchRemove");
   auto statuses = state_->Remove({HeldKeys(req->keys(), who), req->force()});
   scope.KeyErrors(FillStatuses(statuses, resp));
+  SetSettle(req->client_id(), req->keys(), who, statuses, resp);
   return admission.Finish();
 }
 
@@ -190,6 +194,7 @@ grpc::Status MasterService::RemoveByRegex(Ctx* ctx, const proto::RegexRequest* r
   resp->set_message(r.status.message());
   resp->set_removed(r.removed);
   resp->set_skipped(r.skipped);
+  if (r.removed > 0) resp->set_settle_ms(static_cast<uint64_t>(state_->SettleAllMs()));
   return admission.Finish();
 }
 
@@ -231,6 +236,7 @@ grpc::Status MasterService::RemoveAll(Ctx* ctx, const proto::RemoveAllRequest* r
   resp->set_code(Code(r.status));
   resp->set_removed(r.removed);
   resp->set_skipped(r.skipped);
+  if (r.removed > 0) resp->set_settle_ms(static_cast<uint64_t>(state_->SettleAllMs()));
   return admission.Finish();
 }
 

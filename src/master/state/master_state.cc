@@ -486,6 +486,11 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     return results;
   }
   const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
+  const int64_t cache_until =
+      op.cache_ms > 0 && policy_.cache_lease_ms > 0
+          ? SaturatingAdd(now, std::min(op.cache_ms, policy_.cache_lease_ms))
+          : now;
+  std::vector<size_t> newly_leased;  // indices of keys whose client had no cache lease on them
   FindEach(keys, [&](size_t i, ObjectMeta* found) {
     ReadKeyResult& out = results[i];
     if (Status s = ValidateKey(op.keys[i]); !s.ok()) {
@@ -503,6 +508,9 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     }
     meta.DropExpiredLocks(now);
     meta.TakeReadLock(op.client_id, now + policy_.lease_ttl_ms);
+    if (cache_until > now && meta.TakeCacheLease(op.client_id, cache_until)) {
+      newly_leased.push_back(i);
+    }
     meta.last_access_ms = now;
     if (meta.reads < kMaxQueueReads) meta.reads++;
     if (meta.soft_pin() && meta.soft_pin()->ttl_ms > 0) {
@@ -514,6 +522,13 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     out.disk = meta.committed->disk.ToVector();
     out.version_gen = meta.committed->gen;
   });
+  if (cache_until > now) cache_leases_.NoteGrant(cache_until);
+  for (size_t i : newly_leased) {  // the sweep's list, which holds views of the stored keys
+    Shard& shard = *shards_[ShardOf(op.keys[i])];
+    std::lock_guard lock(shard.mu);
+    auto it = shard.objects.find(op.keys[i]);
+    if (it != shard.objects.end()) shard.cache_leased.insert(it->first);
+  }
   return results;
 }
 
@@ -552,6 +567,7 @@ void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   }
   UncountCommitted(it->first, *meta.committed);
   meta.committed.reset();
+  NoteCacheLeasesLeaving(it->first, meta);
   meta.ClearReadLocks();
   EraseIfEmpty(shard, it);
 }
@@ -580,7 +596,7 @@ std::vector<Status> MasterState::ApplyRemove(const RemoveOp& op, int64_t now) {
         results[i] = Status(ErrorCode::REPLICA_IS_NOT_READY, "object is being written");
         continue;
       }
-      if (!op.force && meta.IsReadLocked(now)) {
+      if (!op.force && meta.IsBeingRead(now)) {
         results[i] = Status(ErrorCode::OBJECT_HAS_LEASE, "object is being read");
         continue;
       }
@@ -606,7 +622,7 @@ RemoveCountResult MasterState::ApplyRemoveMatching(
     for (const auto& key : matched) {
       auto it = shard.objects.find(key);
       ObjectMeta& meta = it->second;
-      if (!meta.committed || (!force && meta.IsReadLocked(now))) {
+      if (!meta.committed || (!force && meta.IsBeingRead(now))) {
         result.skipped++;
         continue;
       }
@@ -656,9 +672,28 @@ void MasterState::EraseIfEmpty(Shard& shard, ObjectIter it) {
       it->second.promotion()) {
     return;
   }
+  NoteCacheLeasesLeaving(it->first, it->second);
   for (auto& [segment_class, keys] : shard.offload) keys.erase(std::string_view(it->first));
   shard.copy_candidates.erase(std::string_view(it->first));
+  shard.cache_leased.erase(std::string_view(it->first));
   shard.objects.erase(it);
+}
+
+void MasterState::NoteCacheLeasesLeaving(std::string_view key, const ObjectMeta& meta) {
+  for (const auto& lock : meta.readers()) {
+    if (lock.count == 0) cache_leases_.Note(key, lock.client_id, lock.expiry_ms, last_now_ms_);
+  }
+}
+
+int64_t MasterState::SettleUntil(std::string_view caller,
+                                 const std::vector<std::string>& keys) const {
+  int64_t until = 0;
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  FindEach(views, [&](size_t, const ObjectMeta* found) {
+    if (found != nullptr) until = std::max(until, found->LatestCacheLease(caller));
+  });
+  for (const auto& key : keys) until = std::max(until, cache_leases_.SettleUntil(key, caller));
+  return until;
 }
 
 void MasterState::FreeExtents(std::span<const Extent> extents) {

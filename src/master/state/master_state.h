@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "granary/status.h"
 #include "master/state/apply_combiner.h"
+#include "master/state/cache_lease_ledger.h"
 #include "master/state/disk_garbage.h"
 #include "master/state/key_namespace.h"
 #include "master/state/ghost_index.h"
@@ -61,6 +62,11 @@ inline bool UsesQueues(EvictionPolicy p) { return p != EvictionPolicy::kLru; }
 // Timeouts and policies; defaults are Mooncake Store's (shared/MOONCAKE-API.md).
 struct MasterPolicy {
   int64_t lease_ttl_ms = 10'000;
+  // The longest cache lease a get grants (ReadLock): a client asking for one may read the
+  // replicas it was named again, without the master, for this long; a commit or remove that
+  // replaces or ends the version answers how long its writer waits for them (SettleUntil).
+  // 0: none granted.
+  int64_t cache_lease_ms = 2'000;
   // A remounted segment (not fresh) allocates nothing for this long: readers of the old mount
   // finish or abandon within their lease. A writer paused longer is not bounded by it, so
   // granary-node mounts new memory every time, always fresh (the mount fence, storage_node.h).
@@ -282,6 +288,19 @@ class MasterState {
   // How many leading keys are complete.
   Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) const;
   Result<ObjectStat> Stat(const std::string& key) const;
+  // When a writer of `keys` (held names) may return: the latest end of a cache lease that a
+  // client other than `caller` holds, or held when the key's object went (CacheLeaseLedger),
+  // on any of them; 0 for none. Asked after a commit or remove applied: leases only grow.
+  int64_t SettleUntil(std::string_view caller, const std::vector<std::string>& keys) const;
+  // The latest end of any cache lease granted (what a remove of many keys waits for).
+  int64_t LatestCacheLease() const { return cache_leases_.LatestGrant(); }
+  // The same two as a wait from now (the state's clock), 0 when over.
+  int64_t SettleMs(std::string_view caller, const std::vector<std::string>& keys) const {
+    return std::max<int64_t>(0, SettleUntil(caller, keys) - clock_->NowMs());
+  }
+  int64_t SettleAllMs() const {
+    return std::max<int64_t>(0, LatestCacheLease() - clock_->NowMs());
+  }
   // Complete objects whose key matches, every key as held; with a scope, only the keys in it,
   // matched and answered as their tenant wrote them.
   Result<QueryResult> QueryByRegex(const std::string& pattern, size_t limit,
@@ -413,6 +432,9 @@ class MasterState {
     // The re-replication planner's index (ScanCopyCandidates): keys whose committed version may
     // need copies. A superset, views into `objects` like the others; derived, not state.
     mutable KeyRefSet copy_candidates;
+    // Keys holding a cache lease (live or expired): the sweep drops the expired ones, so a key
+    // read once does not keep its read-lock block. Views into `objects`, like the others.
+    KeyRefSet cache_leased;
   };
   // s3fifo's memory of keys evicted from the probation queue unread, as 64-bit hashes, oldest
   // first. Striped by hash: few enough stripes that each is a fair FIFO sample (one per metadata
@@ -613,6 +635,9 @@ class MasterState {
   void SetPending(Shard& shard, ObjectIter it, PendingWrite pending);
   void ClearPending(Shard& shard, ObjectIter it);
   void EraseIfEmpty(Shard& shard, ObjectIter it);
+  // The object's cache leases are about to go with it (or with its version): the ledger keeps
+  // them for later writers of the key.
+  void NoteCacheLeasesLeaving(std::string_view key, const ObjectMeta& meta);
   // Every committed version enters and leaves the counters through these two.
   void CountCommitted(std::string_view key, const Version& v) {
     committed_count_++;
@@ -677,6 +702,7 @@ class MasterState {
   ApplyCombiner combiner_{&apply_mu_};  // Apply's turns under apply_mu_
   uint64_t last_seq_ = 0;
   int64_t last_now_ms_ = 0;
+  CacheLeaseLedger cache_leases_;
   uint64_t next_put_gen_;  // from segment_id_base (at least 1)
   std::vector<uint64_t> candidates_scratch_;  // StartOne's placement order, under apply_mu_
   std::vector<Observer> observers_;

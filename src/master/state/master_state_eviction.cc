@@ -124,6 +124,18 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
       result.aborted_demotions++;
     }
   }
+  // Cache leases over: their read-lock entries go (and with the last, the object's rare block).
+  for (auto& shard_ptr : shards_) {
+    Shard& shard = *shard_ptr;
+    std::lock_guard lock(shard.mu);
+    for (auto it = shard.cache_leased.begin(); it != shard.cache_leased.end();) {
+      ObjectMeta& meta = shard.objects.find(*it)->second;
+      meta.DropExpiredLocks(now);
+      const bool leased = std::any_of(meta.readers().begin(), meta.readers().end(),
+                                      [](const ReadLock& l) { return l.count == 0; });
+      it = leased ? std::next(it) : shard.cache_leased.erase(it);
+    }
+  }
   result.expired_reservations = ExpireReservations(now);
   std::vector<Extent> due;
   {

@@ -234,6 +234,12 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
       pending++;
     }
     if (it->second.demotion()) shard.demoting_keys.insert(it->first);
+    for (const auto& lock : it->second.readers()) {
+      if (lock.count == 0) {
+        shard.cache_leased.insert(it->first);
+        break;
+      }
+    }
     if (it->second.promotion()) {
       shard.promoting_keys.insert(it->first);
       copies += it->second.promotion()->copy;
@@ -373,6 +379,8 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   reserved_by_segment_ = std::move(reserved_by_segment);
   last_seq_ = seq;
   last_now_ms_ = last_now;
+  // Leases of objects erased before the snapshot are not in it: each may last until then.
+  cache_leases_.AssumeAllUntil(SaturatingAdd(last_now, policy_.cache_lease_ms));
   next_put_gen_ = gen;
   offload_index_on_ = false;  // the new shards have none: list them if a disk is known
   if (!known_disks_.empty()) BuildOffloadIndex();

@@ -228,6 +228,10 @@ struct PendingWrite {
 };
 
 // A read lock held by one client; counted, because a client may read a key from several threads.
+// An entry whose count is 0 is the client's cache lease instead (docs/control-path.md, "Gets
+// without the master's round trip"): until expiry_ms the client may read the version it was
+// last answered from the replicas it was named, with no call to the master. It holds the
+// object's space as a lock does (eviction, frees); it does not make a remove "being read".
 struct ReadLock {
   std::string client_id;
   uint32_t count = 0;
@@ -297,8 +301,9 @@ struct ObjectMeta {
   // A read lock of `client_id` more; its locks now expire at `expiry_ms`.
   void TakeReadLock(const std::string& client_id, int64_t expiry_ms) {
     auto& readers = Make().readers;
-    auto holder = std::find_if(readers.begin(), readers.end(),
-                               [&](const ReadLock& l) { return l.client_id == client_id; });
+    auto holder = std::find_if(readers.begin(), readers.end(), [&](const ReadLock& l) {
+      return l.count > 0 && l.client_id == client_id;
+    });
     if (holder == readers.end()) {
       readers.push_back({client_id, 1, expiry_ms});
     } else {
@@ -313,12 +318,42 @@ struct ObjectMeta {
     if (!rare_) return false;
     auto& readers = rare_->readers;
     auto holder = std::find_if(readers.begin(), readers.end(), [&](const ReadLock& l) {
-      return l.client_id == client_id && l.expiry_ms > now_ms;
+      return l.count > 0 && l.client_id == client_id && l.expiry_ms > now_ms;
     });
     if (holder == readers.end()) return false;
     if (--holder->count == 0) readers.erase(holder);
     Tidy();
     return true;
+  }
+  // `client_id`'s cache lease now lasts until at least `until_ms`; true if it had none before
+  // (a live or expired one).
+  bool TakeCacheLease(const std::string& client_id, int64_t until_ms) {
+    auto& readers = Make().readers;
+    auto lease = std::find_if(readers.begin(), readers.end(), [&](const ReadLock& l) {
+      return l.count == 0 && l.client_id == client_id;
+    });
+    if (lease != readers.end()) {
+      lease->expiry_ms = std::max(lease->expiry_ms, until_ms);
+      return false;
+    }
+    readers.push_back({client_id, 0, until_ms});
+    return true;
+  }
+  // The latest end of a cache lease held by any client but `except` (0: none).
+  int64_t LatestCacheLease(std::string_view except) const {
+    int64_t latest = 0;
+    for (const auto& lock : readers()) {
+      if (lock.count == 0 && lock.client_id != except) latest = std::max(latest, lock.expiry_ms);
+    }
+    return latest;
+  }
+  // A counted read lock is live: a client is copying the bytes (a remove that is not forced
+  // waits for it; a cache lease does not count).
+  bool IsBeingRead(int64_t now_ms) const {
+    for (const auto& lock : readers()) {
+      if (lock.count > 0 && lock.expiry_ms > now_ms) return true;
+    }
+    return false;
   }
   // Memory the object's demotion may still read although the version left it: held until the
   // demotion resolves, and not before its read locks expire.

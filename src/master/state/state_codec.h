@@ -150,7 +150,16 @@ template <typename IO> void Fields(IO& io, PutCommitOp& o) {
 template <typename IO> void Fields(IO& io, ReleaseReservationsOp& o) {
   io(o.client_id); io(o.reservations); io(o.segment_ids); io(o.offsets);
 }
-template <typename IO> void Fields(IO& io, GetReplicaListOp& o) { io(o.client_id); io(o.keys); }
+template <typename IO> void Fields(IO& io, GetReplicaListOp& o) {
+  io(o.client_id); io(o.keys);
+  // Last in its record and only when set (operations.h): absent, no lease was asked.
+  if constexpr (IO::kDecoding) {
+    o.cache_ms = 0;
+    if (!io.done()) io(o.cache_ms);
+  } else if (o.cache_ms != 0) {
+    io(o.cache_ms);
+  }
+}
 template <typename IO> void Fields(IO& io, FinishReadOp& o) { io(o.client_id); io(o.keys); }
 template <typename IO> void Fields(IO& io, RemoveOp& o) { io(o.keys); io(o.force); }
 template <typename IO> void Fields(IO& io, RemoveByRegexOp& o) { io(o.pattern); io(o.force); }
