@@ -18,7 +18,10 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
   std::vector<size_t> todo(n);  // indices into keys still to read
   for (size_t i = 0; i < n; ++i) todo[i] = i;
 
-  const bool caching = options_.location_cache_ms > 0 && options_.location_cache_entries > 0;
+  // Gets into device memory always ask the master: a failed device copy is then the key's
+  // answer, where a cached read would retry it through the master and hide it.
+  const bool caching = options_.location_cache_ms > 0 && options_.location_cache_entries > 0 &&
+                       device == nullptr;
   if (caching) {
     GetCached(keys, destination, device, todo, results, dst, dst_size, has_dst);
     if (todo.empty()) return results;
@@ -198,14 +201,19 @@ void ClientImpl::GetCached(
     std::vector<std::vector<MutableByteSpan>>& dst, std::vector<uint64_t>& dst_size,
     std::vector<bool>& has_dst) {
   const auto now = std::chrono::steady_clock::now();
+  // All of a batch or none of it: the destinations are asked in key order before any byte
+  // moves (BufferProvider), and a key's size is known only from its entry or the master.
+  std::vector<std::shared_ptr<const LocationCache::Entry>> entries;
+  entries.reserve(todo.size());
+  for (size_t i : todo) {
+    entries.push_back(cache_.Lookup(keys[i], now));
+    if (!entries.back()) return;
+  }
   std::vector<std::shared_ptr<const LocationCache::Entry>> hits;
   std::vector<size_t> hit_keys, rest;
-  for (size_t i : todo) {
-    auto entry = cache_.Lookup(keys[i], now);
-    if (!entry) {
-      rest.push_back(i);
-      continue;
-    }
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const size_t i = todo[k];
+    auto& entry = entries[k];
     Result<std::vector<MutableByteSpan>> d = Status(ErrorCode::INTERNAL_ERROR, "");
     try {  // as GetCore's: a caller's BufferProvider may throw
       d = destination(i, entry->where.size());
@@ -224,7 +232,7 @@ void ClientImpl::GetCached(
     hits.push_back(std::move(entry));
     hit_keys.push_back(i);
   }
-  std::vector<char> served(hits.size(), 0), ask(hits.size(), 0);
+  std::vector<char> served(hits.size(), 0);
   auto read = [&](size_t x) {
     const size_t i = hit_keys[x];
     bool late = false;
@@ -232,22 +240,7 @@ void ClientImpl::GetCached(
     if (got.ok() && !late) {
       results[i] = hits[x]->where.size();
       served[x] = 1;
-      return;
     }
-    // The master is asked where the location may be out of date: the lease ran out, the node
-    // remounted (a new token), the range or the bytes are not the object's. A failed copy or an
-    // unreachable node would fail the same way under the master's answer: that is the result.
-    switch (got.code()) {
-      case ErrorCode::SEGMENT_NOT_FOUND:
-      case ErrorCode::CHECKSUM_MISMATCH:
-      case ErrorCode::INVALID_PARAMS:
-      case ErrorCode::OBJECT_NOT_FOUND:
-        ask[x] = 1;
-        break;
-      default:
-        ask[x] = late;
-    }
-    if (!ask[x]) results[i] = got;
   };
   if (hits.size() == 1) {
     read(0);  // no hand-off to a worker for the common single get
@@ -256,8 +249,10 @@ void ClientImpl::GetCached(
   }
   for (size_t x = 0; x < hits.size(); ++x) {
     if (served[x]) continue;
-    cache_.Invalidate(keys[hit_keys[x]]);  // the next get asks the master
-    if (ask[x]) rest.push_back(hit_keys[x]);
+    // Whatever failed (the lease ran out, the node restarted or died, the bytes were not the
+    // object's), the master says where the key is now: other replicas, a disk copy, or none.
+    cache_.Invalidate(keys[hit_keys[x]]);
+    rest.push_back(hit_keys[x]);
   }
   cached_gets_.fetch_add(hits.size() - std::count(served.begin(), served.end(), 0),
                          std::memory_order_relaxed);

@@ -493,11 +493,10 @@ class ClientImpl final : public Client {
   Status ReadMemory(const proto::GetReplicaResult& r, std::vector<MutableByteSpan>& dst,
                     std::chrono::steady_clock::time_point deadline, DeviceMemory* device,
                     bool* late);
-  // Gets of keys this client holds live cache entries for: each read from its replicas with no
-  // master call. Keys served, or failed for a reason the master's answer would not change (a
-  // failed copy, an unreachable node), leave `todo` with their result; a key whose location may
-  // be out of date stays, its entry dropped and its destination already asked (has_dst, dst,
-  // dst_size).
+  // A get whose every key has a live cache entry: each read from its replicas with no master
+  // call (any key without one: nothing done here). Keys served leave `todo`; a key whose cached
+  // read failed stays, its entry dropped and its destination already asked (has_dst, dst,
+  // dst_size): if the master then names an object of another size, that key is LEASE_EXPIRED.
   void GetCached(const std::vector<std::string>& keys,
                  const std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>& destination,
                  DeviceMemory* device, std::vector<size_t>& todo,

@@ -93,16 +93,35 @@ TEST_F(CacheLeaseTest, EvictionNeverTakesALeasedObject) {
   EXPECT_EQ(state_.Evict({{"k"}, false, {}, /*whole_run=*/true}).objects, 1u);
 }
 
-TEST_F(CacheLeaseTest, TheGrantIsCappedByThePolicy) {
+TEST_F(CacheLeaseTest, TheStateGrantsWhatTheOpCarriesAndAGetThatAsksNoneLeavesNone) {
+  // The service caps the client's ask by --cache-lease before the op is made: a replica
+  // replays the grant itself, whatever its own flag.
   Mount("seg");
   Put("w", "k");
-  CachedGet("reader", "k", /*cache_ms=*/3'600'000);
-  EXPECT_EQ(state_.LatestCacheLease(), clock_.NowMs() + 2'000);
+  CachedGet("reader", "k", /*cache_ms=*/5'000);
+  EXPECT_EQ(state_.LatestCacheLease(), clock_.NowMs() + 5'000);
   Put("w2", "k2");
   ASSERT_TRUE(state_.GetReplicaList({"reader", {"k2"}})[0].status.ok());  // asks none
   ASSERT_TRUE(state_.FinishRead({"reader", {"k2"}})[0].ok());
   EXPECT_TRUE(state_.Remove({{"k2"}, false})[0].ok());
   EXPECT_EQ(Settle("w", "k2"), 0) << "a get that asks no lease leaves none";
+}
+
+TEST_F(CacheLeaseTest, AReplicaLoadedMidLeaseSweepsToTheSameState) {
+  // A lease ends, another client's counted lock is taken and never released: the sweep drops
+  // the ended lease alone, so the leader (which listed the key) and a replica loaded from a
+  // snapshot (which did not) agree.
+  Mount("seg");
+  Put("w", "k");
+  CachedGet("a", "k");
+  clock_.Advance(std::chrono::milliseconds(2'500));
+  ASSERT_TRUE(state_.GetReplicaList({"b", {"k"}})[0].status.ok());  // counted, kept
+  MasterState replica(Policy(), &clock_);
+  ASSERT_TRUE(replica.LoadSnapshot(state_.EncodeSnapshot()).ok());
+  clock_.Advance(std::chrono::milliseconds(20'000));  // b's lock expired too
+  state_.Sweep();
+  replica.Sweep();
+  EXPECT_EQ(replica.Digest(), state_.Digest());
 }
 
 TEST_F(CacheLeaseTest, AnObjectLostWithItsSegmentStillMakesItsNextWriterWait) {

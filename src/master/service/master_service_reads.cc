@@ -22,9 +22,11 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   const std::string client = HeldClient(req->client_id(), who);
-  GetReplicaListOp op{client, HeldKeys(req->keys(), who),
-                      static_cast<int64_t>(std::min<uint64_t>(req->cache_ms(), 1ull << 40))};
-  const int64_t cache_ms = std::min(op.cache_ms, state_->policy().cache_lease_ms);
+  const int64_t cache_ms = std::max<int64_t>(
+      0, static_cast<int64_t>(std::min<uint64_t>(
+             req->cache_ms(), static_cast<uint64_t>(std::max<int64_t>(
+                                  0, state_->policy().cache_lease_ms)))));
+  GetReplicaListOp op{client, HeldKeys(req->keys(), who), cache_ms};
   const std::vector<std::string> keys = op.keys;  // the op is moved into the state
   // A read lock lasts lease_ttl_ms from the apply: after it the bytes may be freed and reused.
   const ReplicaAccess access = AccessFor(who, ReplicaAccess::Kind::kRead,
@@ -71,7 +73,7 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   // unremovable (OBJECT_HAS_LEASE) until the lease ran out.
   if (!unreadable.empty()) (void)state_->FinishRead({client, std::move(unreadable)});
   resp->set_lease_ttl_ms(static_cast<uint64_t>(state_->policy().lease_ttl_ms));
-  resp->set_cache_lease_ms(static_cast<uint64_t>(std::max<int64_t>(0, cache_ms)));
+  resp->set_cache_lease_ms(static_cast<uint64_t>(cache_ms));
   scope.KeyErrors(errors);
   return admission.Finish();
 }

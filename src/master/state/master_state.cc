@@ -486,10 +486,9 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     return results;
   }
   const std::vector<std::string_view> keys(op.keys.begin(), op.keys.end());
-  const int64_t cache_until =
-      op.cache_ms > 0 && policy_.cache_lease_ms > 0
-          ? SaturatingAdd(now, std::min(op.cache_ms, policy_.cache_lease_ms))
-          : now;
+  // The op carries the lease granted (the service capped it by --cache-lease): a replica
+  // replays it whatever its own flag says.
+  const int64_t cache_until = op.cache_ms > 0 ? SaturatingAdd(now, op.cache_ms) : now;
   std::vector<size_t> newly_leased;  // indices of keys whose client had no cache lease on them
   FindEach(keys, [&](size_t i, ObjectMeta* found) {
     ReadKeyResult& out = results[i];
@@ -508,7 +507,8 @@ std::vector<ReadKeyResult> MasterState::ApplyGetReplicaList(const GetReplicaList
     }
     meta.DropExpiredLocks(now);
     meta.TakeReadLock(op.client_id, now + policy_.lease_ttl_ms);
-    if (cache_until > now && meta.TakeCacheLease(op.client_id, cache_until)) {
+    if (cache_until > now && !meta.committed->replicas.empty() &&  // disk only: nothing to cache
+        meta.TakeCacheLease(op.client_id, cache_until)) {
       newly_leased.push_back(i);
     }
     meta.last_access_ms = now;

@@ -129,10 +129,9 @@ SweepResult MasterState::ApplySweep(const SweepOp&, int64_t now) {
     Shard& shard = *shard_ptr;
     std::lock_guard lock(shard.mu);
     for (auto it = shard.cache_leased.begin(); it != shard.cache_leased.end();) {
-      ObjectMeta& meta = shard.objects.find(*it)->second;
-      meta.DropExpiredLocks(now);
-      const bool leased = std::any_of(meta.readers().begin(), meta.readers().end(),
-                                      [](const ReadLock& l) { return l.count == 0; });
+      // Only the ended leases go: what else the object holds does not depend on whether the
+      // key is listed here, which a snapshot-loaded replica lists differently.
+      const bool leased = shard.objects.find(*it)->second.DropEndedCacheLeases(now);
       it = leased ? std::next(it) : shard.cache_leased.erase(it);
     }
   }

@@ -342,7 +342,11 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   Decoder again(table.bytes());
   if (!segments_.Decode(again)) return bad("segment table");
   segment_id_base_ = base;
+  // The cache lease cap only caps the grants this master's service makes (GetReplicaListOp
+  // carries each grant): not in the snapshot, it stays this master's own.
+  const int64_t cache_lease_ms = policy_.cache_lease_ms;
   policy_ = policy;
+  policy_.cache_lease_ms = cache_lease_ms;
   shards_ = std::move(shards);
   committed_count_ = committed;
   {

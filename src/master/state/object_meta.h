@@ -395,6 +395,17 @@ struct ObjectMeta {
     erase_if(rare_->readers, [now_ms](const ReadLock& l) { return l.expiry_ms <= now_ms; });
     Tidy();
   }
+  // Drops the cache leases over by `now_ms` (nothing else: counted locks go by their release or
+  // DropExpiredLocks); true while one is left.
+  bool DropEndedCacheLeases(int64_t now_ms) {
+    if (!rare_) return false;
+    erase_if(rare_->readers,
+             [now_ms](const ReadLock& l) { return l.count == 0 && l.expiry_ms <= now_ms; });
+    const bool left = std::any_of(rare_->readers.begin(), rare_->readers.end(),
+                                  [](const ReadLock& l) { return l.count == 0; });
+    Tidy();
+    return left;
+  }
   bool IsSoftPinned(int64_t now_ms) const { return soft_pin() && soft_pin()->until_ms > now_ms; }
   // Eviction never takes an object being written, read or demoted, nor a hard-pinned one, nor one
   // with no memory to free; soft-pinned ones only when the caller has run out of everything else.

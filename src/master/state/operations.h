@@ -120,8 +120,9 @@ struct ReleaseReservationsOp {
 struct GetReplicaListOp {
   std::string client_id;
   std::vector<std::string> keys;
-  // Asks a cache lease of up to this long on each key answered (MasterPolicy::cache_lease_ms
-  // caps it); 0 asks none. Its record carries it only when set, as PutCommitOp's trim.
+  // The cache lease granted on each key answered with memory replicas, in ms (the service caps
+  // what the client asked by MasterPolicy::cache_lease_ms, so a replica replays the grant
+  // whatever its own policy); 0: none. Its record carries it only when set, as PutCommitOp's trim.
   int64_t cache_ms = 0;
 };
 struct FinishReadOp {

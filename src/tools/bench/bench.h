@@ -159,6 +159,7 @@ struct KvBenchOptions {
   uint64_t budget = uint64_t{1} << 30;  // bytes put per case at most, so every store holds them
   std::string limits_json;  // `limits --json` output to read the machine's ceilings from
   std::string json_path;
+  int64_t location_cache_ms = -1;  // granary targets' ClientOptions::location_cache_ms; < 0: default
 };
 int RunKvBench(const KvBenchOptions& options);
 

@@ -74,9 +74,10 @@ class Limits {
 };
 
 Result<std::unique_ptr<KvTarget>> Connect(const KvBenchOptions& o, const std::string& target) {
-  if (target == "granary-shm") return ConnectGranary(o.master, true);
-  if (target == "granary-shm-cold") return ConnectGranary(o.master, true, /*warm=*/false);
-  if (target == "granary-tcp") return ConnectGranary(o.master, false);
+  const int64_t cache = o.location_cache_ms;
+  if (target == "granary-shm") return ConnectGranary(o.master, true, true, cache);
+  if (target == "granary-shm-cold") return ConnectGranary(o.master, true, /*warm=*/false, cache);
+  if (target == "granary-tcp") return ConnectGranary(o.master, false, true, cache);
   if (target == "redis") return ConnectRedis(o.redis);
   return ConnectMemcached(o.memcached);
 }

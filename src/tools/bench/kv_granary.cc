@@ -62,11 +62,13 @@ class GranaryTarget final : public KvTarget {
 
 }  // namespace
 
-Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm, bool warm) {
+Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm, bool warm,
+                                                 int64_t location_cache_ms) {
   ClientOptions options;
   options.master_address = master;
   options.use_shared_memory = shm;
   options.warm_shared_memory = warm;
+  if (location_cache_ms >= 0) options.location_cache_ms = location_cache_ms;
   auto client = Client::Connect(options);
   if (!client.ok()) return client.status();
   return std::unique_ptr<KvTarget>(std::make_unique<GranaryTarget>(std::move(*client)));

@@ -34,8 +34,9 @@ class KvTarget {
 
 // shm=false turns the same-host shared-memory path off: every byte crosses TCP to the node.
 // warm=false leaves the client's new mappings cold (ClientOptions::warm_shared_memory).
+// location_cache_ms < 0 keeps the client's default (ClientOptions::location_cache_ms).
 Result<std::unique_ptr<KvTarget>> ConnectGranary(const std::string& master, bool shm,
-                                                 bool warm = true);
+                                                 bool warm = true, int64_t location_cache_ms = -1);
 // address is HOST:PORT; SET/GET in RESP over one socket, values read straight into the buffer.
 Result<std::unique_ptr<KvTarget>> ConnectRedis(const std::string& address);
 // address is HOST:PORT; the text protocol over one socket, values read straight into the buffer.

@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
   kv->add_option("--budget", ko.budget, "bytes put per case at most")->capture_default_str();
   kv->add_option("--limits-json", ko.limits_json, "read memcpy/TCP limits from `limits --json`");
   kv->add_option("--json", ko.json_path, "also write the results as JSON to this file");
+  kv->add_option("--location-cache-ms", ko.location_cache_ms,
+                 "Granary clients' location cache (ClientOptions::location_cache_ms; 0: every "
+                 "get asks the master; default: the client's)");
 
   ScaleBenchOptions sco;
   auto* scale = app.add_subcommand("scale", "master RSS per object, batch exist and OffloadStart at millions of objects");
