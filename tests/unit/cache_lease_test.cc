@@ -134,6 +134,8 @@ TEST_F(CacheLeaseTest, AnObjectLostWithItsSegmentStillMakesItsNextWriterWait) {
   Mount("b");
   Put("w", "k");
   EXPECT_EQ(Settle("w", "k"), 2'000) << "the key's new version must not race a cached read";
+  EXPECT_EQ(state_.SettleMs("w", {"k"}, /*replaced=*/false), 2'000)
+      << "a commit that made the key asks the ledger alone, which kept the lease";
   EXPECT_EQ(Settle("reader", "k"), 0);
 }
 

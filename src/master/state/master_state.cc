@@ -685,13 +685,15 @@ void MasterState::NoteCacheLeasesLeaving(std::string_view key, const ObjectMeta&
   }
 }
 
-int64_t MasterState::SettleUntil(std::string_view caller,
-                                 const std::vector<std::string>& keys) const {
+int64_t MasterState::SettleUntil(std::string_view caller, const std::vector<std::string>& keys,
+                                 bool replaced) const {
   int64_t until = 0;
-  const std::vector<std::string_view> views(keys.begin(), keys.end());
-  FindEach(views, [&](size_t, const ObjectMeta* found) {
-    if (found != nullptr) until = std::max(until, found->LatestCacheLease(caller));
-  });
+  if (replaced) {
+    const std::vector<std::string_view> views(keys.begin(), keys.end());
+    FindEach(views, [&](size_t, const ObjectMeta* found) {
+      if (found != nullptr) until = std::max(until, found->LatestCacheLease(caller));
+    });
+  }
   for (const auto& key : keys) until = std::max(until, cache_leases_.SettleUntil(key, caller));
   return until;
 }

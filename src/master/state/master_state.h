@@ -291,12 +291,16 @@ class MasterState {
   // When a writer of `keys` (held names) may return: the latest end of a cache lease that a
   // client other than `caller` holds, or held when the key's object went (CacheLeaseLedger),
   // on any of them; 0 for none. Asked after a commit or remove applied: leases only grow.
-  int64_t SettleUntil(std::string_view caller, const std::vector<std::string>& keys) const;
+  // `replaced`: the writes may have replaced committed versions (upserts, removes), whose
+  // leases are on the objects; false (a commit of new keys only) asks the ledger alone.
+  int64_t SettleUntil(std::string_view caller, const std::vector<std::string>& keys,
+                      bool replaced = true) const;
   // The latest end of any cache lease granted (what a remove of many keys waits for).
   int64_t LatestCacheLease() const { return cache_leases_.LatestGrant(); }
   // The same two as a wait from now (the state's clock), 0 when over.
-  int64_t SettleMs(std::string_view caller, const std::vector<std::string>& keys) const {
-    return std::max<int64_t>(0, SettleUntil(caller, keys) - clock_->NowMs());
+  int64_t SettleMs(std::string_view caller, const std::vector<std::string>& keys,
+                   bool replaced = true) const {
+    return std::max<int64_t>(0, SettleUntil(caller, keys, replaced) - clock_->NowMs());
   }
   int64_t SettleAllMs() const {
     return std::max<int64_t>(0, LatestCacheLease() - clock_->NowMs());
