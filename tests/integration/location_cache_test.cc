@@ -24,6 +24,22 @@ class LocationCacheTest : public StoreTest, public ::testing::WithParamInterface
     return cluster_.Start(nodes, 64 * MiB, {{"--cache-lease", "1s"}});
   }
   std::unique_ptr<Client> Reader() { return cluster_.MakeClient(GetParam()); }
+  // A reader and a writer client, the writer's `value` put under `key` and read (so cached) by
+  // the reader; the time the reader's lease started.
+  SteadyClock::time_point ReaderCached(std::unique_ptr<Client>& reader,
+                                       std::unique_ptr<Client>& writer, const std::string& key,
+                                       const Bytes& value) {
+    reader = Reader();
+    writer = cluster_.MakeClient(GetParam());
+    EXPECT_NE(reader, nullptr);
+    EXPECT_NE(writer, nullptr);
+    if (!reader || !writer) return SteadyClock::now();
+    EXPECT_TRUE(writer->Put(key, ByteSpan(value)).ok());
+    const auto leased = SteadyClock::now();
+    auto first = reader->Get(key);
+    EXPECT_TRUE(first.ok() && *first == value) << key;
+    return leased;
+  }
   static Millis Since(SteadyClock::time_point start) {
     return std::chrono::duration_cast<Millis>(SteadyClock::now() - start);
   }
@@ -58,17 +74,11 @@ TEST_P(LocationCacheTest, ARepeatGetIsServedWithoutTheMasterAndReadsTheSameBytes
 
 TEST_P(LocationCacheTest, AnotherClientsUpsertReturnsAfterTheLeaseAndIsSeenByTheNextGet) {
   ASSERT_TRUE(StartStore());
-  auto reader = Reader();
-  auto writer = cluster_.MakeClient(GetParam());
-  ASSERT_NE(reader, nullptr);
-  ASSERT_NE(writer, nullptr);
+  std::unique_ptr<Client> reader, writer;
   const Bytes v1 = testdata::Pattern("cached/up-1", 64 * KiB);
   const Bytes v2 = testdata::Pattern("cached/up-2", 64 * KiB);
-  ASSERT_TRUE(writer->Put("cached/up", ByteSpan(v1)).ok());
-  auto first = reader->Get("cached/up");
-  ASSERT_TRUE(first.ok());
-  ASSERT_EQ(*first, v1);
-  const auto leased = SteadyClock::now();
+  const auto leased = ReaderCached(reader, writer, "cached/up", v1);
+  ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(writer->Upsert("cached/up", ByteSpan(v2)).ok());
   const Millis waited = Since(leased);
   EXPECT_GE(waited.count(), 800) << "the writer returned while the reader could read v1 yet";
@@ -80,14 +90,10 @@ TEST_P(LocationCacheTest, AnotherClientsUpsertReturnsAfterTheLeaseAndIsSeenByThe
 
 TEST_P(LocationCacheTest, AnotherClientsRemoveIsSeenByTheNextGet) {
   ASSERT_TRUE(StartStore());
-  auto reader = Reader();
-  auto writer = cluster_.MakeClient(GetParam());
-  ASSERT_NE(reader, nullptr);
-  ASSERT_NE(writer, nullptr);
-  const Bytes value = testdata::Pattern("cached/rm", 64 * KiB);
-  ASSERT_TRUE(writer->Put("cached/rm", ByteSpan(value)).ok());
-  ASSERT_TRUE(reader->Get("cached/rm").ok());
-  const auto leased = SteadyClock::now();
+  std::unique_ptr<Client> reader, writer;
+  const auto leased =
+      ReaderCached(reader, writer, "cached/rm", testdata::Pattern("cached/rm", 64 * KiB));
+  ASSERT_FALSE(HasFailure());
   // The reader's counted lock goes in the background (read_releaser.h); its cache lease stays.
   ASSERT_TRUE(WaitUntil(
       [&] {

@@ -602,8 +602,7 @@ grpc::Status MasterService::BatchPutCommit(Ctx* ctx, const proto::BatchPutCommit
   if (quota_lock.owns_lock()) quota_lock.unlock();
   if (shaped) CountPuts(statuses, sizes);
   scope.KeyErrors(FillStatuses(statuses, resp));
-  // Without upsert a commit that succeeded made its key: only a vanished version's leases count.
-  SetSettle(req->client_id(), req->keys(), who, statuses, resp, /*replaced=*/req->upsert());
+  SetSettle(req->client_id(), req->keys(), who, statuses, resp);
   return admission.Finish();
 }
 

@@ -199,11 +199,9 @@ class MasterService final : public proto::Master::Service {
   std::string HeldClient(const std::string& id, const Principal* who) const;
   // A commit's or remove's answer: how long its writer waits for other clients' cache leases
   // on the keys that succeeded (MasterState::SettleMs). Asks nothing when no lease is live.
-  // `replaced`: as MasterState::SettleUntil's (false only for commits that create keys).
   template <typename Repeated>
   void SetSettle(const std::string& client_id, const Repeated& keys, const Principal* who,
-                 const std::vector<Status>& statuses, proto::BatchStatusResponse* resp,
-                 bool replaced = true) const {
+                 const std::vector<Status>& statuses, proto::BatchStatusResponse* resp) const {
     if (state_->SettleAllMs() == 0) return;
     std::vector<std::string> held = HeldKeys(keys, who);
     std::vector<std::string> done;
@@ -212,7 +210,7 @@ class MasterService final : public proto::Master::Service {
     }
     if (done.empty()) return;
     resp->set_settle_ms(
-        static_cast<uint64_t>(state_->SettleMs(HeldClient(client_id, who), done, replaced)));
+        static_cast<uint64_t>(state_->SettleMs(HeldClient(client_id, who), done)));
   }
   // Of sizes[i] in order, which fit the tenant's quota beside what it holds (*admitted[i]);
   // the others are QUOTA_EXCEEDED in *refused[i]. No quota: all. Caller holds quota_mu.

@@ -37,6 +37,21 @@ int64_t CacheLeaseLedger::SettleUntil(std::string_view key, std::string_view cal
   return b.holder == me ? 0 : b.until_ms;
 }
 
+int64_t CacheLeaseLedger::SettleUntil(const std::vector<std::string>& keys,
+                                      std::string_view caller) const {
+  const uint64_t me = HashOf(caller);
+  std::vector<size_t> slots;
+  slots.reserve(keys.size());
+  for (const auto& key : keys) slots.push_back(HashOf(key) % kBuckets);  // outside the lock
+  int64_t until = 0;
+  std::lock_guard lock(mu_);
+  for (size_t slot : slots) {
+    const Bucket& b = buckets_[slot];
+    if (b.holder != me) until = std::max(until, b.until_ms);
+  }
+  return until;
+}
+
 int64_t CacheLeaseLedger::LatestGrant() const {
   std::lock_guard lock(mu_);
   return latest_grant_ms_;

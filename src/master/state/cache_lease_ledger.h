@@ -1,11 +1,11 @@
 // master/state/cache_lease_ledger.h - how long a key's vanished versions may still be read from
 // a client's location cache (docs/control-path.md, "Gets without the master's round trip").
 //
-// A cache lease lives in its object's read locks (object_meta.h) while the object does. When an
-// object is erased with leases live (removed, evicted by a segment's loss, expired with its
-// writer), they are noted here, in a bucket of the key's hash, so that a later put of the key
-// still waits them out: the answer to its commit says how long (SettleUntil), and the writer
-// returns only then. A bucket keeps the latest end noted and the one client holding all of its
+// A cache lease lives in its object's read locks (object_meta.h) while the object does. When the
+// version it covers leaves (replaced by an upsert, removed, lost with its segment, expired with
+// its writer), its live leases are noted here, in a bucket of the key's hash, so that the
+// writer, and any later writer of the key, waits them out: the answer to a commit or remove says
+// how long (SettleUntil), and the writer returns only then. A bucket keeps the latest end noted and the one client holding all of its
 // live leases (or none: several did), so a client's own reads never make its own writes wait;
 // the client drops its own cached location before it writes. Buckets overstate (many keys share
 // one), never understate.
@@ -17,7 +17,9 @@
 #include <array>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace granary::master {
 
@@ -30,12 +32,14 @@ class CacheLeaseLedger {
   void NoteGrant(int64_t until_ms);
   // The latest end of a vanished lease on `key`'s bucket held by someone but `caller`.
   int64_t SettleUntil(std::string_view key, std::string_view caller) const;
+  // The latest of SettleUntil over `keys`, under one lock.
+  int64_t SettleUntil(const std::vector<std::string>& keys, std::string_view caller) const;
   // The latest end of any lease ever granted.
   int64_t LatestGrant() const;
   // After a load: every bucket ends no sooner than `until_ms`, held by several clients.
   void AssumeAllUntil(int64_t until_ms);
 
-  static constexpr size_t kBuckets = 4096;
+  static constexpr size_t kBuckets = 65536;  // 1 MiB: few writers wait for a stranger's lease
 
  private:
   struct Bucket {

@@ -384,6 +384,7 @@ void MasterState::CommitVersion(Shard& shard, ObjectIter it, PendingWrite pendin
   const std::string_view key = it->first;
   std::optional<Version> replaced;  // what the old version counted, uncounted last
   if (meta.committed) {  // upsert: the old bytes go once no reader can be on them
+    NoteCacheLeasesLeaving(key, meta);  // the writer waits for other clients' cached reads
     disk_replica_count_ -= meta.committed->disk.size();
     AddGarbage(key, meta.committed->disk);  // stale copies: their nodes delete them
     if (meta.demotion()) {                  // ...nor the demotion copying them to disk
@@ -685,17 +686,9 @@ void MasterState::NoteCacheLeasesLeaving(std::string_view key, const ObjectMeta&
   }
 }
 
-int64_t MasterState::SettleUntil(std::string_view caller, const std::vector<std::string>& keys,
-                                 bool replaced) const {
-  int64_t until = 0;
-  if (replaced) {
-    const std::vector<std::string_view> views(keys.begin(), keys.end());
-    FindEach(views, [&](size_t, const ObjectMeta* found) {
-      if (found != nullptr) until = std::max(until, found->LatestCacheLease(caller));
-    });
-  }
-  for (const auto& key : keys) until = std::max(until, cache_leases_.SettleUntil(key, caller));
-  return until;
+int64_t MasterState::SettleUntil(std::string_view caller,
+                                 const std::vector<std::string>& keys) const {
+  return cache_leases_.SettleUntil(keys, caller);
 }
 
 void MasterState::FreeExtents(std::span<const Extent> extents) {

@@ -289,18 +289,15 @@ class MasterState {
   Result<uint32_t> PrefixMatch(const std::vector<std::string>& keys) const;
   Result<ObjectStat> Stat(const std::string& key) const;
   // When a writer of `keys` (held names) may return: the latest end of a cache lease that a
-  // client other than `caller` holds, or held when the key's object went (CacheLeaseLedger),
-  // on any of them; 0 for none. Asked after a commit or remove applied: leases only grow.
-  // `replaced`: the writes may have replaced committed versions (upserts, removes), whose
-  // leases are on the objects; false (a commit of new keys only) asks the ledger alone.
-  int64_t SettleUntil(std::string_view caller, const std::vector<std::string>& keys,
-                      bool replaced = true) const;
+  // client other than `caller` held on a version of one of them that an upsert replaced or that
+  // went (removed, lost with its segment): the ledger (CacheLeaseLedger) notes each such
+  // version's leases as it leaves; 0 for none. Asked after the commit or remove applied.
+  int64_t SettleUntil(std::string_view caller, const std::vector<std::string>& keys) const;
   // The latest end of any cache lease granted (what a remove of many keys waits for).
   int64_t LatestCacheLease() const { return cache_leases_.LatestGrant(); }
   // The same two as a wait from now (the state's clock), 0 when over.
-  int64_t SettleMs(std::string_view caller, const std::vector<std::string>& keys,
-                   bool replaced = true) const {
-    return std::max<int64_t>(0, SettleUntil(caller, keys, replaced) - clock_->NowMs());
+  int64_t SettleMs(std::string_view caller, const std::vector<std::string>& keys) const {
+    return std::max<int64_t>(0, SettleUntil(caller, keys) - clock_->NowMs());
   }
   int64_t SettleAllMs() const {
     return std::max<int64_t>(0, LatestCacheLease() - clock_->NowMs());
@@ -639,8 +636,8 @@ class MasterState {
   void SetPending(Shard& shard, ObjectIter it, PendingWrite pending);
   void ClearPending(Shard& shard, ObjectIter it);
   void EraseIfEmpty(Shard& shard, ObjectIter it);
-  // The object's cache leases are about to go with it (or with its version): the ledger keeps
-  // them for later writers of the key.
+  // The object's committed version is about to go (with the object, or replaced by an upsert):
+  // the ledger keeps its cache leases for the key's writers.
   void NoteCacheLeasesLeaving(std::string_view key, const ObjectMeta& meta);
   // Every committed version enters and leaves the counters through these two.
   void CountCommitted(std::string_view key, const Version& v) {

@@ -339,14 +339,6 @@ struct ObjectMeta {
     readers.push_back({client_id, 0, until_ms});
     return true;
   }
-  // The latest end of a cache lease held by any client but `except` (0: none).
-  int64_t LatestCacheLease(std::string_view except) const {
-    int64_t latest = 0;
-    for (const auto& lock : readers()) {
-      if (lock.count == 0 && lock.client_id != except) latest = std::max(latest, lock.expiry_ms);
-    }
-    return latest;
-  }
   // A counted read lock is live: a client is copying the bytes (a remove that is not forced
   // waits for it; a cache lease does not count).
   bool IsBeingRead(int64_t now_ms) const {

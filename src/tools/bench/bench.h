@@ -31,6 +31,7 @@ struct MasterBenchOptions {
   std::string path = "auto";  // auto (what the client uses), grpc or fast
   std::vector<std::string> ops = {"tcp", "ping", "put", "get", "exist"};  // cases to run (profiling)
   std::string json_path;
+  uint64_t cache_ms = 0;  // gets ask a cache lease this long (ClientOptions::location_cache_ms)
 };
 int RunMasterBench(const MasterBenchOptions& options);
 

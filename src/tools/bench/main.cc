@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->delimiter(',')
       ->check(CLI::IsMember({"tcp", "ping", "put", "get", "exist"}));
   master->add_option("--json", mo.json_path, "also write the results as JSON to this file");
+  master->add_option("--cache-ms", mo.cache_ms,
+                     "gets ask a cache lease this long, as a client's location cache does (0: none)")
+      ->capture_default_str();
 
   StateBenchOptions so;
   auto* state = app.add_subcommand("state", "the master's state machine in process, no RPC");

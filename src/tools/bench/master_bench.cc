@@ -275,6 +275,7 @@ int RunMasterBench(const MasterBenchOptions& o) {
       auto& fin = arena.Make<pb::BatchFinishReadRequest>();
       std::string client = "bench-reader-" + std::to_string(t);
       get.set_client_id(client);
+      get.set_cache_ms(o.cache_ms);
       fin.set_client_id(client);
       for (uint32_t k = 0; k < o.batch; ++k) {
         get.add_keys(read_keys[b * o.batch + k]);
