@@ -79,7 +79,9 @@ class Store:
     refuses it raises Unauthenticated. `tls_ca_file` (the CA that signed the master's
     certificate), `tls_cert_file` and `tls_key_file` (this client's, for a master that requires
     one) make every master call TLS ("": $GRANARY_TLS_CA, $GRANARY_TLS_CERT, $GRANARY_TLS_KEY;
-    none: plain TCP). Use it as a context manager.
+    none: plain TCP). `location_cache_ms`: a repeat get of a key reads it again without asking
+    the master while the cache lease its last get took lasts (at most this long; 0: every get
+    asks; docs/control-path.md). Use it as a context manager.
     """
 
     def __init__(self, master="127.0.0.1:50051", *, segment_size=0, segment_name="",
@@ -87,7 +89,7 @@ class Store:
                  io_timeout_ms=30_000, connections_per_node=4, io_threads=4, disk_dir="",
                  disk_size=0, disk_backend="", disk_eviction="", disk_io="",
                  offload_interval_ms=0, cluster_id="", auth_token_file="", tls_ca_file="",
-                 tls_cert_file="", tls_key_file=""):
+                 tls_cert_file="", tls_key_file="", location_cache_ms=2_000):
         self._client = _granary.Client(
             master, segment_size=_size(segment_size), segment_name=segment_name, data_host=host,
             data_port=port, rpc_timeout_ms=rpc_timeout_ms, io_timeout_ms=io_timeout_ms,
@@ -96,7 +98,8 @@ class Store:
             disk_backend=disk_backend, disk_eviction=disk_eviction, disk_io=disk_io,
             offload_interval_ms=offload_interval_ms, cluster_id=cluster_id,
             auth_token_file=str(auth_token_file), tls_ca_file=str(tls_ca_file),
-            tls_cert_file=str(tls_cert_file), tls_key_file=str(tls_key_file))
+            tls_cert_file=str(tls_cert_file), tls_key_file=str(tls_key_file),
+            location_cache_ms=location_cache_ms)
         self._default = _granary.ReplicateConfig()
 
     # ---- lifecycle ----

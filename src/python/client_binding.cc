@@ -487,6 +487,7 @@ class PyClient {
     d["shm_warm_ns"] = s.shm_warm_ns;
     d["reserved_puts"] = s.reserved_puts;
     d["reservations_held"] = s.reservations_held;
+    d["cached_gets"] = s.cached_gets;
     return d;
   }
   const std::string& client_id() const { return client_->client_id(); }
@@ -786,8 +787,9 @@ void RegisterClient(py::module_& m) {
                        bool warm_shared_memory, uint64_t reserve_bytes,
                        const std::string& cluster_id, const std::string& auth_token_file,
                        const std::string& tls_ca_file, const std::string& tls_cert_file,
-                       const std::string& tls_key_file) {
+                       const std::string& tls_key_file, int64_t location_cache_ms) {
              ClientOptions o;
+             o.location_cache_ms = location_cache_ms;
              o.master_address = master;
              o.cluster_id = cluster_id;
              o.auth_token_file = auth_token_file;
@@ -833,7 +835,9 @@ void RegisterClient(py::module_& m) {
            py::arg("auth_token_file") = "",
            // TLS to the master ("": $GRANARY_TLS_CA / _CERT / _KEY, else plain TCP).
            py::arg("tls_ca_file") = "", py::arg("tls_cert_file") = "",
-           py::arg("tls_key_file") = "")
+           py::arg("tls_key_file") = "",
+           // Repeat gets read without the master for this long (ClientOptions; 0: never).
+           py::arg("location_cache_ms") = ClientOptions().location_cache_ms)
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)

@@ -265,6 +265,22 @@ def test_stats_count_puts_into_reserved_space(store):
         assert store.get(f"n/reserved/{k}") == b"r" * 12_345
 
 
+def test_repeat_gets_skip_the_master_unless_the_cache_is_off(standalone):
+    # A repeat get within the cache lease is served from the client's location cache; with
+    # location_cache_ms=0 every get asks the master.
+    with granary.Store(standalone.master) as cached, \
+            granary.Store(standalone.master, location_cache_ms=0) as plain:
+        cached.put("n/cache/k", b"c" * 5_000)
+        for s in (cached, plain):
+            for _ in range(3):
+                assert s.get("n/cache/k") == b"c" * 5_000
+        assert cached.stats()["cached_gets"] == 2
+        assert plain.stats()["cached_gets"] == 0
+        # the writer's upsert is seen by the reader's next get, never its cached old bytes
+        plain.upsert("n/cache/k", b"d" * 6_000)
+        assert cached.get("n/cache/k") == b"d" * 6_000
+
+
 def test_embedded_segment_and_close(standalone):
     s = granary.Store(standalone.master, segment_size="32MiB", segment_name="py-embedded")
     assert s.segment_name == "py-embedded"
