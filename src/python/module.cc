@@ -9,6 +9,7 @@
 #include "common/units.h"
 #include "python/client_binding.h"
 #include "python/errors.h"
+#include "python/types_binding.h"
 
 namespace py = pybind11;
 
@@ -19,6 +20,7 @@ PYBIND11_MODULE(_granary, m) {
   const char* level = std::getenv("GRANARY_LOG_LEVEL");
   (void)InitLogging("python", level != nullptr ? level : "warn");
   python::RegisterErrors(m);
+  python::RegisterTypes(m);  // before the Client, whose calls take them
   python::RegisterClient(m);
   m.def("parse_size", [](const std::string& text) { return python::Unwrap(ParseSize(text)); },
         py::arg("text"), "bytes in a size such as \"16MB\", \"1 GB\", \"4KiB\" (units of 1024)");
