@@ -3,6 +3,34 @@
 #include "client/client_impl.h"
 
 namespace granary::client {
+namespace {
+
+using Destination = std::function<Result<std::vector<MutableByteSpan>>(size_t, uint64_t)>;
+
+// Where key `i`'s `size` bytes go, as the caller's BufferProvider says: a provider that throws
+// fails that key alone.
+Result<std::vector<MutableByteSpan>> AskDestination(const Destination& destination, size_t i,
+                                                    uint64_t size) {
+  try {
+    return destination(i, size);
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::INTERNAL_ERROR, std::string("buffer provider failed: ") + e.what());
+  } catch (...) {
+    return Status(ErrorCode::INTERNAL_ERROR, "buffer provider failed");
+  }
+}
+
+// The end of a lease of `ms` the master granted after `sent`, less a safety margin (a tenth,
+// at least 100 ms or half of it); 0 ms: no end (a master that does not say).
+std::chrono::steady_clock::time_point LeaseDeadline(std::chrono::steady_clock::time_point sent,
+                                                    uint64_t ms) {
+  const int64_t ttl = static_cast<int64_t>(std::min<uint64_t>(ms, uint64_t{1} << 40));
+  if (ttl == 0) return std::chrono::steady_clock::time_point::max();
+  const int64_t margin = std::max<int64_t>(ttl / 10, std::min<int64_t>(100, ttl / 2));
+  return sent + std::chrono::milliseconds(ttl - margin);
+}
+
+}  // namespace
 
 std::vector<Result<uint64_t>> ClientImpl::GetCore(
     const std::vector<std::string>& keys,
@@ -46,11 +74,7 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
       break;
     }
     // 0 (a master that does not say) leaves the reads unbounded, as before leases were known.
-    const int64_t ttl = static_cast<int64_t>(
-        std::min<uint64_t>(replicas.lease_ttl_ms(), uint64_t{1} << 40));
-    const int64_t margin = std::max<int64_t>(ttl / 10, std::min<int64_t>(100, ttl / 2));
-    const Clock::time_point deadline =
-        ttl > 0 ? sent + std::chrono::milliseconds(ttl - margin) : Clock::time_point::max();
+    const Clock::time_point deadline = LeaseDeadline(sent, replicas.lease_ttl_ms());
 
     std::vector<size_t> reading;      // positions in todo
     std::vector<std::string> locked;  // released in the background once read (ReadReleaser)
@@ -72,14 +96,8 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
         reading.push_back(k);
         continue;
       }
-      Result<std::vector<MutableByteSpan>> d = Status(ErrorCode::INTERNAL_ERROR, "");
-      try {  // a caller's BufferProvider may throw: that key fails, the locks are still released
-        d = destination(i, r.size());
-      } catch (const std::exception& e) {
-        d = Status(ErrorCode::INTERNAL_ERROR, std::string("buffer provider failed: ") + e.what());
-      } catch (...) {
-        d = Status(ErrorCode::INTERNAL_ERROR, "buffer provider failed");
-      }
+      // A provider that fails fails that key; the locks are still released.
+      Result<std::vector<MutableByteSpan>> d = AskDestination(destination, i, r.size());
       if (!d.ok()) {
         results[i] = d.status();
         continue;
@@ -109,14 +127,9 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
         results[i] = got;
       }
     });
-    const int64_t cache_ms = static_cast<int64_t>(
-        std::min<uint64_t>(replicas.cache_lease_ms(), uint64_t{1} << 40));
-    if (caching && cache_ms > 0) {
+    if (caching && replicas.cache_lease_ms() > 0) {
       // The cache lease counted as the read lease is, from before the request, less its margin.
-      const int64_t cache_margin =
-          std::max<int64_t>(cache_ms / 10, std::min<int64_t>(100, cache_ms / 2));
-      const Clock::time_point cached_until =
-          sent + std::chrono::milliseconds(cache_ms - cache_margin);
+      const Clock::time_point cached_until = LeaseDeadline(sent, replicas.cache_lease_ms());
       for (size_t k : reading) {
         const size_t i = todo[k];
         const auto& r = replicas.results(static_cast<int>(k));
@@ -148,7 +161,8 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
       if (!late[k]) continue;
       const size_t i = todo[k];
       results[i] = Status(ErrorCode::LEASE_EXPIRED,
-                          "read lease of '" + keys[i] + "' (" + std::to_string(ttl) +
+                          "read lease of '" + keys[i] + "' (" +
+                              std::to_string(replicas.lease_ttl_ms()) +
                               " ms) expired before its copy finished; the bytes were discarded");
       retry.push_back(i);
     }
@@ -214,14 +228,7 @@ void ClientImpl::GetCached(
   for (size_t k = 0; k < todo.size(); ++k) {
     const size_t i = todo[k];
     auto& entry = entries[k];
-    Result<std::vector<MutableByteSpan>> d = Status(ErrorCode::INTERNAL_ERROR, "");
-    try {  // as GetCore's: a caller's BufferProvider may throw
-      d = destination(i, entry->where.size());
-    } catch (const std::exception& e) {
-      d = Status(ErrorCode::INTERNAL_ERROR, std::string("buffer provider failed: ") + e.what());
-    } catch (...) {
-      d = Status(ErrorCode::INTERNAL_ERROR, "buffer provider failed");
-    }
+    Result<std::vector<MutableByteSpan>> d = AskDestination(destination, i, entry->where.size());
     if (!d.ok()) {
       results[i] = d.status();  // the caller's answer; the master would not change it
       continue;

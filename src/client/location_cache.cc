@@ -34,11 +34,6 @@ std::shared_ptr<const LocationCache::Entry> LocationCache::Lookup(const std::str
   return it->second;
 }
 
-void LocationCache::Invalidate(const std::string& key) {
-  std::lock_guard lock(mu_);
-  stamps_[Slot(key)].fetch_add(1, std::memory_order_acq_rel);
-  entries_.erase(key);
-}
 
 void LocationCache::Clear() {
   std::lock_guard lock(mu_);

@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -50,7 +51,7 @@ class LocationCache {
   // The key's entry if its deadline is after `now`; an expired one is dropped.
   std::shared_ptr<const Entry> Lookup(const std::string& key, Clock::time_point now);
   // This client writes or removes `key`, or a cached read of it failed: its entry goes.
-  void Invalidate(const std::string& key);
+  void Invalidate(const std::string& key) { InvalidateAll(std::span(&key, 1)); }
   template <typename Keys>
   void InvalidateAll(const Keys& keys) {
     if (capacity_ == 0) return;

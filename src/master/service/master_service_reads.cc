@@ -22,10 +22,9 @@ grpc::Status MasterService::BatchGetReplicaList(Ctx* ctx, const proto::BatchGetR
   Admission admission(gate_, CallKind::kUpdate, resp, Authenticate(ctx, &who));
   if (!admission.ok()) return admission.refusal();
   const std::string client = HeldClient(req->client_id(), who);
-  const int64_t cache_ms = std::max<int64_t>(
-      0, static_cast<int64_t>(std::min<uint64_t>(
-             req->cache_ms(), static_cast<uint64_t>(std::max<int64_t>(
-                                  0, state_->policy().cache_lease_ms)))));
+  // The grant, capped here (the op carries it): --cache-lease is validated to [0, 60 s].
+  const int64_t cache_ms = static_cast<int64_t>(std::min<uint64_t>(
+      req->cache_ms(), static_cast<uint64_t>(state_->policy().cache_lease_ms)));
   GetReplicaListOp op{client, HeldKeys(req->keys(), who), cache_ms};
   const std::vector<std::string> keys = op.keys;  // the op is moved into the state
   // A read lock lasts lease_ttl_ms from the apply: after it the bytes may be freed and reused.

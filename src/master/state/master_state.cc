@@ -568,8 +568,7 @@ void MasterState::DropCommitted(Shard& shard, ObjectIter it, int64_t now) {
   }
   UncountCommitted(it->first, *meta.committed);
   meta.committed.reset();
-  NoteCacheLeasesLeaving(it->first, meta);
-  meta.ClearReadLocks();
+  DropReadLocks(it->first, meta);
   EraseIfEmpty(shard, it);
 }
 
@@ -684,6 +683,11 @@ void MasterState::NoteCacheLeasesLeaving(std::string_view key, const ObjectMeta&
   for (const auto& lock : meta.readers()) {
     if (lock.count == 0) cache_leases_.Note(key, lock.client_id, lock.expiry_ms, last_now_ms_);
   }
+}
+
+void MasterState::DropReadLocks(std::string_view key, ObjectMeta& meta) {
+  NoteCacheLeasesLeaving(key, meta);
+  meta.ClearReadLocks();
 }
 
 int64_t MasterState::SettleUntil(std::string_view caller,

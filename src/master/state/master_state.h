@@ -639,6 +639,9 @@ class MasterState {
   // The object's committed version is about to go (with the object, or replaced by an upsert):
   // the ledger keeps its cache leases for the key's writers.
   void NoteCacheLeasesLeaving(std::string_view key, const ObjectMeta& meta);
+  // The object's read locks and cache leases go, its version with them: the leases are noted
+  // first (NoteCacheLeasesLeaving), so a later writer of the key still waits them out.
+  void DropReadLocks(std::string_view key, ObjectMeta& meta);
   // Every committed version enters and leaves the counters through these two.
   void CountCommitted(std::string_view key, const Version& v) {
     committed_count_++;

@@ -137,8 +137,7 @@ ExpireClientResult MasterState::ApplyExpireClient(const ExpireClientOp& op, int6
       if (meta.committed->replicas.empty() && meta.committed->disk.empty()) {
         UncountCommitted(current->first, *meta.committed);
         meta.committed.reset();  // nothing holds it any more (its memory was freed before)
-        NoteCacheLeasesLeaving(current->first, meta);
-        meta.ClearReadLocks();
+        DropReadLocks(current->first, meta);
         EraseIfEmpty(shard, current);
       } else {
         NoteCopyCandidate(shard, current);  // the rest on draining nodes only?
