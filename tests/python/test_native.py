@@ -265,6 +265,18 @@ def test_stats_count_puts_into_reserved_space(store):
         assert store.get(f"n/reserved/{k}") == b"r" * 12_345
 
 
+def test_replicate_config_takes_only_the_masters_persistence_names():
+    # python/types_binding.h: the --persistence names plus "default", and nothing else
+    for name in ("default", "eager", "lazy", "none"):
+        assert granary.ReplicateConfig(persistence=name).persistence == name
+    with pytest.raises(Exception, match="none of default, eager, lazy, none"):
+        granary.ReplicateConfig(persistence="sometimes")
+    config = granary.ReplicateConfig()
+    with pytest.raises(Exception, match="none of default"):
+        config.persistence = "always"
+    assert config.persistence == "default"
+
+
 def test_repeat_gets_skip_the_master_unless_the_cache_is_off(standalone):
     # A repeat get within the cache lease is served from the client's location cache; with
     # location_cache_ms=0 every get asks the master.
