@@ -120,6 +120,8 @@ bool CudaRuntime::Load(const std::string& path, std::string* error) {
   bind(stream_synchronize_, "cudaStreamSynchronize");
   bind(malloc_host_, "cudaMallocHost");
   bind(free_host_, "cudaFreeHost");
+  bind(malloc_, "cudaMalloc");
+  bind(free_, "cudaFree");
   bind(host_register_, "cudaHostRegister");
   bind(host_unregister_, "cudaHostUnregister");
   if (!all) {
@@ -219,6 +221,17 @@ Result<void*> CudaRuntime::AllocatePinned(size_t bytes) const {
 
 void CudaRuntime::FreePinned(void* address) const {
   if (available_ && address != nullptr) free_host_(address);
+}
+
+Result<void*> CudaRuntime::AllocateDevice(size_t bytes) const {
+  GRANARY_NEED_CUDA();
+  void* p = nullptr;
+  if (Status s = Check(malloc_(&p, bytes), "cudaMalloc"); !s.ok()) return s;
+  return p;
+}
+
+void CudaRuntime::FreeDevice(void* address) const {
+  if (available_ && address != nullptr) free_(address);
 }
 
 }  // namespace granary::gpu

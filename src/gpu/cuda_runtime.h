@@ -64,6 +64,10 @@ class CudaRuntime {
   Result<void*> AllocatePinned(size_t bytes) const;
   void FreePinned(void* address) const;
 
+  // Memory on the current GPU (cudaMalloc): benchmarks and tests; the store never allocates any.
+  Result<void*> AllocateDevice(size_t bytes) const;
+  void FreeDevice(void* address) const;
+
  private:
   CudaRuntime();
   bool Load(const std::string& path, std::string* error);
@@ -90,6 +94,8 @@ class CudaRuntime {
   int (*stream_synchronize_)(void*) = nullptr;
   int (*malloc_host_)(void**, size_t) = nullptr;
   int (*free_host_)(void*) = nullptr;
+  int (*malloc_)(void**, size_t) = nullptr;
+  int (*free_)(void*) = nullptr;
   int (*host_register_)(void*, size_t, unsigned) = nullptr;
   int (*host_unregister_)(void*) = nullptr;
 };

@@ -51,6 +51,19 @@ struct StateBenchOptions {
 };
 int RunStateBench(const StateBenchOptions& options);
 
+// Same-host copies between a pinned shared-memory file and GPU memory, with and without the
+// checksum, per object size and thread count (gpu_copy_bench.cc lists the modes).
+struct GpuCopyBenchOptions {
+  uint64_t bytes = uint64_t{2} << 30;
+  std::vector<uint64_t> objects = {64 << 10, 256 << 10, 8 << 20};
+  std::vector<int> threads = {1, 4, 8, 16};
+  std::vector<std::string> modes = {"dma-each", "dma-batch", "hash", "each", "batch"};
+  std::vector<std::string> directions = {"h2d", "d2h"};
+  int repeats = 2;
+  std::string json_path;
+};
+int RunGpuCopyBench(const GpuCopyBenchOptions& options);
+
 struct LimitsOptions {
   double seconds = 1;            // per measurement
   std::string disk_dir = "/tmp"; // where the O_DIRECT file goes

@@ -109,6 +109,23 @@ int main(int argc, char** argv) {
   scale->add_option("--json", sco.json_path, "also write the results as JSON to this file");
 
   LimitsOptions lo;
+  GpuCopyBenchOptions go;
+  auto* gpu_copy = app.add_subcommand(
+      "gpu-copy", "same-host copies between pinned shared memory and a GPU, with the checksum");
+  gpu_copy->add_option("--bytes", go.bytes, "bytes moved per case")->capture_default_str();
+  gpu_copy->add_option("--objects", go.objects, "object sizes in bytes")->capture_default_str()
+      ->delimiter(',');
+  gpu_copy->add_option("--threads", go.threads, "thread counts")->capture_default_str()
+      ->delimiter(',');
+  gpu_copy->add_option("--modes", go.modes, "dma-each, dma-batch, hash, each, batch")
+      ->capture_default_str()->delimiter(',')
+      ->check(CLI::IsMember({"dma-each", "dma-batch", "hash", "each", "batch"}));
+  gpu_copy->add_option("--directions", go.directions, "h2d (gets), d2h (puts)")
+      ->capture_default_str()->delimiter(',')->check(CLI::IsMember({"h2d", "d2h"}));
+  gpu_copy->add_option("--repeats", go.repeats, "passes per case; the best counts")
+      ->capture_default_str()->check(CLI::Range(1, 100));
+  gpu_copy->add_option("--json", go.json_path, "also write the results as JSON to this file");
+
   auto* limits = app.add_subcommand("limits", "this machine's memcpy, loopback TCP, disk GB/s");
   limits->add_option("--seconds", lo.seconds, "duration of each measurement")
       ->capture_default_str()->check(CLI::Range(0.1, 60.0));
@@ -266,6 +283,7 @@ int main(int argc, char** argv) {
   if (disk->parsed()) return RunDiskBench(dko);
   if (master->parsed()) return RunMasterBench(mo);
   if (limits->parsed()) return RunLimits(lo);
+  if (gpu_copy->parsed()) return RunGpuCopyBench(go);
   if (state->parsed()) return RunStateBench(so);
   if (transfer->parsed()) return RunTransferBench(to);
   if (trace->parsed()) return tro.simulate.empty() ? RunTraceBench(tro) : RunTraceSimulation(tro);
