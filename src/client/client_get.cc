@@ -109,24 +109,15 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
     }
 
     std::vector<char> late(todo.size(), 0);
-    pool_.ParallelFor(reading.size(), [&](size_t x) {
-      const size_t k = reading[x];
-      const size_t i = todo[k];
-      const auto& r = replicas.results(static_cast<int>(k));
-      if (r.replicas_size() == 0) {
-        results[i] = Status(ErrorCode::OBJECT_NOT_FOUND, "no memory replica");
-        return;  // on disk only: LoadFromDisk below
-      }
-      bool was_late = false;
-      Status got = ReadMemory(r, dst[i], deadline, device, &was_late);
-      if (was_late) {
-        late[k] = 1;
-      } else if (got.ok()) {
-        results[i] = r.size();
-      } else {
-        results[i] = got;
-      }
-    });
+    if (device != nullptr) {
+      ReadMemoryToDevice(replicas, todo, reading, dst, deadline, *device, results, late);
+    } else {
+      pool_.ParallelFor(reading.size(), [&](size_t x) {
+        const size_t k = reading[x];
+        ReadKey(replicas.results(static_cast<int>(k)), dst[todo[k]], deadline, nullptr,
+                results[todo[k]], late[k]);
+      });
+    }
     if (caching && replicas.cache_lease_ms() > 0) {
       // The cache lease counted as the read lease is, from before the request, less its margin.
       const Clock::time_point cached_until = LeaseDeadline(sent, replicas.cache_lease_ms());
@@ -169,6 +160,80 @@ std::vector<Result<uint64_t>> ClientImpl::GetCore(
     todo = std::move(retry);
   }
   return results;
+}
+
+void ClientImpl::ReadMemoryToDevice(const proto::BatchGetReplicaListResponse& replicas,
+                                    const std::vector<size_t>& todo,
+                                    const std::vector<size_t>& reading,
+                                    std::vector<std::vector<MutableByteSpan>>& dst,
+                                    std::chrono::steady_clock::time_point deadline,
+                                    DeviceMemory& device, std::vector<Result<uint64_t>>& results,
+                                    std::vector<char>& late) {
+  using Clock = std::chrono::steady_clock;
+  const size_t shares = std::min(reading.size(), pool_.threads() + 1);
+  pool_.ParallelFor(shares, [&](size_t w) {
+    struct Started {
+      size_t x;     // position in reading
+      int replica;  // which of the key's replicas
+      ReplicaIo::DeviceRead read;
+    };
+    std::vector<Started> started;
+    std::vector<size_t> one_by_one;  // positions in reading
+    for (size_t x = reading.size() * w / shares; x < reading.size() * (w + 1) / shares; ++x) {
+      const auto& r = replicas.results(static_cast<int>(reading[x]));
+      std::optional<ReplicaIo::DeviceRead> read;
+      int j = 0;
+      if (Clock::now() < deadline) {
+        for (; j < r.replicas_size() && !read; ++j) {
+          read = io_.StartDeviceRead(r.replicas(j), dst[todo[reading[x]]], device);
+        }
+      }
+      if (read) {
+        started.push_back({x, j - 1, std::move(*read)});
+      } else {
+        one_by_one.push_back(x);
+      }
+    }
+    const Status waited = started.empty() ? Status::Ok() : device.Wait();
+    const bool over = Clock::now() >= deadline;  // the copies ran past the lease: abandoned
+    for (const Started& s : started) {
+      const size_t k = reading[s.x];
+      const auto& r = replicas.results(static_cast<int>(k));
+      if (over) {
+        late[k] = 1;
+        continue;
+      }
+      auto got = io_.FinishDeviceRead(s.read, r.replicas(s.replica), waited);
+      if (got.ok() && *got == r.checksum()) {
+        results[todo[k]] = r.size();
+      } else {
+        one_by_one.push_back(s.x);  // every replica again, with the reason it reports
+      }
+    }
+    for (size_t x : one_by_one) {
+      const size_t k = reading[x];
+      ReadKey(replicas.results(static_cast<int>(k)), dst[todo[k]], deadline, &device,
+              results[todo[k]], late[k]);
+    }
+  });
+}
+
+void ClientImpl::ReadKey(const proto::GetReplicaResult& r, std::vector<MutableByteSpan>& dst,
+                         std::chrono::steady_clock::time_point deadline, DeviceMemory* device,
+                         Result<uint64_t>& result, char& late) {
+  if (r.replicas_size() == 0) {
+    result = Status(ErrorCode::OBJECT_NOT_FOUND, "no memory replica");
+    return;  // on disk only: LoadFromDisk
+  }
+  bool was_late = false;
+  Status got = ReadMemory(r, dst, deadline, device, &was_late);
+  if (was_late) {
+    late = 1;
+  } else if (got.ok()) {
+    result = r.size();
+  } else {
+    result = got;
+  }
 }
 
 Status ClientImpl::ReadMemory(const proto::GetReplicaResult& r, std::vector<MutableByteSpan>& dst,

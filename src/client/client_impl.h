@@ -493,6 +493,21 @@ class ClientImpl final : public Client {
   Status ReadMemory(const proto::GetReplicaResult& r, std::vector<MutableByteSpan>& dst,
                     std::chrono::steady_clock::time_point deadline, DeviceMemory* device,
                     bool* late);
+  // ReadMemory as a get's answer for one key: `result` its size or why not, `late` set when the
+  // lease ran out first; a key with no memory replica is OBJECT_NOT_FOUND (disk's to serve).
+  void ReadKey(const proto::GetReplicaResult& r, std::vector<MutableByteSpan>& dst,
+               std::chrono::steady_clock::time_point deadline, DeviceMemory* device,
+               Result<uint64_t>& result, char& late);
+  // ReadMemory for many keys into device memory: each of the pool's threads starts the device's
+  // copies of its share from replicas on this host, hashing their bytes meanwhile, and waits
+  // for the device once; the lease, the token and the checksum are checked only after that
+  // wait. A key this cannot serve so (no replica here, host destinations, a failed check) goes
+  // through ReadMemory. `reading` holds positions in `todo`; results and late as GetCore's.
+  void ReadMemoryToDevice(const proto::BatchGetReplicaListResponse& replicas,
+                          const std::vector<size_t>& todo, const std::vector<size_t>& reading,
+                          std::vector<std::vector<MutableByteSpan>>& dst,
+                          std::chrono::steady_clock::time_point deadline, DeviceMemory& device,
+                          std::vector<Result<uint64_t>>& results, std::vector<char>& late);
   // A get whose every key has a live cache entry: each read from its replicas with no master
   // call (any key without one: nothing done here). Keys served leave `todo`; a key whose cached
   // read failed stays, its entry dropped and its destination already asked (has_dst, dst,

@@ -233,6 +233,49 @@ Result<uint64_t> ReplicaIo::Read(const proto::Replica& replica,
   return checksum.Digest();
 }
 
+std::optional<ReplicaIo::DeviceRead> ReplicaIo::StartDeviceRead(
+    const proto::Replica& replica, const std::vector<MutableByteSpan>& dst, DeviceMemory& device) {
+  if (TotalSize(dst) != replica.length() || replica.length() == 0) return std::nullopt;
+  for (const auto& part : dst) {
+    if (!part.empty() && !device.Holds(part.data(), part.size())) return std::nullopt;
+  }
+  DeviceRead read;
+  read.view = MapLocal(replica);
+  if (!read.view.bytes) return std::nullopt;
+  RegisterMapping(*read.view.mapping, device);
+  const std::byte* base = read.view.bytes;
+  uint64_t offset = 0;
+  for (const auto& part : dst) {
+    if (read.started.ok() && !part.empty()) {
+      read.started = device.CopyIn(part.data(), base + offset, part.size());
+    }
+    offset += part.size();
+  }
+  ChecksumStream checksum;
+  {
+    // Shared-memory bytes: ordered by the master (common/tsan.h).
+    ScopedSegmentRead payload;
+    checksum.Update(base, replica.length());
+  }
+  read.digest = checksum.Digest();
+  return read;
+}
+
+Result<uint64_t> ReplicaIo::FinishDeviceRead(const DeviceRead& read, const proto::Replica& replica,
+                                             const Status& waited) {
+  if (!read.started.ok()) return read.started;
+  if (!waited.ok()) return waited;
+  device_read_.fetch_add(replica.length(), std::memory_order_relaxed);
+  // The device's loads and the hash before the second look at the token (a seqlock's reader).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (read.view.mapping->token() != replica.token()) {
+    return Status(ErrorCode::SEGMENT_NOT_FOUND, "segment " + replica.segment_name() +
+                                                    " was remounted during the read");
+  }
+  shm_read_.fetch_add(replica.length(), std::memory_order_relaxed);
+  return read.digest;
+}
+
 std::shared_ptr<transfer::StagingView> ReplicaIo::StagingFor(const std::string& endpoint) {
   const auto now = std::chrono::steady_clock::now();
   {

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -86,6 +87,22 @@ class ReplicaIo {
   // over TCP they arrive in a host buffer first.
   Result<uint64_t> Read(const proto::Replica& replica, const std::vector<MutableByteSpan>& dst,
                         DeviceMemory* device = nullptr);
+  // Read's same-host device path in two halves, so that many objects' copies share one
+  // DeviceMemory::Wait. StartDeviceRead starts the device's copies out of the mapped segment
+  // and hashes the same bytes meanwhile; nullopt when it does not apply (the replica is not
+  // mapped here, or a destination part is not device memory): use Read. FinishDeviceRead, once
+  // the calling thread's Wait returned `waited`, checks the segment's token again and returns
+  // the digest: only then may the bytes count as read.
+  struct DeviceRead {
+    LocalView view;
+    Status started;  // the first copy that could not be started
+    uint64_t digest = 0;
+  };
+  std::optional<DeviceRead> StartDeviceRead(const proto::Replica& replica,
+                                            const std::vector<MutableByteSpan>& dst,
+                                            DeviceMemory& device);
+  Result<uint64_t> FinishDeviceRead(const DeviceRead& read, const proto::Replica& replica,
+                                    const Status& waited);
   // Loads whole objects from one node's disk tier (DISK_READ over TCP, however near the node):
   // a status per item, OK only when the bytes in its dst hash to its checksum (else
   // CHECKSUM_MISMATCH, and the bytes must not be used).

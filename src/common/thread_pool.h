@@ -25,6 +25,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+  size_t threads() const { return workers_.size(); }  // the workers, not counting callers
 
  private:
   void WorkerLoop();

@@ -11,8 +11,21 @@ namespace {
 struct ThreadStreams {
   std::vector<CudaRuntime::Stream> by_device;
   std::vector<char> pending;
+  // The copy not yet handed to CUDA: a copy that continues it (the next bytes on both sides,
+  // same GPU and direction) joins it, so that objects laid out back to back move in one DMA.
+  struct Held {
+    std::byte* dst = nullptr;
+    const std::byte* src = nullptr;
+    uint64_t n = 0;
+    bool to_device = false;
+    CudaRuntime::Stream stream = nullptr;
+  } held;
+  Status failed;  // the first copy CUDA refused since the last Wait: every copy since counts failed
 };
 thread_local ThreadStreams streams;
+
+// A merged copy is handed over at this size, so the device starts while the CPU goes on.
+constexpr uint64_t kMergeLimit = uint64_t{8} << 20;
 
 }  // namespace
 
@@ -35,20 +48,44 @@ Result<CudaRuntime::Stream> CudaDeviceMemory::StreamFor(int device) {
   return streams.by_device[device];
 }
 
-Status CudaDeviceMemory::CopyIn(std::byte* dst, const std::byte* src, uint64_t n) {
-  auto stream = StreamFor(device_of_(dst, n));
+void CudaDeviceMemory::HandOver() {
+  ThreadStreams::Held& h = streams.held;
+  if (h.n == 0) return;
+  Status s = h.to_device ? cuda_.CopyToDeviceAsync(h.dst, h.src, h.n, h.stream)
+                         : cuda_.CopyToHostAsync(h.dst, h.src, h.n, h.stream);
+  if (streams.failed.ok() && !s.ok()) streams.failed = s;
+  h = {};
+}
+
+Status CudaDeviceMemory::Copy(std::byte* dst, const std::byte* src, uint64_t n, bool to_device) {
+  if (n == 0) return streams.failed;
+  // The GPU's memory is the destination of a copy in and the source of a copy out.
+  auto stream = to_device ? StreamFor(device_of_(dst, n)) : StreamFor(device_of_(src, n));
   if (!stream.ok()) return stream.status();
-  return cuda_.CopyToDeviceAsync(dst, src, n, *stream);
+  ThreadStreams::Held& h = streams.held;
+  if (h.n > 0 && h.to_device == to_device && h.stream == *stream && h.dst + h.n == dst &&
+      h.src + h.n == src && h.n + n <= kMergeLimit) {
+    h.n += n;
+  } else {
+    HandOver();
+    h = {dst, src, n, to_device, *stream};
+  }
+  if (h.n >= kMergeLimit) HandOver();
+  return streams.failed;
+}
+
+Status CudaDeviceMemory::CopyIn(std::byte* dst, const std::byte* src, uint64_t n) {
+  return Copy(dst, src, n, true);
 }
 
 Status CudaDeviceMemory::CopyOut(std::byte* dst, const std::byte* src, uint64_t n) {
-  auto stream = StreamFor(device_of_(src, n));
-  if (!stream.ok()) return stream.status();
-  return cuda_.CopyToHostAsync(dst, src, n, *stream);
+  return Copy(dst, src, n, false);
 }
 
 Status CudaDeviceMemory::Wait() {
-  Status first;
+  HandOver();
+  Status first = streams.failed;
+  streams.failed = Status::Ok();
   for (size_t d = 0; d < streams.pending.size(); ++d) {
     if (!streams.pending[d]) continue;
     streams.pending[d] = 0;

@@ -4,7 +4,10 @@
 // Promise: the client's CPU never loads or stores a range Holds accepts; bytes reach it or leave
 // it only through cudaMemcpyAsync, on a stream of the calling thread's for the GPU that owns the
 // range (the thread switches to that GPU first), and Wait returns once every copy the thread
-// started since its last Wait is done. Register pins a mapped segment (cudaHostRegister) so the
+// started since its last Wait is done. A copy that continues the thread's previous one (the next
+// bytes of both ranges, same GPU and direction) may join it as one DMA, handed to CUDA by 8 MiB
+// or at the next Wait; a copy CUDA refuses fails that Wait, and every copy call after it until
+// then, so no copy is ever reported done that was not made. Register pins a mapped segment (cudaHostRegister) so the
 // GPUs' copy engines read and write it directly; the returned handle unregisters it when the
 // client drops it, which the client does before unmapping. A segment that cannot be pinned
 // still works (the driver stages the copy). Which ranges are GPU memory, and of which GPU, is the
@@ -35,6 +38,10 @@ class CudaDeviceMemory final : public DeviceMemory {
  private:
   // The calling thread's stream for `device`, made current on this thread.
   Result<CudaRuntime::Stream> StreamFor(int device);
+  // Holds the copy back to merge with the next one (the header says when it is handed over).
+  Status Copy(std::byte* dst, const std::byte* src, uint64_t n, bool to_device);
+  // Hands the held copy to CUDA; a refusal is kept for the next Wait.
+  void HandOver();
 
   const CudaRuntime& cuda_;
   DeviceOfFn device_of_;

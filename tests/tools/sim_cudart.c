@@ -14,7 +14,8 @@
  * sim_registered_live the registrations not undone, sim_unregistered_unmapped the unregisters
  * of memory already unmapped (a bug a driver would punish),
  * sim_pinned_live counts cudaMallocHost blocks not freed, sim_fail_copies_to_device(n) makes the
- * next n copies to the device fail with cudaErrorInvalidValue (1).
+ * next n copies to the device fail with cudaErrorInvalidValue (1), sim_fail_copies_to_device_at(p, n)
+ * the next n whose destination range holds p; sim_async_copies counts cudaMemcpyAsync calls.
  * Loaded through GRANARY_CUDART=<path to this library>. Thread safety: one mutex.
  */
 #define _GNU_SOURCE
@@ -46,6 +47,7 @@ static struct { uintptr_t p; size_t len; } registered[kMaxAllocations];
 static long registered_live, unregistered_unmapped;
 static long pinned_live;
 static int fail_to_device;
+static uintptr_t fail_at;  /* with fail_to_device: only copies whose range holds this address */
 
 /* The shadow address of [p, p + n) if it lies inside one allocation; NULL otherwise. */
 static char* shadow_of(const void* p, size_t n) {
@@ -156,7 +158,8 @@ int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
   int ok = d != NULL && s != NULL;
   if (kind == kHostToDevice) ok = ok && dst_device && !src_device;
   if (kind == kDeviceToHost) ok = ok && src_device && !dst_device;
-  if (ok && dst_device && fail_to_device > 0) {
+  if (ok && dst_device && fail_to_device > 0 &&
+      (fail_at == 0 || (fail_at >= (uintptr_t)dst && fail_at - (uintptr_t)dst < n))) {
     --fail_to_device;
     ok = 0;
   }
@@ -171,8 +174,11 @@ int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
   return ok ? kSuccess : kInvalidValue;
 }
 
+static long async_copies;
+
 int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* stream) {
   (void)stream;
+  __atomic_add_fetch(&async_copies, 1, __ATOMIC_RELAXED);
   return cudaMemcpy(dst, src, n, kind);
 }
 
@@ -283,8 +289,16 @@ long sim_unregistered_unmapped(void) { return unregistered_unmapped; }
 uint64_t sim_bytes_to_device(void) { return to_device; }
 uint64_t sim_bytes_to_host(void) { return to_host; }
 long sim_pinned_live(void) { return pinned_live; }
+long sim_async_copies(void) { return __atomic_load_n(&async_copies, __ATOMIC_RELAXED); }
 void sim_fail_copies_to_device(int n) {
   pthread_mutex_lock(&mu);
   fail_to_device = n;
+  fail_at = 0;
+  pthread_mutex_unlock(&mu);
+}
+void sim_fail_copies_to_device_at(const void* address, int n) {
+  pthread_mutex_lock(&mu);
+  fail_to_device = n;
+  fail_at = (uintptr_t)address;
   pthread_mutex_unlock(&mu);
 }
