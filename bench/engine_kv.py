@@ -451,10 +451,10 @@ def build_cache(kind, pairs, config):
         return tuple((k, v) for k, v in pairs)
     import transformers
     cls = getattr(transformers, kind, None) or transformers.DynamicCache
-    try:
-        cache = cls()
-    except TypeError:
+    try:  # as the model makes its own (transformers 5 builds the layers from the config)
         cache = cls(config=config)
+    except TypeError:
+        cache = cls()
     for layer, (k, v) in enumerate(pairs):
         cache.update(k, v, layer)
     return cache
@@ -587,12 +587,23 @@ def model_check(args, layout, kv, prefix, pin_src, pin_dst, device):
                          position_ids=position)
         return step.logits[:, -1].clone()
 
+    import copy
+    original_copy = copy.deepcopy(result.past_key_values)
+    out["cache_strides"] = {"original": list(pairs[0][0].stride()),
+                            "rebuilt": list(cache_pairs(build_cache(kind, control[:1], config))[1][0][0].stride())}
     reference = decode(result.past_key_values)  # the original cache, as the prefill left it
     got = decode(build_cache(kind, loaded, config))
     rebuilt = decode(build_cache(kind, control, config))
     out["logits_equal"] = torch.equal(reference, got)
     # The original's bytes through the same rebuild: tells a store fault from a rebuild one.
     out["rebuild_control_equal"] = torch.equal(reference, rebuilt)
+    # The store's bytes against the original's through the same rebuild: only a store fault
+    # makes these differ.
+    out["logits_equal_rebuilt"] = torch.equal(got, rebuilt)
+    out["reference_repeatable"] = torch.equal(reference, decode(original_copy))
+    out["rebuilt_repeatable"] = torch.equal(rebuilt, decode(build_cache(kind, control, config)))
+    out["logits_max_abs_diff"] = float((reference.float() - got.float()).abs().max())
+    del original_copy
     out["logits_finite"] = bool(torch.isfinite(reference).all())
     out["next_token"] = int(reference.argmax(-1)[0])
     model = result = None  # the model and its activations: freed before empty_cache
@@ -734,6 +745,10 @@ def print_table(doc):
                   f"{mc['load_ms']:.1f} ms ({fmt(mc['prefill_over_load'], '.1f')}x faster "
                   f"than recompute); next-token logits identical: "
                   f"{'yes' if mc['logits_equal'] else 'NO'}")
+            print(f"  loaded = rebuilt original: {mc.get('logits_equal_rebuilt')}, original "
+                  f"decode repeatable: {mc.get('reference_repeatable')}, rebuilt repeatable: "
+                  f"{mc.get('rebuilt_repeatable')}, max |diff| {mc.get('logits_max_abs_diff')}, "
+                  f"strides {mc.get('cache_strides')}")
         else:
             print(f"model check failed: {mc.get('error')}")
 
