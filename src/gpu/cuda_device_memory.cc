@@ -18,6 +18,7 @@ struct ThreadStreams {
     const std::byte* src = nullptr;
     uint64_t n = 0;
     bool to_device = false;
+    int device = -1;
     CudaRuntime::Stream stream = nullptr;
   } held;
   Status failed;  // the first copy CUDA refused since the last Wait: every copy since counts failed
@@ -60,15 +61,17 @@ void CudaDeviceMemory::HandOver() {
 Status CudaDeviceMemory::Copy(std::byte* dst, const std::byte* src, uint64_t n, bool to_device) {
   if (n == 0) return streams.failed;
   // The GPU's memory is the destination of a copy in and the source of a copy out.
-  auto stream = to_device ? StreamFor(device_of_(dst, n)) : StreamFor(device_of_(src, n));
-  if (!stream.ok()) return stream.status();
+  const int device = to_device ? device_of_(dst, n) : device_of_(src, n);
   ThreadStreams::Held& h = streams.held;
-  if (h.n > 0 && h.to_device == to_device && h.stream == *stream && h.dst + h.n == dst &&
-      h.src + h.n == src && h.n + n <= kMergeLimit) {
+  const bool joins = h.n > 0 && h.device == device && h.to_device == to_device &&
+                     h.dst + h.n == dst && h.src + h.n == src && h.n + n <= kMergeLimit;
+  if (!joins) HandOver();  // while the held copy's GPU is still the thread's current one
+  auto stream = StreamFor(device);
+  if (!stream.ok()) return stream.status();
+  if (joins) {
     h.n += n;
   } else {
-    HandOver();
-    h = {dst, src, n, to_device, *stream};
+    h = {dst, src, n, to_device, device, *stream};
   }
   if (h.n >= kMergeLimit) HandOver();
   return streams.failed;
