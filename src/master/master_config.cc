@@ -30,6 +30,10 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
                        "the longest cache lease a get grants: a client re-reads the key from the "
                        "replicas it was named without asking, and another client's put or remove "
                        "of the key waits it out (0: none; at most 60s)");
+  schema.AddBool("restart_settle", &c->restart_settle,
+                 "started with an empty state, make puts and removes wait out the cache leases "
+                 "a previous master may have granted (until --cache-lease after the start); "
+                 "false only where no earlier master served these nodes' clients");
   schema.AddDurationMs("mount_quarantine", &p.mount_quarantine_ms,
                        "a remounted segment takes no new objects for this long (late readers and "
                        "writers of its old mount)");

@@ -21,6 +21,9 @@ struct MasterConfig {
   uint16_t fast_port = 0;          // the hot calls over framed TCP (0 picks a free one)
   bool fast_path = true;           // false: no fast port, every call over gRPC
   bool fast_local = true;          // the fast port also on a local socket (not under TLS)
+  // Started with an empty state, the master makes writes wait out the cache leases an earlier
+  // master may have granted (up to --cache-lease from its start): docs/control-path.md.
+  bool restart_settle = true;
   std::string log_level = "info";
   uint64_t rpc_threads = 0;        // 0: gRPC's default
   // Operations one caller applies per turn of the apply lock, its own and others' queued

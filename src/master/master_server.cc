@@ -82,6 +82,7 @@ Status MasterServer::Start() {
     o.sync_timeout = std::chrono::milliseconds(config_.sync_timeout_ms);
     o.standby_timeout = std::chrono::milliseconds(config_.standby_timeout_ms);
     o.log_bytes = config_.replication_log_bytes;
+    o.restart_settle = config_.restart_settle;
     o.secret = secret;  // a standby presents it to the leader's fast port
     if (tls_files.any()) {  // a standby presents the same certificate to the leader
       auto client = security::TlsContext::Load(tls_files, security::TlsContext::Side::kClient);
@@ -104,6 +105,8 @@ Status MasterServer::Start() {
       c->FillClusterStatus(out);
     });
   }
+  // Alone, this master starts empty: clients may still cache what an earlier one named.
+  if (!coordinator_ && config_.restart_settle) state_->AssumeEarlierCacheLeases();
   grpc::ServerBuilder builder;
   int selected = 0;
   std::string address = config_.host + ":" + std::to_string(config_.port);

@@ -47,6 +47,7 @@ class NodeProcess {
   // Sends sig; false if it was not running.
   bool Kill(int sig) { return child_.Kill(sig); }
   std::optional<ExitStatus> Wait(Millis timeout) { return child_.Wait(timeout); }
+  bool WaitStopped(Millis timeout) { return child_.WaitStopped(timeout); }  // after SIGSTOP
   void KillAndReap() { child_.KillAndReap(); }
   bool Running() { return child_.Running(); }
 

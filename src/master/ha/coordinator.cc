@@ -338,6 +338,7 @@ void Coordinator::Promote(uint64_t term, bool fresh) {
   Lineage lineage;
   if (fresh) {
     state_->ResetEmpty();
+    if (options_.restart_settle) state_->AssumeEarlierCacheLeases();
     log_.Reset(0);
     lineage = {TermStart{term, 1}};
     fresh_starts_->Inc();

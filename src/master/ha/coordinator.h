@@ -64,6 +64,9 @@ struct HaOptions {
   // With sync_standbys = 1 and no synchronous standby to be had for standby_timeout: serve
   // alone (asynchronously, able to lose the last operations) instead of refusing changes.
   bool allow_serving_alone = false;
+  // A leader that starts the cluster over (an empty state) makes writes wait out the cache
+  // leases earlier leaders granted (MasterState::AssumeEarlierCacheLeases).
+  bool restart_settle = true;
   std::chrono::milliseconds leader_lease{2000};   // asked of etcd (it may grant more)
   std::chrono::milliseconds lease_margin{500};    // stop serving this long before etcd could expire it
   std::chrono::milliseconds sync_timeout{3000};   // a reply waits this long for its standby

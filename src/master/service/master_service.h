@@ -198,15 +198,21 @@ class MasterService final : public proto::Master::Service {
   // a node or another tenant's client. "" stays "" (refused as such by the state).
   std::string HeldClient(const std::string& id, const Principal* who) const;
   // A commit's or remove's answer: how long its writer waits for other clients' cache leases
-  // on the keys that succeeded (MasterState::SettleMs). Asks nothing when no lease is live.
+  // on the keys that succeeded (MasterState::SettleMs); for a remove, also on keys not found,
+  // which a client may still cache from an earlier master (AssumeEarlierCacheLeases). Asks
+  // nothing when no lease is live.
   template <typename Repeated>
   void SetSettle(const std::string& client_id, const Repeated& keys, const Principal* who,
-                 const std::vector<Status>& statuses, proto::BatchStatusResponse* resp) const {
+                 const std::vector<Status>& statuses, proto::BatchStatusResponse* resp,
+                 bool not_found_too = false) const {
     if (state_->SettleAllMs() == 0) return;
     std::vector<std::string> held = HeldKeys(keys, who);
     std::vector<std::string> done;
     for (size_t i = 0; i < held.size() && i < statuses.size(); ++i) {
-      if (statuses[i].ok()) done.push_back(std::move(held[i]));
+      if (statuses[i].ok() ||
+          (not_found_too && statuses[i].code() == ErrorCode::OBJECT_NOT_FOUND)) {
+        done.push_back(std::move(held[i]));
+      }
     }
     if (done.empty()) return;
     resp->set_settle_ms(

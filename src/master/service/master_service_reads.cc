@@ -177,7 +177,7 @@ grpc::Status MasterService::BatchRemove(Ctx* ctx, const proto::BatchRemoveReques
   if (req->force() && !who->admin()) return Deny(who, "a forced BatchRemove");
   auto statuses = state_->Remove({HeldKeys(req->keys(), who), req->force()});
   scope.KeyErrors(FillStatuses(statuses, resp));
-  SetSettle(req->client_id(), req->keys(), who, statuses, resp);
+  SetSettle(req->client_id(), req->keys(), who, statuses, resp, /*not_found_too=*/true);
   return admission.Finish();
 }
 
@@ -195,7 +195,8 @@ grpc::Status MasterService::RemoveByRegex(Ctx* ctx, const proto::RegexRequest* r
   resp->set_message(r.status.message());
   resp->set_removed(r.removed);
   resp->set_skipped(r.skipped);
-  if (r.removed > 0) resp->set_settle_ms(static_cast<uint64_t>(state_->SettleAllMs()));
+  // Even with nothing removed here: an earlier master's objects may still be cached.
+  resp->set_settle_ms(static_cast<uint64_t>(state_->SettleAllMs()));
   return admission.Finish();
 }
 
@@ -237,7 +238,8 @@ grpc::Status MasterService::RemoveAll(Ctx* ctx, const proto::RemoveAllRequest* r
   resp->set_code(Code(r.status));
   resp->set_removed(r.removed);
   resp->set_skipped(r.skipped);
-  if (r.removed > 0) resp->set_settle_ms(static_cast<uint64_t>(state_->SettleAllMs()));
+  // Even with nothing removed here: an earlier master's objects may still be cached.
+  resp->set_settle_ms(static_cast<uint64_t>(state_->SettleAllMs()));
   return admission.Finish();
 }
 

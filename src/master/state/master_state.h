@@ -340,6 +340,10 @@ class MasterState {
   // Operations one Apply caller applies per turn, and how many callers must wait before it
   // applies theirs (MasterConfig::apply_turn_ops, apply_combine_waiting).
   void set_apply_turns(size_t ops, size_t min_waiting) { combiner_.set_limits(ops, min_waiting); }
+  // A state that starts empty knows no cache lease an earlier master granted: from now until
+  // the clock's now plus policy().cache_lease_ms, every write settles as if each key had one
+  // (SettleUntil). Not state: neither in the snapshot nor in the digest.
+  void AssumeEarlierCacheLeases();
   uint64_t applies_combined() const { return combiner_.combined_tasks(); }
   // Copies of `node_id` under way (its next copy round ends them).
   size_t CopiesOf(const std::string& node_id) const;

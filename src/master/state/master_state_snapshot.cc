@@ -392,4 +392,10 @@ Status MasterState::LoadSnapshot(std::string_view bytes, bool adopt_policy) {
   return Status::Ok();
 }
 
+void MasterState::AssumeEarlierCacheLeases() {
+  if (policy_.cache_lease_ms > 0) {
+    cache_leases_.AssumeAllUntil(SaturatingAdd(clock_->NowMs(), policy_.cache_lease_ms));
+  }
+}
+
 }  // namespace granary::master
