@@ -224,9 +224,11 @@ class DeviceMemory {
   virtual ~DeviceMemory() = default;
   // Whether [p, p + n) is this kind of memory; the client treats any other range as host memory.
   virtual bool Holds(const std::byte* p, uint64_t n) const = 0;
-  // Starts copying n host bytes at src to device memory at dst; may return before it is done.
+  // Starts copying n host bytes at src to device memory at dst; may return before it is done,
+  // or before it began (held to join the next copy). An error may be that of an earlier copy
+  // since the last Wait, which then fails too.
   virtual Status CopyIn(std::byte* dst, const std::byte* src, uint64_t n) = 0;
-  // Starts copying n device bytes at src to host memory at dst; may return before it is done.
+  // Starts copying n device bytes at src to host memory at dst; as CopyIn.
   virtual Status CopyOut(std::byte* dst, const std::byte* src, uint64_t n) = 0;
   // Waits for every copy this thread started: once it returns, their sources may change and
   // their destinations hold the bytes.

@@ -90,7 +90,8 @@ class ReplicaIo {
   // Read's same-host device path in two halves, so that many objects' copies share one
   // DeviceMemory::Wait. StartDeviceRead starts the device's copies out of the mapped segment
   // and hashes the same bytes meanwhile; nullopt when it does not apply (the replica is not
-  // mapped here, or a destination part is not device memory): use Read. FinishDeviceRead, once
+  // mapped here, a destination part is not device memory, the sizes differ, or the object is
+  // empty): use Read. FinishDeviceRead, once
   // the calling thread's Wait returned `waited`, checks the segment's token again and returns
   // the digest: only then may the bytes count as read.
   struct DeviceRead {

@@ -63,8 +63,10 @@ Status CudaDeviceMemory::Copy(std::byte* dst, const std::byte* src, uint64_t n, 
   // The GPU's memory is the destination of a copy in and the source of a copy out.
   const int device = to_device ? device_of_(dst, n) : device_of_(src, n);
   ThreadStreams::Held& h = streams.held;
+  // Both ranges continue the held copy's, and the GPU side stays inside one range of one GPU.
   const bool joins = h.n > 0 && h.device == device && h.to_device == to_device &&
-                     h.dst + h.n == dst && h.src + h.n == src && h.n + n <= kMergeLimit;
+                     h.dst + h.n == dst && h.src + h.n == src && h.n + n <= kMergeLimit &&
+                     (to_device ? device_of_(h.dst, h.n + n) : device_of_(h.src, h.n + n)) == device;
   if (!joins) HandOver();  // while the held copy's GPU is still the thread's current one
   auto stream = StreamFor(device);
   if (!stream.ok()) return stream.status();

@@ -4,10 +4,12 @@
 // Promise: the client's CPU never loads or stores a range Holds accepts; bytes reach it or leave
 // it only through cudaMemcpyAsync, on a stream of the calling thread's for the GPU that owns the
 // range (the thread switches to that GPU first), and Wait returns once every copy the thread
-// started since its last Wait is done. A copy that continues the thread's previous one (the next
-// bytes of both ranges, same GPU and direction) may join it as one DMA, handed to CUDA by 8 MiB
-// or at the next Wait; a copy CUDA refuses fails that Wait, and every copy call after it until
-// then, so no copy is ever reported done that was not made. Register pins a mapped segment (cudaHostRegister) so the
+// started since its last Wait is done. A copy that continues the thread's previous one (the
+// next bytes of both ranges, same GPU and direction, the GPU side inside one range `device_of`
+// knows) may join it as one DMA, handed to CUDA by 8 MiB or at the next Wait; a copy CUDA
+// refuses fails that Wait, and every copy call after it until then, so no copy is ever reported
+// done that was not made. The held copy and the failure are the thread's, whichever instance
+// started them: a thread copies through one instance at a time, between Waits. Register pins a mapped segment (cudaHostRegister) so the
 // GPUs' copy engines read and write it directly; the returned handle unregisters it when the
 // client drops it, which the client does before unmapping. A segment that cannot be pinned
 // still works (the driver stages the copy). Which ranges are GPU memory, and of which GPU, is the

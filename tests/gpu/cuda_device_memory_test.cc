@@ -49,8 +49,12 @@ class CudaDeviceMemoryTest : public ::testing::Test {
   const CudaRuntime& cuda_ = CudaRuntime::Instance();
   std::byte* device_ = nullptr;
   std::vector<std::byte> host_;
+  // The allocation's two halves are two ranges, as two registrations back to back would be.
   CudaDeviceMemory memory_{cuda_, [this](const std::byte* p, uint64_t n) {
-                             return p >= device_ && p + n <= device_ + kSize ? 0 : -1;
+                             const std::byte* half = device_ + kSize / 2;
+                             const bool low = p >= device_ && p + n <= half;
+                             const bool high = p >= half && p + n <= device_ + kSize;
+                             return low || high ? 0 : -1;
                            }};
   long (*async_copies_)() = nullptr;
   void (*fail_copies_)(int) = nullptr;
@@ -79,9 +83,19 @@ TEST_F(CudaDeviceMemoryTest, CopiesWithAGapOnEitherSideStaySeparate) {
   EXPECT_EQ(std::memcmp(OnDevice(12288, 4096).data(), host_.data() + 16384, 4096), 0);
 }
 
+TEST_F(CudaDeviceMemoryTest, CopiesIntoTwoRangesOfTheGpuStaySeparateThoughBackToBack) {
+  const long before = async_copies_();
+  const uint64_t half = kSize / 2;
+  ASSERT_TRUE(memory_.CopyIn(device_ + half - 4096, host_.data() + half - 4096, 4096).ok());
+  ASSERT_TRUE(memory_.CopyIn(device_ + half, host_.data() + half, 4096).ok());
+  ASSERT_TRUE(memory_.Wait().ok());
+  EXPECT_EQ(async_copies_() - before, 2);
+  EXPECT_TRUE(DeviceHolds(half - 4096, 8192));
+}
+
 TEST_F(CudaDeviceMemoryTest, AMergedCopyIsHandedOverBy8MiBBeforeAnyWait) {
   const long before = async_copies_();
-  for (uint64_t i = 0; i < 3; ++i) {
+  for (uint64_t i = 0; i < 3; ++i) {  // the first two fill the low range exactly
     ASSERT_TRUE(memory_.CopyIn(device_ + i * 4 * MiB, host_.data() + i * 4 * MiB, 4 * MiB).ok());
   }
   EXPECT_EQ(async_copies_() - before, 1) << "the first 8 MiB left without waiting for Wait";

@@ -42,16 +42,17 @@ struct Case {
 // One pass of `mode` over every object, split into contiguous shares; best time of `repeats`.
 double RunCase(const CudaRuntime& cuda, bool to_device, const std::string& mode, std::byte* host,
                std::byte* device, uint64_t total, uint64_t object, int threads, int repeats,
-               std::vector<CudaRuntime::Stream>& streams, uint64_t* sink) {
+               std::vector<CudaRuntime::Stream>& streams, uint64_t* sink, Status* failed) {
   const uint64_t objects = total / object;
   double best = 1e30;
   for (int r = 0; r < repeats; ++r) {
     std::barrier start(threads + 1);
     std::vector<std::thread> pool;
     std::vector<uint64_t> digests(threads, 0);
+    std::vector<Status> failures(threads);
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
-        (void)cuda.SetDevice(0);
+        failures[t] = cuda.SetDevice(0);
         CudaRuntime::Stream s = streams[t];
         const uint64_t first = objects * t / threads, last = objects * (t + 1) / threads;
         auto copy = [&](uint64_t i) {
@@ -66,29 +67,33 @@ double RunCase(const CudaRuntime& cuda, bool to_device, const std::string& mode,
           digests[t] ^= c.Digest();
         };
         start.arrive_and_wait();
+        // A refused copy or wait returns at once: the case's figure would be meaningless.
+        auto check = [&](const Status& st) {
+          if (!st.ok() && failures[t].ok()) failures[t] = st;
+        };
         for (uint64_t i = first; i < last; ++i) {
           if (mode == "dma-each") {
-            (void)copy(i);
-            (void)cuda.Synchronize(s);
+            check(copy(i));
+            check(cuda.Synchronize(s));
           } else if (mode == "dma-batch") {
-            (void)copy(i);
+            check(copy(i));
           } else if (mode == "hash") {
             hash(i);
           } else if (mode == "each") {
-            (void)copy(i);
+            check(copy(i));
             if (to_device) {
               hash(i);
-              (void)cuda.Synchronize(s);
+              check(cuda.Synchronize(s));
             } else {
-              (void)cuda.Synchronize(s);
+              check(cuda.Synchronize(s));
               hash(i);
             }
           } else {  // batch
-            (void)copy(i);
+            check(copy(i));
             if (to_device) hash(i);
           }
         }
-        if (mode == "dma-batch" || mode == "batch") (void)cuda.Synchronize(s);
+        if (mode == "dma-batch" || mode == "batch") check(cuda.Synchronize(s));
         if (mode == "batch" && !to_device) {
           for (uint64_t i = first; i < last; ++i) hash(i);
         }
@@ -99,6 +104,12 @@ double RunCase(const CudaRuntime& cuda, bool to_device, const std::string& mode,
     for (auto& th : pool) th.join();
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
     for (uint64_t d : digests) *sink ^= d;
+    for (const Status& f : failures) {
+      if (!f.ok()) {
+        *failed = f;
+        return 0;
+      }
+    }
   }
   return best;
 }
@@ -112,6 +123,12 @@ int RunGpuCopyBench(const GpuCopyBenchOptions& o) {
     return 1;
   }
   const uint64_t total = o.bytes;
+  for (uint64_t object : o.objects) {
+    if (object == 0 || object > total) {
+      std::fprintf(stderr, "gpu-copy: every object size must be 1..--bytes\n");
+      return 2;
+    }
+  }
   int fd = memfd_create("granary-gpu-copy", 0);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(total)) != 0) {
     std::perror("gpu-copy: memfd");
@@ -140,7 +157,14 @@ int RunGpuCopyBench(const GpuCopyBenchOptions& o) {
   int max_threads = 1;
   for (int t : o.threads) max_threads = std::max(max_threads, t);
   std::vector<CudaRuntime::Stream> streams;
-  for (int t = 0; t < max_threads; ++t) streams.push_back(*cuda.CreateStream());
+  for (int t = 0; t < max_threads; ++t) {
+    auto stream = cuda.CreateStream();
+    if (!stream.ok()) {
+      std::fprintf(stderr, "gpu-copy: %s\n", stream.status().ToString().c_str());
+      return 1;
+    }
+    streams.push_back(*stream);
+  }
 
   std::vector<Case> cases;
   uint64_t sink = 0;
@@ -149,8 +173,14 @@ int RunGpuCopyBench(const GpuCopyBenchOptions& o) {
     for (uint64_t object : o.objects) {
       for (int threads : o.threads) {
         for (const std::string& mode : o.modes) {
+          Status failed;
           double s = RunCase(cuda, dir == "h2d", mode, host, device, total / object * object,
-                             object, threads, o.repeats, streams, &sink);
+                             object, threads, o.repeats, streams, &sink, &failed);
+          if (!failed.ok()) {
+            std::fprintf(stderr, "gpu-copy: %s %s: %s\n", dir.c_str(), mode.c_str(),
+                         failed.ToString().c_str());
+            return 1;
+          }
           Case c{dir, mode, object, threads, s, (total / object * object) / s / 1e9};
           std::printf("%-5s %-10s %10llu %4d %10.2f %8.2f\n", dir.c_str(), mode.c_str(),
                       static_cast<unsigned long long>(object), threads, s * 1e3, c.gbps);

@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   gpu_copy->add_option("--objects", go.objects, "object sizes in bytes")->capture_default_str()
       ->delimiter(',');
   gpu_copy->add_option("--threads", go.threads, "thread counts")->capture_default_str()
-      ->delimiter(',');
+      ->delimiter(',')->check(CLI::Range(1, 256));
   gpu_copy->add_option("--modes", go.modes, "dma-each, dma-batch, hash, each, batch")
       ->capture_default_str()->delimiter(',')
       ->check(CLI::IsMember({"dma-each", "dma-batch", "hash", "each", "batch"}));
