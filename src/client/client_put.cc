@@ -2,6 +2,8 @@
 // call), and the two-call put (PutStart, the copies, PutEnd) for the rest.
 #include "client/client_impl.h"
 
+#include <google/protobuf/arena.h>
+
 namespace granary::client {
 
 std::vector<Status> ClientImpl::PutCore(const std::vector<std::string>& keys,
@@ -67,7 +69,9 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
     return results;
   }
   std::vector<Held>& held = *all;  // held[i]: key i's reservation
-  std::vector<ChecksumStream> hashes(n);
+  // Each write hashes into a state on its own stack (576 bytes, in cache), not one of n states
+  // allocated per batch: 4.7 MB to fault in and reset for 8,192 keys.
+  std::vector<uint64_t> checksums(n, 0);
   std::vector<Status> wrote(n);
   std::vector<char> late(n, 0);  // not written: past its hand-out time when its turn came
   auto write = [&](size_t i) {
@@ -81,7 +85,9 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
     // is written at the reservation's start, and the commit trims the rest.
     proto::Replica replica = held[i].replica;
     replica.set_length(TotalSize(parts[i]));
-    wrote[i] = io_.Write(replica, parts[i], &hashes[i], device);
+    ChecksumStream sum;
+    wrote[i] = io_.Write(replica, parts[i], &sum, device);
+    checksums[i] = sum.Digest();
   };
   if (n == 1) {
     write(0);  // no hand-off to a worker for the common single put
@@ -108,7 +114,7 @@ std::vector<Status> ClientImpl::PutReserved(const std::vector<std::string>& keys
     commit.add_keys(keys[i]);
     commit.add_reservations(held[i].name);
     commit.add_sizes(TotalSize(parts[i]));
-    commit.add_checksums(hashes[i].Digest());
+    commit.add_checksums(checksums[i]);
     commit.add_segment_ids(held[i].replica.segment_id());
     commit.add_offsets(held[i].replica.offset());
     committing.push_back(i);
@@ -161,7 +167,11 @@ std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys
                                             const ReplicateConfig& config, bool upsert,
                                             DeviceMemory* device) {
   const size_t n = keys.size();
-  proto::BatchPutStartRequest start;
+  // A message per key each way: on an arena, freed at once with it (for 8,192 keys the answer's
+  // parse and free were a quarter of a batch put's client time).
+  google::protobuf::Arena arena;
+  proto::BatchPutStartRequest& start =
+      *google::protobuf::Arena::CreateMessage<proto::BatchPutStartRequest>(&arena);
   start.set_client_id(client_id_);
   start.set_upsert(upsert);
   *start.mutable_config() = ToProto(config);
@@ -169,7 +179,8 @@ std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys
     start.add_keys(keys[i]);
     start.add_sizes(TotalSize(parts[i]));
   }
-  proto::BatchPutStartResponse started;
+  proto::BatchPutStartResponse& started =
+      *google::protobuf::Arena::CreateMessage<proto::BatchPutStartResponse>(&arena);
   Status s = link_.PutStart(start, &started);
   if (!s.ok()) return Fill(n, s);
   if (started.results_size() != static_cast<int>(n)) return Fill(n, Malformed());
@@ -191,15 +202,20 @@ std::vector<Status> ClientImpl::PutStartEnd(const std::vector<std::string>& keys
 
   // The first replica of each key is written with its checksum computed on the way; a key with
   // no first transfer (cannot happen: start gave >= 1 replica) would keep checksum 0.
-  std::vector<ChecksumStream> hashes(n);
+  // (A hash state on each write's stack: see PutReserved.)
+  std::vector<uint64_t> checksums(n, 0);
   std::vector<Status> transfer_status(transfers.size());
   pool_.ParallelFor(transfers.size(), [&](size_t t) {
     auto [i, j] = transfers[t];
-    transfer_status[t] = io_.Write(started.results(static_cast<int>(i)).replicas(j), parts[i],
-                                   j == 0 ? &hashes[i] : nullptr, device);
+    const auto& replica = started.results(static_cast<int>(i)).replicas(j);
+    if (j != 0) {
+      transfer_status[t] = io_.Write(replica, parts[i], nullptr, device);
+      return;
+    }
+    ChecksumStream sum;
+    transfer_status[t] = io_.Write(replica, parts[i], &sum, device);
+    checksums[i] = sum.Digest();
   });
-  std::vector<uint64_t> checksums(n);
-  for (size_t i : writing) checksums[i] = hashes[i].Digest();
   for (size_t t = 0; t < transfers.size(); ++t) {
     size_t i = transfers[t].first;
     if (!transfer_status[t].ok() && results[i].ok()) results[i] = transfer_status[t];
