@@ -46,7 +46,7 @@ run() { ${RUN[@]+"${RUN[@]}"} "$@"; }
 echo "== tsan: build ($BUILD_DIR) =="
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRANARY_SANITIZE=thread \
   -DGRANARY_PYTHON=OFF > /dev/null
-run ninja -C "$BUILD_DIR" -j "$JOBS" unit_tests integration_tests
+run ninja -C "$BUILD_DIR" -j "$JOBS" unit_tests integration_tests gpu_tests
 built=$(date +%s)
 
 # Left out: three hostile-input tests that push one batch of 65,536-100,000 keys through the

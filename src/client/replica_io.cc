@@ -251,6 +251,7 @@ std::optional<ReplicaIo::DeviceRead> ReplicaIo::StartDeviceRead(
     }
     offset += part.size();
   }
+  if (!read.started.ok()) return read;  // nothing to check the bytes against
   ChecksumStream checksum;
   {
     // Shared-memory bytes: ordered by the master (common/tsan.h).
