@@ -31,7 +31,7 @@ def percentile(sorted_values, p):
     return sorted_values[min(len(sorted_values) - 1, len(sorted_values) * p // 100)]
 
 
-BUDGET = 1 << 30  # bytes one put case may write, so the store never has to evict our keys
+BUDGET = 1 << 30  # bytes one put case may write, so the store never has to evict our keys (--budget)
 
 
 def run_case(seconds, op, max_calls=1_000_000):
@@ -257,7 +257,12 @@ def main():
     parser.add_argument("--batch", type=int, default=8, help="objects per batched call")
     parser.add_argument("--memcached", help="memcached HOST:PORT: the same cases against it")
     parser.add_argument("--json")
+    parser.add_argument("--budget", default="1GiB",
+                        help="bytes one put case may write: at most a quarter of the store's "
+                             "memory, so that a case never reads keys the store had to evict")
     args = parser.parse_args()
+    global BUDGET
+    BUDGET = granary.parse_size(args.budget)
     sizes = [granary.parse_size(s) for s in args.sizes.split(",")]
     rows = []
     for size in sizes:
