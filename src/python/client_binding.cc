@@ -13,6 +13,7 @@
 #include "granary/client.h"
 #include "python/buffers.h"
 #include "python/errors.h"
+#include "python/answer_dicts.h"
 #include "python/types_binding.h"
 
 namespace py = pybind11;
@@ -338,38 +339,7 @@ class PyClient {
     return out;
   }
   py::dict Stat(const std::string& key) {
-    auto s = Unwrap(Released([&](Client& c) { return c.Stat(key); }));
-    py::list replicas;
-    for (const auto& r : s.replicas) {
-      py::dict d;
-      d["segment"] = r.segment_name;
-      d["endpoint"] = r.endpoint;
-      d["offset"] = r.offset;
-      d["length"] = r.length;
-      replicas.append(d);
-    }
-    py::list disk;
-    for (const auto& r : s.disk_replicas) {
-      py::dict d;
-      d["node_id"] = r.node_id;
-      d["endpoint"] = r.endpoint;
-      d["location"] = r.location;
-      d["length"] = r.length;
-      disk.append(d);
-    }
-    py::dict d;
-    d["state"] = s.state;
-    d["size"] = s.size;
-    d["checksum"] = s.checksum;
-    d["replicas"] = replicas;
-    d["disk_replicas"] = disk;
-    d["read_locks"] = s.read_locks;
-    d["hard_pinned"] = s.hard_pinned;
-    d["soft_pinned"] = s.soft_pinned;
-    d["idle_ms"] = s.idle_ms;
-    d["want_replicas"] = s.want_replicas;
-    d["copying"] = s.copying;
-    return d;
+    return StatDict(Unwrap(Released([&](Client& c) { return c.Stat(key); })));
   }
   py::list BatchReplicate(const Keys& keys, uint32_t replica_num) {
     return ToList(Released([&](Client& c) { return c.BatchReplicate(keys, replica_num); }));
@@ -381,83 +351,17 @@ class PyClient {
     if (!s.ok()) Raise(s);
   }
   py::list Segments() {
-    auto segments = Unwrap(Released([&](Client& c) { return c.ListSegments(); }));
-    py::list out;
-    for (const auto& s : segments) {
-      py::dict d;
-      d["name"] = s.name;
-      d["node_id"] = s.node_id;
-      d["endpoint"] = s.endpoint;
-      d["size"] = s.size;
-      d["used_bytes"] = s.used_bytes;
-      d["free_bytes"] = s.free_bytes;
-      d["largest_free_block"] = s.largest_free_block;
-      d["objects"] = s.replicas;
-      d["disk_capacity"] = s.disk_capacity;
-      d["disk_used"] = s.disk_used;
-      d["disk_objects"] = s.disk_objects;
-      d["draining"] = s.draining;
-      d["drain_remaining_objects"] = s.drain_remaining_objects;
-      d["drain_remaining_bytes"] = s.drain_remaining_bytes;
-      out.append(d);
-    }
-    return out;
+    return SegmentsList(Unwrap(Released([&](Client& c) { return c.ListSegments(); })));
   }
   py::list Drains() {
-    auto drains = Unwrap(Released([&](Client& c) { return c.ListDrains(); }));
-    py::list out;
-    for (const auto& d : drains) {
-      py::dict e;
-      e["segment"] = d.segment;
-      e["drop"] = d.drop;
-      e["done"] = d.done;
-      e["start_unix_ms"] = d.start_unix_ms;
-      e["remaining_objects"] = d.remaining_objects;
-      e["remaining_bytes"] = d.remaining_bytes;
-      out.append(e);
-    }
-    return out;
+    return DrainsList(Unwrap(Released([&](Client& c) { return c.ListDrains(); })));
   }
   void Health() {
     Status s = Released([&](Client& c) { return c.Health(); });
     if (!s.ok()) Raise(s);
   }
-  // Who leads the HA cluster and how far each standby is; for a master alone, ha is False.
   py::dict Cluster() {
-    ClusterStatus s = Unwrap(Released([&](Client& c) { return c.Cluster(); }));
-    py::list standbys;
-    for (const auto& st : s.standbys) {
-      py::dict d;
-      d["id"] = st.id;
-      d["address"] = st.address;
-      d["connected"] = st.connected;
-      d["synchronous"] = st.synchronous;
-      d["acked_seq"] = st.acked_seq;
-      d["lag"] = st.lag;
-      standbys.append(d);
-    }
-    py::dict d;
-    d["ha"] = s.ha;
-    d["cluster_id"] = s.cluster_id;
-    d["leader_id"] = s.leader_id;
-    d["leader_address"] = s.leader_address;
-    d["term"] = s.term;
-    d["applied_seq"] = s.applied_seq;
-    d["serving_alone"] = s.serving_alone;
-    d["standbys"] = standbys;
-    d["caller_role"] = s.caller_role;
-    d["caller_tenant"] = s.caller_tenant;
-    py::list tenants;
-    for (const auto& t : s.tenants) {
-      py::dict td;
-      td["name"] = t.name;
-      td["bytes"] = t.bytes;
-      td["objects"] = t.objects;
-      td["quota_bytes"] = t.quota_bytes;
-      tenants.append(td);
-    }
-    d["tenants"] = tenants;
-    return d;
+    return ClusterDict(Unwrap(Released([&](Client& c) { return c.Cluster(); })));
   }
   py::dict Stats() { return StatsDict(client_->Stats()); }
   const std::string& client_id() const { return client_->client_id(); }

@@ -32,23 +32,6 @@ Persistence PersistenceFromName(const std::string& name) {
 
 }  // namespace
 
-py::dict StatsDict(const ClientStats& s) {
-  py::dict d;
-  d["shm_bytes_written"] = s.shm_bytes_written;
-  d["shm_bytes_read"] = s.shm_bytes_read;
-  d["tcp_bytes_written"] = s.tcp_bytes_written;
-  d["tcp_bytes_read"] = s.tcp_bytes_read;
-  d["shm_mappings"] = s.shm_mappings;
-  d["disk_bytes_read"] = s.disk_bytes_read;
-  d["disk_bytes_read_shm"] = s.disk_bytes_read_shm;
-  d["shm_bytes_warmed"] = s.shm_bytes_warmed;
-  d["shm_bytes_warm_pending"] = s.shm_bytes_warm_pending;
-  d["shm_warm_ns"] = s.shm_warm_ns;
-  d["reserved_puts"] = s.reserved_puts;
-  d["reservations_held"] = s.reservations_held;
-  d["cached_gets"] = s.cached_gets;
-  return d;
-}
 
 void RegisterTypes(py::module_& m) {
   py::class_<OwnedBuffer>(m, "Buffer", py::buffer_protocol(),

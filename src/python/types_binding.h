@@ -1,6 +1,5 @@
 // python/types_binding.h - the `_granary` module's value types and memory helpers: Buffer (bytes
-// a get_buffer call allocated), ReplicateConfig, MemPool, host_alloc/host_free, cuda_status, and
-// a client's counters as a dict.
+// a get_buffer call allocated), ReplicateConfig, MemPool, host_alloc/host_free, cuda_status.
 //
 // Promise: what these register holds no client and moves no object; ReplicateConfig's persistence
 // takes only the master's --persistence names (plus "default") and raises on any other.
@@ -15,8 +14,5 @@
 namespace granary::python {
 
 void RegisterTypes(pybind11::module_& m);
-
-// A client's counters (Client::Stats) as the dict Store.stats() returns.
-pybind11::dict StatsDict(const ClientStats& stats);
 
 }  // namespace granary::python
