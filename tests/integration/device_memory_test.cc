@@ -64,6 +64,8 @@ class CopyEngineMemory final : public DeviceMemory {
   }
   Status Wait() override {
     ++waits_;
+    // A copy engine that takes this long to finish what it was given.
+    if (int ms = slow_wait_ms_.load(); ms > 0) std::this_thread::sleep_for(Millis(ms));
     return Status::Ok();
   }
   // The handle outlives this object when the client does (it lives as long as the client's
@@ -114,6 +116,7 @@ class CopyEngineMemory final : public DeviceMemory {
   std::atomic<uint64_t> copied_{0}, copied_from_registered_{0}, waits_{0};
   std::atomic<uint64_t> copied_out_{0}, copied_into_registered_{0};
   std::atomic<int> failing_{0};
+  std::atomic<int> slow_wait_ms_{0};
   struct Registrations {
     mutable std::mutex mu;
     std::vector<std::pair<std::byte*, uint64_t>> registered;
@@ -263,6 +266,30 @@ TEST_F(DeviceMemoryTest, AFailedDeviceCopyFailsItsKeyAlone) {
   std::memset(mem.shadow(), 0, 4 * MiB);
   mem.FailCopies(1);  // as does one whose copy failed once
   GetAllIntoDevice(*client, mem);
+}
+
+// ReplicaIo::FinishDeviceRead's promise: a batch's device copies count as read only if their one
+// wait ended within the read lease; here every wait outlasts it, so no key is reported read.
+TEST_F(DeviceMemoryTest, ABatchWhoseDeviceWaitOutlastsTheReadLeaseIsNotReportedRead) {
+  ASSERT_TRUE(cluster_.Start(1, 64 * MiB, {{"--lease-ttl", "500ms"}}));
+  auto client = cluster_.MakeClient(true);
+  ASSERT_NE(client, nullptr);
+  PutObjects(*client, 4, "devlate/");
+  CopyEngineMemory mem(4 * MiB);
+  mem.slow_wait_ms_ = 700;
+  std::vector<std::vector<MutableByteSpan>> dst;
+  size_t offset = 0;
+  for (uint64_t n : sizes_) {
+    dst.push_back({MutableByteSpan(mem.device() + offset, n)});
+    offset += n;
+  }
+  auto got = client->BatchGetIntoDevice(keys_, dst, mem);
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    ASSERT_FALSE(got[i].ok()) << keys_[i] << ": read though its copy ended after the lease";
+    EXPECT_EQ(got[i].status().code(), ErrorCode::LEASE_EXPIRED) << got[i].status().ToString();
+  }
+  mem.slow_wait_ms_ = 0;
+  GetAllIntoDevice(*client, mem);  // in time, the same batch is read
 }
 
 TEST_F(DeviceMemoryTest, OverTcpAndFromThreadsTheBytesComeThroughHostMemory) {
