@@ -24,6 +24,10 @@ void RegisterMasterConfig(ConfigSchema& schema, MasterConfig* c) {
   schema.AddUint("apply_combine_waiting", &c->apply_combine_waiting,
                  "a caller applies others' operations only while at least this many wait; "
                  "with fewer the apply lock passes in arrival order", 1, 4096);
+  schema.AddBool("apply_groups", &c->apply_groups,
+                 "a turn's concurrent put starts are applied as one group: their keys' checks "
+                 "and inserts shard by shard on the waiting callers' threads, their placements "
+                 "in order (the same state as one by one)");
   MasterPolicy& p = c->policy;
   schema.AddDurationMs("lease_ttl", &p.lease_ttl_ms, "how long a read lock lasts unless released");
   schema.AddDurationMs("cache_lease", &p.cache_lease_ms,

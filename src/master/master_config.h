@@ -31,6 +31,9 @@ struct MasterConfig {
   uint64_t apply_turn_ops = 32;
   // ...and only while at least this many callers wait (fewer: the lock passes in arrival order).
   uint64_t apply_combine_waiting = 4;
+  // ...and a turn's PutStarts are applied as one group on the waiting callers' threads. Off by
+  // default: on 2 cores it gains nothing (docs/benchmarks.md); it is meant for many cores.
+  bool apply_groups = false;
   uint64_t shard_count = 1024;
   std::string history_file;        // empty: no history file
   std::string eviction_policy = "prefix";  // prefix, s3fifo or lru; see EvictionPolicy

@@ -25,6 +25,7 @@ MasterServer::MasterServer(MasterConfig config, const Clock* clock)
   service_->replica_planner().set_mbps(config_.rereplicate_mbps);
   state_->set_apply_turns(static_cast<size_t>(config_.apply_turn_ops),
                           static_cast<size_t>(config_.apply_combine_waiting));
+  state_->set_apply_groups(config_.apply_groups);
   RegisterMetrics();
 }
 
@@ -353,6 +354,15 @@ void MasterServer::RegisterMetrics() {
       "granary_master_applies_combined_total",
       "operations applied on another caller's turn: under contention, most of them",
       [s, single] { return single(static_cast<double>(s->applies_combined())); });
+  metrics_.AddCounterCallback(
+      "granary_master_applies_grouped_total",
+      "put starts applied in a group of a turn (--apply-groups), one by one after a check "
+      "included",
+      [s, single] { return single(static_cast<double>(s->applies_grouped())); });
+  metrics_.AddCounterCallback(
+      "granary_master_apply_parts_helped_total",
+      "parts of a group's shard work that ran on a waiting caller's thread",
+      [s, single] { return single(static_cast<double>(s->apply_parts_helped())); });
   metrics_.AddGaugeCallback("granary_master_replica_copies_in_flight",
                             "re-replication copies nodes are making now", [s, single] {
                               return single(static_cast<double>(s->copies_in_flight()));

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -201,6 +202,123 @@ TEST(ApplyCombinerTest, AnExceptionReachesOnlyTheCallerWhoseTaskThrew) {
   EXPECT_FALSE(first_threw);
   EXPECT_FALSE(third_threw);
   EXPECT_EQ(combiner.turns(), 1u);
+}
+
+// A runner that applies every leading tagged task of a turn as one group, and spreads eight
+// parts over the turn's waiting callers: part 0 waits (bounded) until another thread has run a
+// part, so the parts cannot all run on the turn holder's thread.
+struct TestGroupRunner final : ApplyCombiner::GroupRunner {
+  struct Tag {
+    int id;
+    bool applied = false;
+  };
+  std::vector<int> order;        // ids in the order they were applied, grouped or alone
+  std::vector<size_t> groups;    // each group's size
+  std::atomic<int> part_runs[8] = {};
+  std::mutex threads_mu;
+  std::vector<std::thread::id> part_threads;
+  bool part_zero_saw_a_helper = false;
+
+  size_t RunGroup(std::span<void* const> tags, ApplyCombiner::Helpers& helpers) noexcept override {
+    size_t n = 0;
+    while (n < tags.size() && tags[n] != nullptr) ++n;
+    if (n < 2) return 0;
+    helpers.ParallelFor(8, [](void* ctx, size_t part) noexcept {
+      auto& self = *static_cast<TestGroupRunner*>(ctx);
+      self.part_runs[part]++;
+      {
+        std::lock_guard lock(self.threads_mu);
+        self.part_threads.push_back(std::this_thread::get_id());
+      }
+      if (part != 0) return;
+      for (int i = 0; i < 5000; ++i) {
+        {
+          std::lock_guard lock(self.threads_mu);
+          for (auto id : self.part_threads) {
+            if (id != std::this_thread::get_id()) self.part_zero_saw_a_helper = true;
+          }
+          if (self.part_zero_saw_a_helper) return;
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+    }, this);
+    for (size_t i = 0; i < n; ++i) {
+      auto* tag = static_cast<Tag*>(tags[i]);
+      order.push_back(tag->id);
+      tag->applied = true;
+    }
+    groups.push_back(n);
+    return n;
+  }
+};
+
+// Five callers queue behind a held turn; the middle one's task has no tag. The runner applies
+// {0, 1} as a group, 2 runs alone, {3, 4} as a group: arrival order kept, no grouped task's own
+// function called, every Run returning after its task was applied, each part run exactly once,
+// some on a waiting caller's thread.
+TEST(ApplyCombinerTest, AGroupRunnerAppliesLeadingTaggedTasksAndBorrowsTheWaitingCallers) {
+  std::mutex serial;
+  ApplyCombiner combiner(&serial, 32, 1);
+  TestGroupRunner runner;
+  combiner.set_group_runner(&runner);
+  std::vector<TestGroupRunner::Tag> tags{{0}, {1}, {2}, {3}, {4}};
+  std::atomic<int> own_functions_run{0}, returned_before_applied{0};
+  std::vector<std::thread> threads;
+  bool queued = true;
+  std::unique_lock hold(serial);
+  for (int id = 0; id < 5 && queued; ++id) {
+    threads.emplace_back([&, id] {
+      combiner.Run(
+          [&, id] {
+            own_functions_run++;
+            runner.order.push_back(id);  // under the turn, as the runner's writes are
+            tags[id].applied = true;
+          },
+          id == 2 ? nullptr : &tags[id]);
+      if (!tags[id].applied) returned_before_applied++;
+    });
+    queued = WaitQueued(combiner, static_cast<size_t>(id) + 1);
+  }
+  ASSERT_TRUE(queued);
+  hold.unlock();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(runner.order, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(runner.groups, (std::vector<size_t>{2, 2}));
+  EXPECT_EQ(own_functions_run.load(), 1) << "only the untagged task runs its own function";
+  EXPECT_EQ(returned_before_applied.load(), 0);
+  EXPECT_EQ(combiner.grouped_tasks(), 4u);
+  for (int part = 0; part < 8; ++part) EXPECT_EQ(runner.part_runs[part].load(), 2) << part;
+  EXPECT_TRUE(runner.part_zero_saw_a_helper) << "no part ran on a waiting caller's thread";
+  EXPECT_GT(combiner.helped_parts(), 0u);
+}
+
+// A runner that declines (returns 0) leaves every task to run alone, in order.
+TEST(ApplyCombinerTest, ADecliningGroupRunnerLeavesEachTaskToItsOwnFunction) {
+  struct Declining final : ApplyCombiner::GroupRunner {
+    int offered = 0;
+    size_t RunGroup(std::span<void* const>, ApplyCombiner::Helpers&) noexcept override {
+      offered++;
+      return 0;
+    }
+  } runner;
+  std::mutex serial;
+  ApplyCombiner combiner(&serial, 32, 1);
+  combiner.set_group_runner(&runner);
+  int tag = 0;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  bool queued = true;
+  std::unique_lock hold(serial);
+  for (int id = 0; id < 4 && queued; ++id) {
+    threads.emplace_back([&, id] { combiner.Run([&, id] { order.push_back(id); }, &tag); });
+    queued = WaitQueued(combiner, static_cast<size_t>(id) + 1);
+  }
+  ASSERT_TRUE(queued);
+  hold.unlock();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_GT(runner.offered, 0);
+  EXPECT_EQ(combiner.grouped_tasks(), 0u);
 }
 
 // Alone, a caller runs its own task on its own thread and combines nothing.

@@ -13,7 +13,7 @@ void ApplyCombiner::RunWaiter(Waiter& w) {
     turn_taken_ = true;
   }
   if (wait) {
-    WaitWhileQueued(w.state);
+    WaitWhileQueued(w);
     if (w.state.load(std::memory_order_acquire) == kDone) {
       if (w.error) std::rethrow_exception(w.error);
       return;
@@ -60,19 +60,79 @@ void ApplyCombiner::Combine(const Waiter& own) {
       Wake(next_turn->state, kYourTurn);
       return;
     }
-    for (Waiter* w : batch_) {
-      try {
-        w->fn(w->task);
-      } catch (...) {
-        w->error = std::current_exception();
+    for (size_t k = 0; k < batch_.size();) {
+      const size_t n = RunNext(k, own);
+      for (size_t j = k; j < k + n; ++j) {
+        Waiter* w = batch_[j];
+        ++ran;
+        if (w != &own) {
+          combined_.fetch_add(1, std::memory_order_relaxed);
+          Wake(w->state, kDone);  // w may be gone once this returns: not touched again
+        }
       }
-      ++ran;
-      if (w != &own) {
-        combined_.fetch_add(1, std::memory_order_relaxed);
-        Wake(w->state, kDone);  // w may be gone once this returns: not touched again
-      }
+      k += n;
     }
     batch_.clear();
+  }
+}
+
+size_t ApplyCombiner::RunNext(size_t from, const Waiter& own) {
+  if (runner_ != nullptr && batch_[from]->tag != nullptr && batch_.size() - from >= 2) {
+    tags_.clear();
+    lendable_.clear();
+    for (size_t j = from; j < batch_.size(); ++j) {
+      tags_.push_back(batch_[j]->tag);
+      if (batch_[j] != &own) lendable_.push_back(batch_[j]);
+    }
+    Helpers helpers(this, lendable_);
+    const size_t n = std::min(runner_->RunGroup(tags_, helpers), batch_.size() - from);
+    if (n > 0) {
+      grouped_.fetch_add(n, std::memory_order_relaxed);
+      return n;
+    }
+  }
+  Waiter* w = batch_[from];
+  try {
+    w->fn(w->task);
+  } catch (...) {
+    w->error = std::current_exception();
+  }
+  return 1;
+}
+
+size_t ApplyCombiner::RunParts(HelpJob& job) {
+  size_t ran = 0;
+  for (size_t part = job.next.fetch_add(1, std::memory_order_relaxed); part < job.parts;
+       part = job.next.fetch_add(1, std::memory_order_relaxed)) {
+    job.fn(job.ctx, part);
+    ++ran;
+  }
+  return ran;
+}
+
+void ApplyCombiner::Helpers::ParallelFor(size_t parts, void (*fn)(void*, size_t) noexcept,
+                                         void* ctx) {
+  if (parts == 0) return;
+  HelpJob job;
+  job.fn = fn;
+  job.ctx = ctx;
+  job.parts = parts;
+  const size_t lent = std::min(waiters_.size(), parts - 1);
+  for (size_t i = 0; i < lent; ++i) {
+    waiters_[i]->job = &job;
+    Wake(waiters_[i]->state, kHelp);
+  }
+  RunParts(job);
+  // Every part is claimed. A caller that never started is taken back; one that did finishes
+  // the part it claimed and returns to kQueued (job, on this stack, must outlive its use).
+  for (size_t i = 0; i < lent; ++i) {
+    std::atomic<uint32_t>& state = waiters_[i]->state;
+    uint32_t expected = kHelp;
+    if (state.compare_exchange_strong(expected, kQueued, std::memory_order_acq_rel)) continue;
+    for (uint32_t s = state.load(std::memory_order_acquire); s == kHelping;
+         s = state.load(std::memory_order_acquire)) {
+      state.wait(kHelping, std::memory_order_acquire);
+    }
   }
 }
 
@@ -84,10 +144,21 @@ void ApplyCombiner::Wake(std::atomic<uint32_t>& state, uint32_t value) {
   state.notify_one();
 }
 
-void ApplyCombiner::WaitWhileQueued(std::atomic<uint32_t>& state) {
-  for (uint32_t s = state.load(std::memory_order_acquire); s == kQueued;
-       s = state.load(std::memory_order_acquire)) {
-    state.wait(kQueued, std::memory_order_acquire);
+void ApplyCombiner::WaitWhileQueued(Waiter& w) {
+  for (;;) {
+    uint32_t s = w.state.load(std::memory_order_acquire);
+    if (s == kQueued) {
+      w.state.wait(kQueued, std::memory_order_acquire);
+    } else if (s == kHelp) {
+      if (w.state.compare_exchange_strong(s, kHelping, std::memory_order_acq_rel)) {
+        const size_t ran = RunParts(*w.job);
+        helped_.fetch_add(ran, std::memory_order_relaxed);
+        w.state.store(kQueued, std::memory_order_release);
+        w.state.notify_all();  // the turn holder may wait for this
+      }
+    } else {
+      return;  // kDone or kYourTurn
+    }
   }
 }
 

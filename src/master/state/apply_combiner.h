@@ -12,6 +12,13 @@
 // tasks delays its own work after Apply (its reply) for nothing; the turn then passes to the
 // oldest waiter (a FIFO lock). A turn runs at most max_turn tasks and then hands the turn to the
 // oldest waiting caller, so a combiner's own caller waits for no more than that many tasks.
+// Groups (set_group_runner): a Run may carry a tag; the turn holder offers a runner the tags of
+// the tasks it took, from the next one on, and the runner may apply a leading run of them as one
+// group (their task functions are then not called) and say how many. A group may borrow the
+// threads of the turn's other callers, which only wait meanwhile (Helpers::ParallelFor): each
+// part runs exactly once, on the turn holder or a waiting caller, and ParallelFor returns after
+// all ran; a caller lent as a helper is back to waiting before ParallelFor returns, and its Run
+// returns only once its own task or group is done.
 // Threads: any. `serial` is also taken directly by code that must exclude tasks (queries,
 // Replay); tasks must not call Run (the turn is not re-entrant, like the mutex it holds).
 #pragma once
@@ -22,13 +29,44 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <type_traits>
 #include <vector>
 
 namespace granary::master {
 
 class ApplyCombiner {
+  struct Waiter;
+
  public:
+  // The callers of a turn that may help its holder: borrowed only inside ParallelFor.
+  class Helpers {
+   public:
+    // Callers that may lend their thread (not counting the turn holder's).
+    size_t available() const { return waiters_.size(); }
+    // Runs fn(ctx, part) once for every part in [0, parts), on this thread and on up to
+    // parts - 1 waiting callers; returns after every part ran. fn must not throw.
+    void ParallelFor(size_t parts, void (*fn)(void* ctx, size_t part) noexcept, void* ctx);
+
+   private:
+    friend class ApplyCombiner;
+    Helpers(ApplyCombiner* owner, std::span<Waiter* const> waiters)
+        : owner_(owner), waiters_(waiters) {}
+    ApplyCombiner* owner_;
+    std::span<Waiter* const> waiters_;
+  };
+  // Applies a leading run of a turn's tagged tasks as one group, under *serial, on the turn
+  // holder's thread. tags: the tags of the turn's tasks not yet run, in order (null for a task
+  // run alone). Returns how many of them it applied (0: none; the first then runs alone). It
+  // must not throw: a group half applied cannot be handed back to its callers.
+  class GroupRunner {
+   public:
+    virtual size_t RunGroup(std::span<void* const> tags, Helpers& helpers) noexcept = 0;
+
+   protected:
+    ~GroupRunner() = default;
+  };
+
   explicit ApplyCombiner(std::mutex* serial, size_t max_turn = 32, size_t min_waiting = 4)
       : serial_(serial), max_turn_(max_turn == 0 ? 1 : max_turn),
         min_waiting_(min_waiting == 0 ? 1 : min_waiting) {}
@@ -41,12 +79,17 @@ class ApplyCombiner {
   ApplyCombiner(const ApplyCombiner&) = delete;
   ApplyCombiner& operator=(const ApplyCombiner&) = delete;
 
+  // Set before the combiner is shared; null: every task runs alone.
+  void set_group_runner(GroupRunner* runner) { runner_ = runner; }
+
+  // tag: what a GroupRunner is shown of this task (null: it always runs alone).
   template <typename Task>
-  void Run(Task&& task) {
+  void Run(Task&& task, void* tag = nullptr) {
     using T = std::remove_reference_t<Task>;
     Waiter w;
     w.fn = [](void* t) { (*static_cast<T*>(t))(); };
     w.task = &task;
+    w.tag = tag;
     RunWaiter(w);
   }
 
@@ -54,14 +97,28 @@ class ApplyCombiner {
   // that ran only its own caller's task combined nothing. For tests and metrics.
   uint64_t combined_tasks() const { return combined_.load(std::memory_order_relaxed); }
   uint64_t turns() const { return turns_.load(std::memory_order_relaxed); }
+  // Tasks a GroupRunner applied, and parts of ParallelFor that ran on a lent caller's thread.
+  uint64_t grouped_tasks() const { return grouped_.load(std::memory_order_relaxed); }
+  uint64_t helped_parts() const { return helped_.load(std::memory_order_relaxed); }
   // Tasks queued and not yet taken by a turn (tests use it to order their callers).
   size_t queued() const;
 
  private:
-  enum : uint32_t { kQueued = 0, kDone = 1, kYourTurn = 2 };
+  // kHelp: the turn holder lends this caller's thread to `job`; the caller moves it to kHelping
+  // when it starts (or the holder takes it back to kQueued if it never did), and back to kQueued
+  // when it has finished.
+  enum : uint32_t { kQueued = 0, kDone = 1, kYourTurn = 2, kHelp = 3, kHelping = 4 };
+  struct HelpJob {
+    void (*fn)(void*, size_t) noexcept = nullptr;
+    void* ctx = nullptr;
+    size_t parts = 0;
+    std::atomic<size_t> next{0};  // the next part to claim
+  };
   struct Waiter {
     void (*fn)(void*) = nullptr;
     void* task = nullptr;
+    void* tag = nullptr;
+    HelpJob* job = nullptr;  // written before the kHelp store, read after it
     std::atomic<uint32_t> state{kQueued};
     std::exception_ptr error;
   };
@@ -69,8 +126,12 @@ class ApplyCombiner {
   void RunWaiter(Waiter& w);
   // Holds the turn: runs queued tasks under *serial until none is left or max_turn ran.
   void Combine(const Waiter& own);
+  // Runs batch_[from]'s task alone, or a group from it; returns how many tasks ran.
+  size_t RunNext(size_t from, const Waiter& own);
   static void Wake(std::atomic<uint32_t>& state, uint32_t value);
-  static void WaitWhileQueued(std::atomic<uint32_t>& state);
+  // Waits until w is done or handed the turn, lending its thread to jobs meanwhile.
+  void WaitWhileQueued(Waiter& w);
+  static size_t RunParts(HelpJob& job);
 
   std::mutex* const serial_;
   std::atomic<size_t> max_turn_;
@@ -79,8 +140,13 @@ class ApplyCombiner {
   std::deque<Waiter*> queue_;    // under queue_mu_, oldest first
   bool turn_taken_ = false;       // under queue_mu_: some caller is combining or about to
   std::vector<Waiter*> batch_;    // the combiner's, under the turn
+  std::vector<void*> tags_;       // the combiner's, under the turn: batch_'s tags
+  std::vector<Waiter*> lendable_;  // the combiner's, under the turn: batch_ less its own
+  GroupRunner* runner_ = nullptr;
   std::atomic<uint64_t> combined_{0};
   std::atomic<uint64_t> turns_{0};
+  std::atomic<uint64_t> grouped_{0};
+  std::atomic<uint64_t> helped_{0};
 };
 
 }  // namespace granary::master

@@ -64,13 +64,19 @@ OpResult MasterState::Apply(Operation op) { return ApplyPrepared(std::move(op), 
 
 OpResult MasterState::ApplyPrepared(Operation op, PreparedEntries* prepared) {
   OpResult result;
+  // A PutStart with its groups made may be applied in a group (ApplyPutStartGroup).
+  PutStartCall call{&op, prepared, &result};
+  const bool groupable = prepared != nullptr && prepared->groups.has_value() &&
+                         std::holds_alternative<PutStartOp>(op.body);
   // Under contention another caller's thread may apply op (ApplyCombiner): the seq is read
   // back from op here, on this thread, for LastSeqOnThisThread.
-  combiner_.Run([&] {
-    op.seq = last_seq_ + 1;
-    op.now_ms = std::max(op.now_ms, last_now_ms_);
-    result = ApplyLocked(op, prepared);
-  });
+  combiner_.Run(
+      [&] {
+        op.seq = last_seq_ + 1;
+        op.now_ms = std::max(op.now_ms, last_now_ms_);
+        result = ApplyLocked(op, prepared);
+      },
+      groupable ? &call : nullptr);
   tls_last_seq = op.seq;
   tls_applied++;
   return result;
@@ -182,10 +188,20 @@ MasterState::ShardGroups MasterState::GroupByShard(std::span<const std::string_v
       TagAndPrefetch(keys, [this](std::string_view k) { return ShardOf(k); }, shards_));
 }
 
-MasterState::PreparedEntries MasterState::PrepareEntries(const std::vector<std::string>& keys) {
+MasterState::PreparedEntries MasterState::PrepareEntries(
+    const std::vector<std::string>& keys) const {
   PreparedEntries prepared;
   prepared.entries.reserve(keys.size());
-  for (const std::string& key : keys) prepared.entries.push_back(ObjectTable::MakeEntry(key));
+  prepared.hashes.reserve(keys.size());
+  std::vector<uint64_t> tagged;
+  tagged.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    prepared.entries.push_back(ObjectTable::MakeEntry(keys[i]));
+    const uint64_t hash = XXH3_64bits(keys[i].data(), keys[i].size());
+    prepared.hashes.push_back(hash);
+    tagged.push_back(uint64_t{hash % shards_.size()} << 32 | i);  // as ShardOf
+  }
+  prepared.groups.emplace(std::move(tagged));
   return prepared;
 }
 
@@ -200,13 +216,9 @@ std::vector<PutStartKeyResult> MasterState::PutStart(PutStartOp op) {
 // ---------------------------------------------------------------------------------------------
 // Writes
 
-std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, int64_t now,
-                                                        PreparedEntries* prepared) {
-  std::vector<PutStartKeyResult> results(op.keys.size());
+Status MasterState::PutStartBatchError(const PutStartOp& op) const {
   if (op.keys.size() != op.sizes.size()) {
-    Status bad(ErrorCode::INVALID_PARAMS, "keys and sizes differ in length");
-    for (auto& r : results) r.status = bad;
-    return results;
+    return Status(ErrorCode::INVALID_PARAMS, "keys and sizes differ in length");
   }
   Status batch_error;
   if (op.client_id.empty()) batch_error = Status(ErrorCode::INVALID_PARAMS, "client id is empty");
@@ -217,13 +229,23 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
                                                         " exceeds " + std::to_string(kMaxReplicas));
   }
   if (Status s = PersistenceError(op.config.persistence); !s.ok()) batch_error = s;
-  if (!batch_error.ok()) {
-    for (auto& r : results) r.status = batch_error;
+  return batch_error;
+}
+
+std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, int64_t now,
+                                                        PreparedEntries* prepared) {
+  std::vector<PutStartKeyResult> results(op.keys.size());
+  if (Status bad = PutStartBatchError(op); !bad.ok()) {
+    for (auto& r : results) r.status = bad;
     return results;
   }
   const SegmentTable::Placement order = segments_.PlacementOrder(op.config.preferred_segments);
   const uint64_t first_gen = next_put_gen_;  // this operation's keys get this one and later
-  for (const auto& [shard_index, indices] : GroupByShard(op.keys)) {
+  std::optional<ShardGroups> own_groups;
+  const ShardGroups* groups =
+      prepared != nullptr && prepared->groups ? &*prepared->groups : nullptr;
+  if (groups == nullptr) groups = &own_groups.emplace(GroupByShard(op.keys));
+  for (const auto& [shard_index, indices] : *groups) {
     Shard& shard = *shards_[shard_index];
     std::lock_guard lock(shard.mu);
     for (size_t i : indices) {
@@ -235,18 +257,22 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
   return results;
 }
 
+Status MasterState::PutStartKeyError(std::string_view key, uint64_t size) {
+  if (Status s = ValidateKey(key); !s.ok()) return s;
+  if (size == 0) return Status(ErrorCode::INVALID_PARAMS, "object size is 0");
+  if (size > kMaxObjectBytes) {
+    return Status(ErrorCode::INVALID_PARAMS, "object size " + std::to_string(size) +
+                                                 " exceeds the maximum of " +
+                                                 std::to_string(kMaxObjectBytes));
+  }
+  return Status::Ok();
+}
+
 PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, uint64_t size,
                                         const PutStartOp& op, const SegmentTable::Placement& order,
                                         size_t rotation, int64_t now, uint64_t op_first_gen,
                                         ObjectTable::EntryHandle* entry) {
-  if (Status s = ValidateKey(key); !s.ok()) return {s, {}};
-  if (size == 0) return {Status(ErrorCode::INVALID_PARAMS, "object size is 0"), {}};
-  if (size > kMaxObjectBytes) {
-    return {Status(ErrorCode::INVALID_PARAMS, "object size " + std::to_string(size) +
-                                                  " exceeds the maximum of " +
-                                                  std::to_string(kMaxObjectBytes)),
-            {}};
-  }
+  if (Status s = PutStartKeyError(key, size); !s.ok()) return {s, {}};
   // One lookup: a new key's entry is made now (the one PutStart made before the lock, if it
   // did) and erased again if the put fails.
   ObjectIter it;
@@ -258,7 +284,18 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
   if (Status s = MayWrite(shard, it, op.upsert, now, op.client_id, op_first_gen); !s.ok()) {
     return {s, {}};
   }
+  PutStartKeyResult result = PlacePut(op, size, order, rotation, now);
+  if (!result.status.ok()) {
+    EraseIfEmpty(shard, it);
+    return result;
+  }
+  SetPending(shard, it, MakePending(op, size, result, now));
+  return result;
+}
 
+PutStartKeyResult MasterState::PlacePut(const PutStartOp& op, uint64_t size,
+                                        const SegmentTable::Placement& order, size_t rotation,
+                                        int64_t now) {
   // Preferred segments keep their order; the rest rotate per key so a batch spreads out:
   // the rest from `rotation` on, then those before it.
   const std::vector<uint64_t>& ids = order.ids;
@@ -282,36 +319,41 @@ PutStartKeyResult MasterState::StartOne(Shard& shard, const std::string& key, ui
     }
   }
 
-  uint32_t wanted = std::max<uint32_t>(op.config.replica_num, 1);
-  std::vector<Extent> extents;
-  std::vector<uint64_t> used;
+  const uint32_t wanted = std::max<uint32_t>(op.config.replica_num, 1);
+  PutStartKeyResult result;
+  std::vector<uint64_t>& used = used_scratch_;
+  used.clear();
   for (uint32_t r = 0; r < wanted; ++r) {
     auto extent = segments_.AllocateOn(candidates, size, used, now);
     if (!extent) break;
     used.push_back(extent->segment_id);
-    extents.push_back(*extent);
+    result.replicas.push_back(*extent);
   }
-  if (extents.empty()) {
-    EraseIfEmpty(shard, it);
-    return {Status(ErrorCode::NO_AVAILABLE_HANDLE,
-                   "no segment has " + std::to_string(size) + " free bytes"),
-            {}};
+  if (result.replicas.empty()) {
+    result.status = Status(ErrorCode::NO_AVAILABLE_HANDLE,
+                           "no segment has " + std::to_string(size) + " free bytes");
+    return result;
   }
+  result.put_gen = next_put_gen_++;
+  return result;
+}
+
+PendingWrite MasterState::MakePending(const PutStartOp& op, uint64_t size,
+                                      const PutStartKeyResult& placed, int64_t now) const {
   PendingWrite pending;
   pending.client_id = op.client_id;
-  pending.gen = next_put_gen_++;
-  const uint64_t gen = pending.gen;
+  pending.gen = placed.put_gen;
   pending.version.size = size;
-  pending.version.replicas = InlineVector<Extent>(extents);
+  pending.version.replicas = InlineVector<Extent>(placed.replicas);
   pending.version.persistence = op.config.persistence;
-  pending.version.want_replicas = static_cast<uint8_t>(wanted);
+  pending.version.want_replicas =
+      static_cast<uint8_t>(std::max<uint32_t>(op.config.replica_num, 1));
   pending.pin.hard = op.config.with_hard_pin;
   pending.pin.soft = op.config.with_soft_pin;
   pending.pin.soft_ttl_ms =
       op.config.soft_pin_ttl_ms > 0 ? op.config.soft_pin_ttl_ms : policy_.soft_pin_ttl_ms;
   pending.start_ms = now;
-  SetPending(shard, it, std::move(pending));
-  return {Status::Ok(), std::move(extents), gen};
+  return pending;
 }
 
 std::vector<Status> MasterState::ApplyPutEnd(const PutEndOp& op, int64_t now) {

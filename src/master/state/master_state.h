@@ -340,6 +340,13 @@ class MasterState {
   // Operations one Apply caller applies per turn, and how many callers must wait before it
   // applies theirs (MasterConfig::apply_turn_ops, apply_combine_waiting).
   void set_apply_turns(size_t ops, size_t min_waiting) { combiner_.set_limits(ops, min_waiting); }
+  // Whether a turn's PutStarts are applied as one group on the turn's threads (default off;
+  // MasterConfig::apply_groups). Set before the state is shared. The state is the same either way.
+  void set_apply_groups(bool on) { combiner_.set_group_runner(on ? &put_group_runner_ : nullptr); }
+  uint64_t applies_grouped() const { return combiner_.grouped_tasks(); }
+  // Of those, the ops a repeated key or a pending write in their group made apply one by one.
+  uint64_t grouped_one_by_one() const { return grouped_one_by_one_.load(std::memory_order_relaxed); }
+  uint64_t apply_parts_helped() const { return combiner_.helped_parts(); }
   // A state that starts empty knows no cache lease an earlier master granted: from now until
   // the clock's now plus policy().cache_lease_ms, every write settles as if each key had one
   // (SettleUntil). Not state: neither in the snapshot nor in the digest.
@@ -410,13 +417,7 @@ class MasterState {
   uint64_t disk_garbage_dropped() const;  // forgotten at the bound
 
  private:
-  // A PutStart's entries, one per key in the op's order, made before the apply lock; StartOne
-  // inserts them. An entry not taken (its key exists, or the put failed) is freed by the caller,
-  // after the lock.
-  struct PreparedEntries {
-    std::vector<ObjectTable::EntryHandle> entries;
-  };
-  static PreparedEntries PrepareEntries(const std::vector<std::string>& keys);
+  struct PreparedEntries;
   // Apply, with the entries `prepared` made for op's keys (nullptr: none).
   OpResult ApplyPrepared(Operation op, PreparedEntries* prepared);
   struct Shard {
@@ -512,6 +513,29 @@ class MasterState {
     std::vector<uint64_t> tagged_;   // sorted
     std::vector<uint32_t> indices_;  // tagged_'s low halves
   };
+  // A PutStart's entries, one per key in the op's order, made before the apply lock; StartOne
+  // inserts them. An entry not taken (its key exists, or the put failed) is freed by the caller,
+  // after the lock. Its keys' hashes and shard groups are made there too.
+  struct PreparedEntries {
+    std::vector<ObjectTable::EntryHandle> entries;
+    std::vector<uint64_t> hashes;        // XXH3 of each key
+    std::optional<ShardGroups> groups;   // the keys by shard (GroupByShard's)
+  };
+  PreparedEntries PrepareEntries(const std::vector<std::string>& keys) const;
+  // Concurrent PutStarts of one turn, applied as one group (master_state_put_group.cc): the
+  // checks and the inserts run shard by shard on the turn's threads, the placements in order on
+  // the turn holder's. The same state and results as one by one, or it applies them so.
+  struct PutStartCall {  // an Apply's tag: the op, its entries, where its result goes
+    Operation* op;
+    PreparedEntries* prepared;
+    OpResult* result;
+  };
+  struct PutGroupRunner final : ApplyCombiner::GroupRunner {
+    explicit PutGroupRunner(MasterState* s) : state(s) {}
+    size_t RunGroup(std::span<void* const> tags, ApplyCombiner::Helpers& helpers) noexcept override;
+    MasterState* state;
+  };
+  size_t ApplyPutStartGroup(std::span<void* const> tags, ApplyCombiner::Helpers& helpers);
   ShardGroups GroupByShard(const std::vector<std::string>& keys) const;
   ShardGroups GroupByShard(std::span<const std::string_view> keys) const;
   // Calls visit(i, keys[i]'s entry or null) for every key, shard by shard (each shard's keys in
@@ -634,6 +658,14 @@ class MasterState {
                              const PutStartOp& op, const SegmentTable::Placement& order,
                              size_t rotation, int64_t now, uint64_t op_first_gen,
                              ObjectTable::EntryHandle* entry);
+  // A PutStart's refusal of the whole batch, and of one key before its lookup (OK: none).
+  Status PutStartBatchError(const PutStartOp& op) const;
+  static Status PutStartKeyError(std::string_view key, uint64_t size);
+  // The put's extents and generation (the key at `rotation` of its batch), or why none.
+  PutStartKeyResult PlacePut(const PutStartOp& op, uint64_t size,
+                             const SegmentTable::Placement& order, size_t rotation, int64_t now);
+  PendingWrite MakePending(const PutStartOp& op, uint64_t size, const PutStartKeyResult& placed,
+                           int64_t now) const;
   // Removes the committed version of a complete object (remove, evict). Locked extents are freed
   // only once every read lock on them has expired.
   void DropCommitted(Shard& shard, ObjectIter it, int64_t now);
@@ -712,7 +744,10 @@ class MasterState {
   int64_t last_now_ms_ = 0;
   CacheLeaseLedger cache_leases_;
   uint64_t next_put_gen_;  // from segment_id_base (at least 1)
-  std::vector<uint64_t> candidates_scratch_;  // StartOne's placement order, under apply_mu_
+  std::vector<uint64_t> candidates_scratch_;  // PlacePut's placement order, under apply_mu_
+  std::vector<uint64_t> used_scratch_;        // PlacePut's segments taken, under apply_mu_
+  PutGroupRunner put_group_runner_{this};
+  std::atomic<uint64_t> grouped_one_by_one_{0};
   std::vector<Observer> observers_;
   // Reservations by gen (their names come from next_put_gen_), under apply_mu_; the bytes per
   // client are derived (the cap's check), the atomics are for metrics.

@@ -47,6 +47,7 @@ struct StateBenchOptions {
   std::vector<std::string> ops = {"put", "get", "exist"};
   uint32_t apply_turn_ops = 32;  // as the master's --apply-turn-ops
   uint32_t apply_combine_waiting = 4;  // as the master's --apply-combine-waiting
+  bool apply_groups = false;           // as the master's --apply-groups
   std::string json_path;
 };
 int RunStateBench(const StateBenchOptions& options);

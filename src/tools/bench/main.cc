@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   state->add_option("--apply-combine-waiting", so.apply_combine_waiting,
                     "the master's --apply-combine-waiting")
       ->capture_default_str()->check(CLI::Range(1u, 4096u));
+  state->add_option("--apply-groups", so.apply_groups, "the master's --apply-groups");
   state->add_option("--ops", so.ops, "cases to run, e.g. put to profile one alone")
       ->capture_default_str()->delimiter(',')->check(CLI::IsMember({"put", "get", "exist"}));
   state->add_option("--json", so.json_path, "also write the results as JSON to this file");

@@ -51,6 +51,7 @@ int RunStateBench(const StateBenchOptions& o) {
   config.eviction_policy = o.eviction_policy;
   master::MasterState state(config.EffectivePolicy(), WallClock::Instance());
   state.set_apply_turns(o.apply_turn_ops, o.apply_combine_waiting);
+  state.set_apply_groups(o.apply_groups);
   for (uint32_t i = 0; i < o.segments; ++i) {
     auto r = state.Mount({"node-" + std::to_string(i),
                           {"seg-" + std::to_string(i), uint64_t{1} << 30, "127.0.0.1:1", "", "", 0, true}});
@@ -101,10 +102,13 @@ int RunStateBench(const StateBenchOptions& o) {
       state.BatchExist(read_batches[(i * 7 + t * 13) % kReadBatches]);
     }));
     for (auto [op, v] : rows) {
-      std::printf("%-6s %7d %14.0f\n", op, threads, v);
+      std::printf("%-6s %7d %14.0f   (applied in groups so far: %llu ops, %llu parts lent)\n", op,
+                  threads, v, static_cast<unsigned long long>(state.applies_grouped()),
+                  static_cast<unsigned long long>(state.apply_parts_helped()));
       json.push_back({{"op", op}, {"threads", threads}, {"keys_per_s", v}, {"batch", o.batch},
                       {"apply_turn_ops", o.apply_turn_ops},
                       {"apply_combine_waiting", o.apply_combine_waiting},
+                      {"apply_groups", o.apply_groups},
                       {"eviction_policy", o.eviction_policy}});
     }
   }
