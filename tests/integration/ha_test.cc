@@ -89,10 +89,10 @@ TEST_F(HaTest, AStandbyOfALeaderApplyingPutGroupsHoldsItsState) {
     const size_t at = r.body.find(name);
     return at == std::string::npos ? -1.0 : std::stod(r.body.substr(at + name.size()));
   };
-  constexpr int kWriters = 6, kBatch = 32;
+  constexpr int kWriters = 12, kBatch = 128;
   std::atomic<int> failed{0};
   int round = 0;
-  for (; round < 10 && grouped() <= 0; ++round) {  // bounded: until some starts were grouped
+  for (; round < 20 && grouped() <= 0; ++round) {  // bounded: until some starts were grouped
     std::vector<std::thread> writers;
     for (int w = 0; w < kWriters; ++w) {
       writers.emplace_back([&, w] {
@@ -101,14 +101,14 @@ TEST_F(HaTest, AStandbyOfALeaderApplyingPutGroupsHoldsItsState) {
           failed++;
           return;
         }
-        for (int b = 0; b < 8; ++b) {
+        for (int b = 0; b < 4; ++b) {
           std::vector<std::string> keys;
           std::vector<std::vector<std::byte>> values;
           std::vector<ByteSpan> spans;
           for (int k = 0; k < kBatch; ++k) {
             keys.push_back("g/" + std::to_string(round) + "/" + std::to_string(w) + "/" +
                            std::to_string(b) + "/" + std::to_string(k));
-            values.push_back(Pattern(keys.back(), 1 * KiB));
+            values.push_back(Pattern(keys.back(), 512));
           }
           for (auto& v : values) spans.emplace_back(v);
           for (const Status& s : client->BatchPut(keys, spans)) failed += !s.ok();
@@ -119,7 +119,7 @@ TEST_F(HaTest, AStandbyOfALeaderApplyingPutGroupsHoldsItsState) {
   }
   EXPECT_EQ(failed.load(), 0);
   EXPECT_GT(grouped(), 0) << "no put start was applied in a group in " << round << " rounds";
-  ExpectStandbysMatchTheLeader(cluster_, kWriters * 8);
+  ExpectStandbysMatchTheLeader(cluster_, kWriters * 4);
 }
 
 TEST_F(HaTest, KillingTheLeaderLosesNoAcknowledgedPut) {

@@ -12,7 +12,12 @@
 // - a shard phase touches only its shard and counters that add (tenant usage, pending count);
 // - no key appears twice in the group, so no op's check depends on another's insert;
 // - no key has a pending write: only MayWrite's zombie and retry cases free space or clear a
-//   pending, and those change what later placements see.
+//   pending, and those change what later placements see;
+// - no key has an empty entry (no version, pending, demotion or promotion): one by one, its
+//   failed placement erases it; a group would keep it.
+// Observers run after the whole group's changes (still in seq order, under the apply lock): they
+// must not read the state. Nothing here may throw (GroupRunner): one allocation failing ends
+// the process rather than leave a group half applied.
 // Phase one only reads; if it finds a repeated key or a pending write, the ops are applied one
 // by one instead (ApplyLocked), as if no group had been tried.
 #include <algorithm>
@@ -89,7 +94,11 @@ size_t MasterState::ApplyPutStartGroup(std::span<void* const> tags,
           auto it = shard.objects.find(op.keys[i]);
           if (it == shard.objects.end()) {
             put.plan[i] = kNewKey;
-          } else if (it->second.pending()) {
+          } else if (const ObjectMeta& meta = it->second;
+                     meta.pending() ||
+                     (!meta.committed && !meta.demotion() && !meta.promotion())) {
+            // A pending write may be a zombie or a retry, which free space; an empty entry
+            // (left by a failed reservation commit) is erased when its placement fails.
             g.one_by_one.store(true, std::memory_order_relaxed);
           } else if (it->second.committed && !op.upsert) {
             put.results[i].status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists");
@@ -127,7 +136,8 @@ size_t MasterState::ApplyPutStartGroup(std::span<void* const> tags,
       for (auto& r : put.results) r.status = put.batch_error;
       continue;
     }
-    const SegmentTable::Placement order = segments_.PlacementOrder(put.op->config.preferred_segments);
+    const SegmentTable::Placement order =
+        segments_.PlacementOrder(put.op->config.preferred_segments);
     for (const auto& [shard_index, indices] : *put.call->prepared->groups) {
       for (size_t i : indices) {
         if (put.plan[i] == kSkip) continue;

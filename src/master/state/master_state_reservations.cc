@@ -203,6 +203,8 @@ std::vector<Status> MasterState::ApplyPutCommit(const PutCommitOp& op, int64_t n
       // Its end is free from here on: the writer wrote op.sizes[i] bytes and is done.
       if (op.sizes[i] < extent.length && !segments_.Shrink(extent, op.sizes[i])) {
         results[i] = Status(ErrorCode::INVALID_PARAMS, "the reservation could not be trimmed");
+        // MayWrite may have cleared a zombie's pending write: an entry left with nothing goes.
+        if (it != shard.objects.end()) EraseIfEmpty(shard, it);
         continue;
       }
       if (it == shard.objects.end()) it = shard.objects.try_emplace(key).first;
