@@ -190,6 +190,7 @@ MasterState::ShardGroups MasterState::GroupByShard(std::span<const std::string_v
 
 MasterState::PreparedEntries MasterState::PrepareEntries(
     const std::vector<std::string>& keys) const {
+  const size_t shard_count = shards_.size();
   PreparedEntries prepared;
   prepared.entries.reserve(keys.size());
   prepared.hashes.reserve(keys.size());
@@ -199,9 +200,10 @@ MasterState::PreparedEntries MasterState::PrepareEntries(
     prepared.entries.push_back(ObjectTable::MakeEntry(keys[i]));
     const uint64_t hash = XXH3_64bits(keys[i].data(), keys[i].size());
     prepared.hashes.push_back(hash);
-    tagged.push_back(uint64_t{hash % shards_.size()} << 32 | i);  // as ShardOf
+    tagged.push_back(uint64_t{hash % shard_count} << 32 | i);  // as ShardOf
   }
   prepared.groups.emplace(std::move(tagged));
+  prepared.shard_count = shard_count;
   return prepared;
 }
 
@@ -242,8 +244,7 @@ std::vector<PutStartKeyResult> MasterState::ApplyPutStart(const PutStartOp& op, 
   const SegmentTable::Placement order = segments_.PlacementOrder(op.config.preferred_segments);
   const uint64_t first_gen = next_put_gen_;  // this operation's keys get this one and later
   std::optional<ShardGroups> own_groups;
-  const ShardGroups* groups =
-      prepared != nullptr && prepared->groups ? &*prepared->groups : nullptr;
+  const ShardGroups* groups = PreparedGroups(prepared);
   if (groups == nullptr) groups = &own_groups.emplace(GroupByShard(op.keys));
   for (const auto& [shard_index, indices] : *groups) {
     Shard& shard = *shards_[shard_index];

@@ -519,8 +519,15 @@ class MasterState {
   struct PreparedEntries {
     std::vector<ObjectTable::EntryHandle> entries;
     std::vector<uint64_t> hashes;        // XXH3 of each key
-    std::optional<ShardGroups> groups;   // the keys by shard (GroupByShard's)
+    std::optional<ShardGroups> groups;   // the keys by shard (GroupByShard's)...
+    size_t shard_count = 0;              // ...of this many shards (a snapshot may change it)
   };
+  // prepared's shard groups, if made for the shards there are now (caller holds apply_mu_).
+  const ShardGroups* PreparedGroups(const PreparedEntries* prepared) const {
+    return prepared != nullptr && prepared->groups && prepared->shard_count == shards_.size()
+               ? &*prepared->groups
+               : nullptr;
+  }
   PreparedEntries PrepareEntries(const std::vector<std::string>& keys) const;
   // Concurrent PutStarts of one turn, applied as one group (master_state_put_group.cc): the
   // checks and the inserts run shard by shard on the turn's threads, the placements in order on

@@ -45,7 +45,9 @@ size_t MasterState::ApplyPutStartGroup(std::span<void* const> tags,
   size_t n = 0;
   size_t keys = 0;
   while (n < tags.size() && tags[n] != nullptr) {
-    keys += std::get<PutStartOp>(static_cast<PutStartCall*>(tags[n])->op->body).keys.size();
+    const auto* call = static_cast<const PutStartCall*>(tags[n]);
+    if (PreparedGroups(call->prepared) == nullptr) break;  // made for other shards: one by one
+    keys += std::get<PutStartOp>(call->op->body).keys.size();
     ++n;
   }
   const size_t parts = std::min(helpers.available() + 1, kMaxGroupParts);
