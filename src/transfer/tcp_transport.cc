@@ -29,6 +29,8 @@ constexpr int kEof = -1;  // an "errno" for a peer that closed the connection
 // per piece instead of one poll + recv per socket-buffer's worth, and a piece is hashed while
 // it is still in the core's L2 (512 KiB here).
 constexpr uint64_t kPiece = 256 << 10;
+// A pooled connection idle at least this long is probed for a close before reuse (Checkout).
+constexpr int64_t kProbeAfterIdleMs = 100;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -301,10 +303,16 @@ Result<TcpTransport::Conn> TcpTransport::Checkout(Endpoint& ep) {
     while (!ep.idle.empty() && !found) {
       Conn c = ep.idle.back();
       ep.idle.pop_back();
-      // A connection the node closed (restart, idle timeout) shows EOF or an error here.
-      char probe;
-      ssize_t r = recv(c.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-      bool alive = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      // A connection the node closed (restart, idle timeout) shows EOF or an error here. One
+      // used in the last kProbeAfterIdleMs is not probed (a system call per request in a hot
+      // loop): the node's idle timer cannot have closed it, and a node that restarted meanwhile
+      // is met by the resend on a fresh connection (Run's io_failed), as a probe can miss it too.
+      bool alive = true;
+      if (now - c.idle_since_ms >= kProbeAfterIdleMs) {
+        char probe;
+        ssize_t r = recv(c.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+        alive = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      }
       if (!alive || now - c.idle_since_ms > options_.pool_idle_ms) {
         stale.push_back(c.fd);
       } else {
@@ -488,7 +496,9 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
         if (write && l.sent > head) note_moved(l, l.sent - head);
         if (l.sent == head + payload) {
           l.phase = Lane::kRecvHeader;
-          return POLLIN;  // the answer cannot be there yet: skip a recv bound to fail
+          // The answer cannot be there yet: lanes wait in poll, skipping a recv bound to fail;
+          // a lone lane waits in its blocking recv (SO_RCVTIMEO), one system call fewer.
+          if (!lone) return POLLIN;
         }
       } else if (l.phase == Lane::kRecvHeader) {
         // A READ's header and payload in one call: after the header, the stream holds this
@@ -500,9 +510,15 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = op == Opcode::kRead && l.len > 0 ? 2 : 1;
-        ssize_t r = recvmsg(l.conn.fd, &msg, MSG_DONTWAIT);
+        ssize_t r = recvmsg(l.conn.fd, &msg, lone ? 0 : MSG_DONTWAIT);
         if (r <= 0) {
           if (r < 0 && errno == EINTR) continue;
+          if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && lone) {
+            io_failed(l, ETIMEDOUT, ("timed out (no progress for " +
+                                     std::to_string(options_.io_timeout_ms) + " ms): ")
+                                        .c_str());
+            continue;
+          }
           if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return POLLIN;
           io_failed(l, r == 0 ? kEof : errno, "no response: ");
           continue;

@@ -8,13 +8,15 @@
 //
 // Connections: a pool of persistent connections per endpoint; each request checks one out
 // exclusively, returns it on success and closes it on any error. Pooled connections idle for
-// pool_idle_ms are closed (keep it below the node's idle timeout), and each is probed for a close
-// by the node before reuse; one that still turns out dead (node restarted) is replaced and its
-// request resent once: READ and WRITE of a range are idempotent. Ranges longer than
+// pool_idle_ms are closed (keep it below the node's idle timeout), and one idle for 100 ms or
+// more is probed for a close by the node before reuse (a busier one cannot have met the node's
+// idle timer: no system call per request for it); one that still turns out dead (node
+// restarted) is replaced and its request resent once: READ and WRITE of a range are idempotent. Ranges longer than
 // stripe_threshold are cut into stripe_chunk requests kept in flight on up to
 // connections_per_endpoint connections at once, all driven by the calling thread with
-// non-blocking calls and poll(); a request on one connection moves its payload in blocking calls
-// of 256 KiB (MSG_WAITALL; SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms bound each call).
+// non-blocking calls and poll(); a request on one connection waits for its answer and moves its
+// payload in blocking calls, of 256 KiB at most (MSG_WAITALL; SO_RCVTIMEO/SO_SNDTIMEO =
+// io_timeout_ms bound each call).
 // On the 2-core dev box (loopback, one caller, 4 x 512 KiB) this beat helper threads driving one
 // connection each (16 MiB writes 3.0 vs 2.1 GB/s, reads equal at 1.9) and needs no thread
 // hand-offs. There, striping speeds up writes (16 MiB: 3.0 vs 2.3 GB/s) but slows reads a little
