@@ -146,7 +146,7 @@ std::vector<uint8_t> DiskReadBodyOf(std::span<const DiskReadItem> items) {
 }  // namespace
 
 struct TcpTransport::Conn {
-  int fd = -1;  // non-blocking; every wait is a poll() with a timeout
+  int fd = -1;  // blocking, SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms; see Connect
   int64_t idle_since_ms = 0;
   bool from_pool = false;  // reused: may have been closed by the node since
 };
@@ -179,7 +179,15 @@ struct TcpTransport::Lane {
   bool answered = false;  // this connection has delivered response bytes
 };
 
-TcpTransport::TcpTransport(Options options) : options_(std::move(options)) {}
+namespace {
+// A zero SO_RCVTIMEO would wait forever: the I/O timeout is at least a millisecond.
+TcpTransport::Options AtLeastOneMs(TcpTransport::Options options) {
+  options.io_timeout_ms = std::max(options.io_timeout_ms, 1);
+  return options;
+}
+}  // namespace
+
+TcpTransport::TcpTransport(Options options) : options_(AtLeastOneMs(std::move(options))) {}
 
 TcpTransport::~TcpTransport() {
   std::lock_guard lock(mu_);
@@ -276,7 +284,7 @@ Result<TcpTransport::Conn> TcpTransport::Connect(Endpoint& ep) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     // Blocking from now on, bounded by the I/O timeout: every multi-lane or probing call passes
-    // MSG_DONTWAIT, and a lone lane's payload calls may sleep (see kPiece).
+    // MSG_DONTWAIT, and a lone lane's calls may sleep (its answer's wait, its payload: kPiece).
     timeval tv{options_.io_timeout_ms / 1000, (options_.io_timeout_ms % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -294,7 +302,7 @@ Result<TcpTransport::Conn> TcpTransport::Connect(Endpoint& ep) {
                 "cannot connect to data-plane endpoint " + ep.name + ": " + last_error);
 }
 
-Result<TcpTransport::Conn> TcpTransport::Checkout(Endpoint& ep) {
+Result<TcpTransport::Conn> TcpTransport::Checkout(Endpoint& ep, bool probe_all) {
   const int64_t now = NowMs();
   std::vector<int> stale;
   std::optional<Conn> found;
@@ -308,7 +316,7 @@ Result<TcpTransport::Conn> TcpTransport::Checkout(Endpoint& ep) {
       // loop): the node's idle timer cannot have closed it, and a node that restarted meanwhile
       // is met by the resend on a fresh connection (Run's io_failed), as a probe can miss it too.
       bool alive = true;
-      if (now - c.idle_since_ms >= kProbeAfterIdleMs) {
+      if (probe_all || now - c.idle_since_ms >= kProbeAfterIdleMs) {
         char probe;
         ssize_t r = recv(c.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
         alive = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -832,7 +840,7 @@ std::vector<Status> TcpTransport::ReadDiskRounds(const std::string& endpoint,
     if (round.empty()) return;
     std::vector<Status> got(round.size());
     for (int attempt = 0; attempt < 2; ++attempt) {
-      auto conn = Checkout(**ep);
+      auto conn = Checkout(**ep, /*probe_all=*/attempt > 0);
       if (!conn.ok()) {
         std::fill(got.begin(), got.end(), conn.status());
         break;
@@ -879,7 +887,7 @@ Result<StageRegionInfo> TcpTransport::StageInfo(const std::string& endpoint) {
   auto ep = GetEndpoint(endpoint);
   if (!ep.ok()) return ep.status();
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto conn = Checkout(**ep);
+    auto conn = Checkout(**ep, /*probe_all=*/attempt > 0);
     if (!conn.ok()) return conn.status();
     const int timeout = options_.io_timeout_ms;
     RequestHeader req;

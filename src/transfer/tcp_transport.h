@@ -63,6 +63,7 @@ struct TcpTransportOptions {
   uint64_t stripe_chunk = 512ull << 10;    // bytes per striped request
   int connect_timeout_ms = 3000;
   int io_timeout_ms = 30000;  // no byte moving on any of a request's connections this long: fail
+                              // (at least 1 ms: a smaller value counts as 1)
   int pool_idle_ms = 30000;   // close pooled connections idle longer (node's default is 60 s)
 };
 
@@ -155,7 +156,9 @@ class TcpTransport {
   std::vector<Status> ReadDiskRounds(const std::string& endpoint, std::span<DiskReadItem> items,
                                      uint64_t max_request_bytes, const StagedCopy* copy);
   Result<std::shared_ptr<Endpoint>> GetEndpoint(const std::string& endpoint);
-  Result<Conn> Checkout(Endpoint& ep);
+  // An idle pooled connection (probed if idle >= 100 ms, or always with probe_all: a retry
+  // after a pooled one proved dead, when the others may be too), or a new one.
+  Result<Conn> Checkout(Endpoint& ep, bool probe_all = false);
   Result<Conn> Connect(Endpoint& ep);
   void Return(Endpoint& ep, const Conn& conn);
   // Moves [offset, offset + length) in `chunk`-sized requests over up to `max_lanes`

@@ -379,6 +379,25 @@ TEST_F(TcpTransportTest, PooledConnectionsSurviveANodeRestart) {
   EXPECT_EQ(std::memcmp(segment_.data(), buf.data(), buf.size()), 0);
 }
 
+// After a node restart every pooled connection is dead, and one used in the last 100 ms is taken
+// unprobed: a STAGE_INFO's retry (as a DISK_READ's) probes them all rather than taking the next
+// dead one, and reaches the restarted node.
+TEST_F(TcpTransportTest, ARetryAfterANodeRestartProbesEveryPooledConnection) {
+  TcpTransport::Options options;
+  options.stripe_threshold = 64 * kKiB;
+  options.stripe_chunk = 64 * kKiB;
+  options.connections_per_endpoint = 4;
+  TcpTransport t(options);
+  std::vector<std::byte> buf(512 * kKiB);
+  ASSERT_TRUE(t.Read(Range(0, buf.size()), buf).ok());
+  ASSERT_GE(t.IdleConnections(endpoint_), 2u);
+  const uint16_t port = server_->port();
+  server_->Stop();
+  StartServer(port);  // same endpoint; every pooled connection is dead
+  auto info = t.StageInfo(endpoint_);
+  EXPECT_NE(info.status().code(), ErrorCode::TRANSFER_FAIL) << info.status().ToString();
+}
+
 // A pooled connection that passes the liveness probe but dies before answering (the node went
 // away between probe and request) is replaced once; a fresh connection that dies is an error.
 TEST_F(TcpTransportTest, DeadPooledConnectionIsReplacedOnceNotForever) {
