@@ -70,16 +70,20 @@ OpResult MasterState::ApplyPrepared(Operation op, PreparedEntries* prepared) {
                          std::holds_alternative<PutStartOp>(op.body);
   // Under contention another caller's thread may apply op (ApplyCombiner): the seq is read
   // back from op here, on this thread, for LastSeqOnThisThread.
-  combiner_.Run(
-      [&] {
-        op.seq = last_seq_ + 1;
-        op.now_ms = std::max(op.now_ms, last_now_ms_);
-        result = ApplyLocked(op, prepared);
-      },
-      groupable ? &call : nullptr);
+  combiner_.Run([&] { result = ApplyNext(op, prepared); }, groupable ? &call : nullptr);
   tls_last_seq = op.seq;
   tls_applied++;
   return result;
+}
+
+void MasterState::StampNext(Operation& op) const {
+  op.seq = last_seq_ + 1;
+  op.now_ms = std::max(op.now_ms, last_now_ms_);
+}
+
+OpResult MasterState::ApplyNext(Operation& op, PreparedEntries* prepared) {
+  StampNext(op);
+  return ApplyLocked(op, prepared);
 }
 
 Result<OpResult> MasterState::Replay(const Operation& op) {

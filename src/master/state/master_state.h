@@ -470,6 +470,10 @@ class MasterState {
 
   // Caller holds apply_mu_. prepared: PutStart's nodes for op's keys (nullptr: none).
   OpResult ApplyLocked(const Operation& op, PreparedEntries* prepared = nullptr);
+  // The leader's numbering: op gets the next seq and a time no earlier than the last one's;
+  // ApplyNext stamps and applies it. Caller holds apply_mu_.
+  void StampNext(Operation& op) const;
+  OpResult ApplyNext(Operation& op, PreparedEntries* prepared);
   size_t ShardOf(std::string_view key) const;
   // Key indices grouped by shard, so a batch takes each shard lock once: iterating gives
   // {shard, indices}, shards ascending, each shard's indices in the batch's order. Two flat

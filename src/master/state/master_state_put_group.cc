@@ -33,6 +33,21 @@ namespace {
 constexpr size_t kMinGroupKeys = 64;
 constexpr size_t kMaxGroupParts = 16;
 enum KeyPlan : uint8_t { kSkip = 0, kNewKey = 1, kExistingKey = 2 };
+
+// Calls fn(put, shard, indices) with the shard's lock held, for each op of the group not refused
+// whole and each of its shard groups that falls to `part` (shard % parts), ops in order.
+template <typename Puts, typename Shards, typename Fn>
+void ForEachShardOfPart(Puts& puts, const Shards& shards, size_t parts, size_t part, Fn fn) {
+  for (auto& put : puts) {
+    if (!put.batch_error.ok()) continue;
+    for (const auto& [shard_index, indices] : *put.call->prepared->groups) {
+      if (shard_index % parts != part) continue;
+      auto& shard = *shards[shard_index];
+      std::lock_guard lock(shard.mu);
+      fn(put, shard, indices);
+    }
+  }
+}
 }  // namespace
 
 size_t MasterState::PutGroupRunner::RunGroup(std::span<void* const> tags,
@@ -80,36 +95,30 @@ size_t MasterState::ApplyPutStartGroup(std::span<void* const> tags,
   helpers.ParallelFor(parts, [](void* ctx, size_t part) noexcept {
     Group& g = *static_cast<Group*>(ctx);
     std::vector<uint64_t>& hashes = g.hashes[part];
-    for (Put& put : g.puts) {
-      if (!put.batch_error.ok()) continue;
+    ForEachShardOfPart(g.puts, g.self->shards_, g.parts, part, [&](Put& put, Shard& shard,
+                                                                  const auto& indices) {
       const PutStartOp& op = *put.op;
-      for (const auto& [shard_index, indices] : *put.call->prepared->groups) {
-        if (shard_index % g.parts != part) continue;
-        Shard& shard = *g.self->shards_[shard_index];
-        std::lock_guard lock(shard.mu);
-        for (size_t i : indices) {
-          if (Status s = PutStartKeyError(op.keys[i], op.sizes[i]); !s.ok()) {
-            put.results[i].status = std::move(s);
-            continue;
-          }
-          hashes.push_back(put.call->prepared->hashes[i]);
-          auto it = shard.objects.find(op.keys[i]);
-          if (it == shard.objects.end()) {
-            put.plan[i] = kNewKey;
-          } else if (const ObjectMeta& meta = it->second;
-                     meta.pending() ||
-                     (!meta.committed && !meta.demotion() && !meta.promotion())) {
-            // A pending write may be a zombie or a retry, which free space; an empty entry
-            // (left by a failed reservation commit) is erased when its placement fails.
-            g.one_by_one.store(true, std::memory_order_relaxed);
-          } else if (it->second.committed && !op.upsert) {
-            put.results[i].status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists");
-          } else {
-            put.plan[i] = kExistingKey;
-          }
+      for (size_t i : indices) {
+        if (Status s = PutStartKeyError(op.keys[i], op.sizes[i]); !s.ok()) {
+          put.results[i].status = std::move(s);
+          continue;
+        }
+        hashes.push_back(put.call->prepared->hashes[i]);
+        auto it = shard.objects.find(op.keys[i]);
+        if (it == shard.objects.end()) {
+          put.plan[i] = kNewKey;
+        } else if (const ObjectMeta& meta = it->second;
+                   meta.pending() || (!meta.committed && !meta.demotion() && !meta.promotion())) {
+          // A pending write may be a zombie or a retry, which free space; an empty entry
+          // (left by a failed reservation commit) is erased when its placement fails.
+          g.one_by_one.store(true, std::memory_order_relaxed);
+        } else if (meta.committed && !op.upsert) {
+          put.results[i].status = Status(ErrorCode::OBJECT_ALREADY_EXISTS, "object exists");
+        } else {
+          put.plan[i] = kExistingKey;
         }
       }
-    }
+    });
     std::sort(hashes.begin(), hashes.end());
     if (std::adjacent_find(hashes.begin(), hashes.end()) != hashes.end()) {
       g.one_by_one.store(true, std::memory_order_relaxed);  // a key twice (or a hash collision)
@@ -118,20 +127,14 @@ size_t MasterState::ApplyPutStartGroup(std::span<void* const> tags,
 
   if (g.one_by_one.load(std::memory_order_relaxed)) {
     grouped_one_by_one_.fetch_add(n, std::memory_order_relaxed);
-    for (Put& put : g.puts) {
-      Operation& op = *put.call->op;
-      op.seq = last_seq_ + 1;
-      op.now_ms = std::max(op.now_ms, last_now_ms_);
-      *put.call->result = ApplyLocked(op, put.call->prepared);
-    }
+    for (Put& put : g.puts) *put.call->result = ApplyNext(*put.call->op, put.call->prepared);
     return n;
   }
 
   // Phase two, in order on this thread: each op's seq and time, and its keys' placements.
   for (Put& put : g.puts) {
     Operation& op = *put.call->op;
-    op.seq = last_seq_ + 1;
-    op.now_ms = std::max(op.now_ms, last_now_ms_);
+    StampNext(op);
     last_seq_ = op.seq;
     last_now_ms_ = op.now_ms;
     if (!put.batch_error.ok()) {
@@ -152,24 +155,20 @@ size_t MasterState::ApplyPutStartGroup(std::span<void* const> tags,
   // Phase three, shard by shard: the placed keys become pending writes.
   helpers.ParallelFor(parts, [](void* ctx, size_t part) noexcept {
     Group& g = *static_cast<Group*>(ctx);
-    for (Put& put : g.puts) {
+    ForEachShardOfPart(g.puts, g.self->shards_, g.parts, part, [&](Put& put, Shard& shard,
+                                                                  const auto& indices) {
       const PutStartOp& op = *put.op;
-      const int64_t now = put.call->op->now_ms;
-      for (const auto& [shard_index, indices] : *put.call->prepared->groups) {
-        if (shard_index % g.parts != part) continue;
-        Shard& shard = *g.self->shards_[shard_index];
-        std::lock_guard lock(shard.mu);
-        for (size_t i : indices) {
-          if (put.plan[i] == kSkip) continue;
-          ObjectTable::EntryHandle& entry = put.call->prepared->entries[i];
-          ObjectIter it = put.plan[i] == kNewKey && entry != nullptr
-                              ? shard.objects.insert(entry).first
-                              : shard.objects.try_emplace(op.keys[i]).first;
-          g.self->SetPending(shard, it,
-                             g.self->MakePending(op, op.sizes[i], put.results[i], now));
-        }
+      for (size_t i : indices) {
+        if (put.plan[i] == kSkip) continue;
+        ObjectTable::EntryHandle& entry = put.call->prepared->entries[i];
+        ObjectIter it = put.plan[i] == kNewKey && entry != nullptr
+                            ? shard.objects.insert(entry).first
+                            : shard.objects.try_emplace(op.keys[i]).first;
+        g.self->SetPending(shard, it,
+                           g.self->MakePending(op, op.sizes[i], put.results[i],
+                                               put.call->op->now_ms));
       }
-    }
+    });
   }, &g);
 
   // In order again: each op's result, and its observers.
