@@ -117,7 +117,7 @@ TEST(PutGroupTest, GroupedPutStartsReplayToTheSameStateAndAnswers) {
             sizes.push_back(odd == 0 ? 0 : odd == 1 ? (64ull << 30) : (1 + rng() % 32) * kKiB);
             if (odd == 2) keys.back() = "";  // an invalid key
           }
-          if (rng() % 16 == 0) keys.back() = keys.front();  // a key twice in one batch
+          if (rng() % 6 == 0) keys.back() = keys.front();  // a key twice in one batch
           if (pick < 70) {
             PlacementConfig config;
             config.replica_num = 1 + static_cast<uint32_t>(rng() % 2);
