@@ -512,6 +512,24 @@ TEST_F(TcpTransportTest, StalledServerTimesOut) {
   EXPECT_LT(SecondsSince(start), 3.0);
 }
 
+// An I/O timeout of 0 counts as 1 ms (a zero SO_RCVTIMEO would wait forever): a silent node
+// fails the read at once, not when the node hangs up 3 s later.
+TEST_F(TcpTransportTest, AZeroIoTimeoutStillTimesOut) {
+  FakeServer silent([](int fd) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    shutdown(fd, SHUT_RDWR);
+  });
+  TcpTransport::Options options;
+  options.io_timeout_ms = 0;
+  TcpTransport t(options);
+  std::vector<std::byte> buf(4096);
+  const auto start = Clock::now();
+  Status s = t.Read(RemoteRange{silent.endpoint(), kToken, 0, buf.size()}, buf);
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL) << s.ToString();
+  EXPECT_NE(s.message().find("timed out"), std::string::npos) << s.ToString();
+  EXPECT_LT(SecondsSince(start), 2.0);
+}
+
 TEST_F(TcpTransportTest, GarbageResponseIsTransferFail) {
   FakeServer liar([](int fd) {
     char req[sizeof(transfer::RequestHeader)];
