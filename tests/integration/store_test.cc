@@ -883,7 +883,12 @@ TEST_F(StoreTest, NodeRestartedUnderSameNameNeverUsesStaleMapping) {
 // exact or missing, never anything else.
 TEST_F(StoreTest, EvictionUnderPressureNeverReturnsWrongBytes) {
   ASSERT_TRUE(cluster_.Start(1, 32 * MiB));
-  auto writer = cluster_.MakeClient(false);
+  // Short cache leases: a leased object cannot be evicted, so with the default 2 s the readers'
+  // leases could cover every present object but the newest (unread when the reader stops), and
+  // the watermark pass would have only it to take. 300 ms still serves repeat gets from the cache.
+  ClientOptions options;
+  options.location_cache_ms = 300;
+  auto writer = cluster_.MakeClient(false, options);
   ASSERT_NE(writer, nullptr);
   constexpr int kObjects = 96;  // 3x the capacity
   std::vector<std::string> keys;
@@ -894,7 +899,7 @@ TEST_F(StoreTest, EvictionUnderPressureNeverReturnsWrongBytes) {
   std::string first_bad;
   std::mutex bad_mu;
   std::thread reader([&] {
-    auto client = cluster_.MakeClient(true);
+    auto client = cluster_.MakeClient(true, options);
     if (!client) return;
     while (!stop.load()) {
       int n = written.load();
