@@ -122,7 +122,7 @@ Status ReplicaIo::Write(const proto::Replica& replica, const std::vector<ByteSpa
         SplitCopyToSegment(copy_pool_, *checksum, base + offset, part.data(), part.size());
       } else {
         ScopedSegmentWrite payload;
-        CopyBytes(base + offset, part.data(), part.size());
+        CopyIntoShared(base + offset, part.data(), part.size());
       }
       offset += part.size();
     }

@@ -3,9 +3,11 @@
 //
 // Why: a copy and its XXH3 pass on one thread left a 4 MiB same-host put or get at ~0.6x of a
 // plain memcpy on the 2-core box (bench/profiles/put4m-split-copy-2026-11-29.txt). The checksum
-// cannot be split (XXH3 is one sequential state, and its format stays), the copy can: the range's
-// head is copied and hashed by one thread while the other copies the tail, which the caller then
-// hashes, still in its cache, continuing from the head's state.
+// cannot be split (XXH3 is one sequential state, and its format stays), the copy can. A get: the
+// range's head is copied and hashed by one thread while the other copies the tail, which the
+// caller then hashes, still in its cache, continuing from the head's state. A put: one thread
+// copies the head while the other hashes the caller's bytes and then copies the tail; large
+// copies into the segment stream past the cache (CopyIntoShared, common/copy.h).
 // Promise: the bytes land as CopyBytes would land them and `sum` ends in the state one thread's
 // CopyAndUpdateSource (a put) or CopyAndUpdate (a get) would leave: the hash reads only the
 // private side of the copy (the caller's buffer), never the segment. Returns once both halves

@@ -18,13 +18,32 @@ double BestGBps(Copy copy, std::byte* dst, const std::byte* src, size_t total, s
   return s > 0 ? total / s / 1e9 : 0;
 }
 
+// Evicts [p, p + n) from every cache level, so the next stores to it meet cold lines.
+void Flush(const std::byte* p, size_t n) {
+#if defined(__SSE2__)
+  for (size_t off = 0; off < n; off += 64) _mm_clflush(p + off);
+  _mm_mfence();
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
+// GB/s of one copy of `n` bytes into a destination flushed first (a put's new extent).
+template <typename Copy>
+double ColdGBps(Copy copy, std::byte* dst, const std::byte* src, size_t n) {
+  Flush(dst, n);
+  return BestGBps(copy, dst, src, n, n);
+}
+
 CopyChoice Measure() {
   CopyChoice c;
   if (const char* forced = std::getenv("GRANARY_COPY")) {
     const std::string f = forced;
-    if (f == "memcpy" || f == "vector") {
+    if (f == "memcpy" || f == "vector" || f == "stream") {
       c.forced = f;
       c.memcpy_small = c.memcpy_large = f == "memcpy";
+      c.stream_large_shared = f == "stream";
       return c;
     }
   }
@@ -45,6 +64,21 @@ CopyChoice Measure() {
   }
   c.memcpy_small = c.small_memcpy_gbps > c.small_vector_gbps;
   c.memcpy_large = c.large_memcpy_gbps > c.large_vector_gbps;
+  // Into cold memory: the large routine just chosen against streaming stores.
+  auto plain = [large = c.memcpy_large](void* d, const void* s, size_t n) {
+    if (large) {
+      std::memcpy(d, s, n);
+    } else {
+      CopyBytesVector(d, s, n);
+    }
+  };
+  auto stream = [](void* d, const void* s, size_t n) { StreamBytes(d, s, n); };
+  constexpr size_t kCold = 4 << 20;
+  for (int t = 0; t < kTrials; ++t) {
+    c.cold_plain_gbps = std::max(c.cold_plain_gbps, ColdGBps(plain, dst.get(), src.get(), kCold));
+    c.cold_stream_gbps = std::max(c.cold_stream_gbps, ColdGBps(stream, dst.get(), src.get(), kCold));
+  }
+  c.stream_large_shared = c.cold_stream_gbps > c.cold_plain_gbps;
   return c;
 }
 
@@ -55,6 +89,7 @@ const CopyChoice& CalibrateCopy() {
     CopyChoice c = Measure();
     copy_internal::use_memcpy_small.store(c.memcpy_small, std::memory_order_relaxed);
     copy_internal::use_memcpy_large.store(c.memcpy_large, std::memory_order_relaxed);
+    copy_internal::stream_large_shared.store(c.stream_large_shared, std::memory_order_relaxed);
     return c;
   }();
   return choice;

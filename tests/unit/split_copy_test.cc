@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -24,10 +25,15 @@ uint64_t Digest(const std::vector<std::byte>& prefix, const std::vector<std::byt
 
 // Sizes around the split threshold and the 64 KiB cut, each after an earlier part (the stream
 // continues an object's hash), with a pool, a pool of no workers and none.
+// Large copies into the segment both streamed and not (CopyIntoShared's two routines).
 TEST(SplitCopyTest, LandsTheBytesAndTheDigestOfOneThreadsCopy) {
   ThreadPool two(2), none(0);
   const auto earlier = Pattern("earlier", 1000);
-  for (ThreadPool* pool : {&two, &none, static_cast<ThreadPool*>(nullptr)}) {
+  const bool calibrated = copy_internal::stream_large_shared.load();
+  for (int run = 0; run < 6; ++run) {
+    const bool stream = run >= 3;
+    ThreadPool* pool = std::array<ThreadPool*, 3>{&two, &none, nullptr}[run % 3];
+    copy_internal::stream_large_shared.store(stream);
     for (size_t n : {kSplitCopyBytes - 1, kSplitCopyBytes, kSplitCopyBytes + 1,
                      kSplitCopyBytes + (64 << 10), size_t{4} << 20, (size_t{4} << 20) + 13,
                      (size_t{5} << 20) + 1}) {
@@ -40,10 +46,11 @@ TEST(SplitCopyTest, LandsTheBytesAndTheDigestOfOneThreadsCopy) {
       SplitCopyFromSegment(pool, get, out.data(), segment.data(), n);
       ASSERT_EQ(segment, src) << n;
       ASSERT_EQ(out, src) << n;
-      EXPECT_EQ(put.Digest(), Digest(earlier, src)) << n;
-      EXPECT_EQ(get.Digest(), Digest(earlier, src)) << n;
+      EXPECT_EQ(put.Digest(), Digest(earlier, src)) << n << (stream ? " streamed" : "");
+      EXPECT_EQ(get.Digest(), Digest(earlier, src)) << n << (stream ? " streamed" : "");
     }
   }
+  copy_internal::stream_large_shared.store(calibrated);
 }
 
 // A batch's transfers already run on the pool's workers when each splits its copy on the same

@@ -254,6 +254,11 @@ int RunLimits(const LimitsOptions& o) {
               copy.small_memcpy_gbps, copy.small_vector_gbps, copy.memcpy_small ? "memcpy" : "the loop");
   std::printf("%-36s %10.2f  (vector loop %.2f; Granary uses %s)\n", "copy 4 MiB blocks, glibc memcpy",
               copy.large_memcpy_gbps, copy.large_vector_gbps, copy.memcpy_large ? "memcpy" : "the loop");
+  std::printf("%-36s %10.2f  (streamed %.2f; Granary's puts %s)\n", "copy 4 MiB into cold memory",
+              copy.cold_plain_gbps, copy.cold_stream_gbps,
+              copy.stream_large_shared ? "stream" : "do not stream");
+  json["copy_4MiB_cold"] = copy.cold_plain_gbps;
+  json["copy_4MiB_cold_streamed"] = copy.cold_stream_gbps;
   json["copy_64KiB_memcpy"] = copy.small_memcpy_gbps;
   json["copy_64KiB_vector"] = copy.small_vector_gbps;
   json["copy_4MiB_memcpy"] = copy.large_memcpy_gbps;
