@@ -52,6 +52,13 @@ struct DataConn {
   transfer::RequestHeader request;
   transfer::Capability capability;  // CAP_READ / CAP_WRITE: follows the header
   size_t header_got = 0;            // of the header, then of the capability
+  // A request's first receive asks for a header and a capability at once (one system call for
+  // a CAP_* request's 88 bytes, not two); what came beyond the header belongs to what follows
+  // it (a payload, a body, the next request) and is taken from here before the socket.
+  uint8_t ahead[sizeof(transfer::RequestHeader) + sizeof(transfer::Capability)];
+  uint8_t ahead_len = 0;
+  uint8_t ahead_pos = 0;
+  bool HasAhead() const { return ahead_pos < ahead_len; }
   std::vector<uint8_t> body;  // grows as its bytes arrive, never ahead of them
   uint64_t body_charged = 0;  // of the server's bound on bytes held for partial bodies
   uint64_t done = 0;  // bytes of the body, payload or drain so far

@@ -474,9 +474,23 @@ void DataServer::IoLoop(FenceSlot* slot) {
   }
 }
 
+// Bytes of `c` already received, then the socket: recv()'s contract.
+ssize_t DataServer::Receive(DataConn& c, void* into, size_t n) {
+  if (c.HasAhead()) {
+    const size_t take = std::min<size_t>(n, c.ahead_len - c.ahead_pos);
+    std::memcpy(into, c.ahead + c.ahead_pos, take);
+    c.ahead_pos = static_cast<uint8_t>(c.ahead_pos + take);
+    return static_cast<ssize_t>(take);
+  }
+  return recv(c.fd, into, n, 0);
+}
+
 void DataServer::Rearm(DataConn& c, Next next) {
   UpdateDeadline(c);
   epoll_event ev{};
+  // Bytes read ahead wait in `c`, not the socket, which may stay silent: resume once it can be
+  // written to (at once, unless the peer stopped reading its answers).
+  if (c.HasAhead()) next = Next::kWrite;
   ev.events = (next == Next::kWrite ? EPOLLOUT : EPOLLIN) | EPOLLONESHOT;
   ev.data.u64 = c.id;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) Close(c);
@@ -551,7 +565,9 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
     if (c.MidRequest()) CountError(ErrorReason::kTimeout);
     return Next::kClose;
   }
-  for (int step = 0; step < kStepsPerTurn; ++step) {
+  // Past its turn, a connection still serves what it read ahead (at most 88 bytes): its socket
+  // may hold nothing more to wake it.
+  for (int step = 0; step < kStepsPerTurn || c.HasAhead(); ++step) {
     ssize_t r = 0;
     switch (c.phase) {
       case Phase::kHeader: {
@@ -562,7 +578,14 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
         uint8_t* into = in_header ? reinterpret_cast<uint8_t*>(&c.request) + c.header_got
                                   : reinterpret_cast<uint8_t*>(&c.capability) +
                                         (c.header_got - kHeader);
-        r = recv(c.fd, into, want - c.header_got, 0);
+        if (c.header_got == 0 && !c.HasAhead()) {
+          r = recv(c.fd, c.ahead, sizeof(c.ahead), 0);
+          if (r > 0) {
+            c.ahead_len = static_cast<uint8_t>(r);
+            c.ahead_pos = 0;
+          }
+        }
+        if (c.header_got > 0 || c.HasAhead()) r = Receive(c, into, want - c.header_got);
         if (r > 0) {
           c.last_progress_ns = MonotonicNs();
           if (c.header_got == 0) c.request_start_ns = c.last_progress_ns;
@@ -593,17 +616,17 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           }
           {
             ScopedSegmentWrite payload;  // segment bytes: ordered by the master (common/tsan.h)
-            r = recv(c.fd, c.target + c.done, left, 0);
+            r = Receive(c, c.target + c.done, left);
           }
           LeaveMount(slot);
         } else if (c.phase == Phase::kBody) {
           if (c.done < c.body.size()) {
-            r = recv(c.fd, c.body.data() + c.done, c.body.size() - c.done, 0);
+            r = Receive(c, c.body.data() + c.done, c.body.size() - c.done);
           } else {
             // Full (or not begun): the bytes land in scratch first, so memory is taken only
             // for bytes that came.
             auto& scratch = Scratch();
-            r = recv(c.fd, scratch.data(), std::min<uint64_t>(left, scratch.size()), 0);
+            r = Receive(c, scratch.data(), std::min<uint64_t>(left, scratch.size()));
             if (r > 0) {
               if (!GrowBody(c, static_cast<uint64_t>(r))) return Next::kClose;
               std::memcpy(c.body.data() + c.done, scratch.data(), static_cast<size_t>(r));
@@ -611,7 +634,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           }
         } else {
           auto& scratch = Scratch();
-          r = recv(c.fd, scratch.data(), std::min<uint64_t>(left, scratch.size()), 0);
+          r = Receive(c, scratch.data(), std::min<uint64_t>(left, scratch.size()));
         }
         if (r > 0) {
           c.last_progress_ns = MonotonicNs();
@@ -675,6 +698,9 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
           c.payload = nullptr;
           c.out.clear();
           c.phase = Phase::kHeader;
+          // A client waits for this answer before its next request, so a receive now would
+          // almost always find nothing: the re-arm reports a request already there at once.
+          if (!c.HasAhead()) return Next::kRead;
           continue;
         }
         if (r < 0 && WouldBlock(errno)) return Next::kWrite;

@@ -7,7 +7,8 @@
 // with an error status at once; a refused READ leaves the connection usable, a refused WRITE's
 // connection is closed once the answer is out (its payload is never waited for). No byte outside
 // the segment is ever read or written. Bytes move with no staging copy: recv() lands in the
-// segment, send() leaves from it. A request body (DISK_*, STAGE_RELEASE) is held only as its
+// segment, send() leaves from it (but for at most 48 bytes of a WRITE that came with its header:
+// a request's first receive asks for a header and a capability at once, DataConn::ahead). A request body (DISK_*, STAGE_RELEASE) is held only as its
 // bytes arrive, and all partial bodies together hold at most max_body_bytes_held: a request that
 // would pass it has its connection closed (shed_bodies), so headers that announce bodies and
 // never send them cost nothing.
@@ -57,6 +58,7 @@
 // thread (SetMount calls are serialised); Stop is idempotent and the destructor calls it.
 #pragma once
 
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <array>
@@ -216,6 +218,7 @@ class DataServer {
   void Respond(DataConn& c, ErrorCode status, const uint8_t* payload, uint64_t length);
   void UpdateDeadline(DataConn& c);
   void Rearm(DataConn& c, Next next);
+  ssize_t Receive(DataConn& c, void* into, size_t n);
   void Close(DataConn& c);
   // Grows c.body toward c.request.length to take `arrived` more bytes, within the bound;
   // false when the bound would be passed (the connection must close).
