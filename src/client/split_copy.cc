@@ -19,11 +19,11 @@ void SplitToSegment(ThreadPool& pool, ChecksumStream& sum, std::byte* dst, const
   pool.ParallelFor(2, [&](size_t item) {
     if (item == 0) {  // often the calling thread's: it claims as soon as it has queued the other
       ScopedSegmentWrite payload;
-      CopyIntoShared(dst, src, head);
+      CopyIntoShared(dst, src, head, n);
     } else {
       sum.Update(src, n);
       ScopedSegmentWrite payload;  // the copy's stores only: the hash's state stays checked
-      CopyIntoShared(dst + head, src + head, n - head);
+      CopyIntoShared(dst + head, src + head, n - head, n);
     }
   });
 }

@@ -14,7 +14,7 @@
 // VM, 4 MiB into cold memory took 112 us streamed against 160 us with memcpy. CalibrateCopy times
 // both on a destination flushed from the caches; GRANARY_COPY=stream forces streaming.
 // Thread safety: CopyBytes from any thread; CalibrateCopy runs once per process (later calls
-// return at once), on a background thread since it takes a few milliseconds: the client's
+// return at once), on a background thread since it takes tens of milliseconds: the client's
 // mapping warmer does it (only clients copy with CopyBytes; the node receives into its segment).
 #pragma once
 
@@ -103,11 +103,17 @@ inline void CopyBytes(void* dst, const void* src, size_t n) {
   }
 }
 
+// Whether a copy of `n` bytes into shared memory streams: large ones do if CalibrateCopy found
+// that faster into cold memory. A copy cut into pieces asks once, for the whole.
+inline bool StreamsIntoShared(size_t n) {
+  return n >= copy_internal::kLargeBytes &&
+         copy_internal::stream_large_shared.load(std::memory_order_relaxed);
+}
+
 // A copy into shared memory that another process reads later (a put's bytes into a segment):
-// large ones stream if CalibrateCopy found that faster into cold memory, the rest is CopyBytes.
-inline void CopyIntoShared(void* dst, const void* src, size_t n) {
-  if (n >= copy_internal::kLargeBytes &&
-      copy_internal::stream_large_shared.load(std::memory_order_relaxed)) {
+// streamed as StreamsIntoShared(whole) says, else CopyBytes. `whole`: the copy this is a piece of.
+inline void CopyIntoShared(void* dst, const void* src, size_t n, size_t whole = 0) {
+  if (StreamsIntoShared(whole == 0 ? n : whole)) {
     StreamBytes(dst, src, n);
   } else {
     CopyBytes(dst, src, n);

@@ -565,9 +565,7 @@ DataServer::Next DataServer::Drive(DataConn& c, FenceSlot& slot) {
     if (c.MidRequest()) CountError(ErrorReason::kTimeout);
     return Next::kClose;
   }
-  // Past its turn, a connection still serves what it read ahead (at most 88 bytes): its socket
-  // may hold nothing more to wake it.
-  for (int step = 0; step < kStepsPerTurn || c.HasAhead(); ++step) {
+  for (int step = 0; step < kStepsPerTurn; ++step) {
     ssize_t r = 0;
     switch (c.phase) {
       case Phase::kHeader: {

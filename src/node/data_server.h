@@ -7,11 +7,11 @@
 // with an error status at once; a refused READ leaves the connection usable, a refused WRITE's
 // connection is closed once the answer is out (its payload is never waited for). No byte outside
 // the segment is ever read or written. Bytes move with no staging copy: recv() lands in the
-// segment, send() leaves from it (but for at most 48 bytes of a WRITE that came with its header:
-// a request's first receive asks for a header and a capability at once, DataConn::ahead). A request body (DISK_*, STAGE_RELEASE) is held only as its
-// bytes arrive, and all partial bodies together hold at most max_body_bytes_held: a request that
-// would pass it has its connection closed (shed_bodies), so headers that announce bodies and
-// never send them cost nothing.
+// segment, send() leaves from it (but for at most 48 bytes of a WRITE that came with its
+// header: a request's first receive asks for a header and a capability at once, DataConn::ahead).
+// A request body (DISK_*, STAGE_RELEASE) is held only as its bytes arrive, and all partial bodies
+// together hold at most max_body_bytes_held: a request that would pass it has its connection
+// closed (shed_bodies), so headers that announce bodies and never send them cost nothing.
 //
 // Fencing (the mount fence). Each mount has its own token and, from the node, its own memory
 // (SetMount, called by the node before it tells the master about the mount). A request is

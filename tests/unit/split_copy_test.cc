@@ -29,7 +29,11 @@ uint64_t Digest(const std::vector<std::byte>& prefix, const std::vector<std::byt
 TEST(SplitCopyTest, LandsTheBytesAndTheDigestOfOneThreadsCopy) {
   ThreadPool two(2), none(0);
   const auto earlier = Pattern("earlier", 1000);
-  const bool calibrated = copy_internal::stream_large_shared.load();
+  // Restored however the test ends (an ASSERT returns early).
+  struct Restore {
+    bool was = copy_internal::stream_large_shared.load();
+    ~Restore() { copy_internal::stream_large_shared.store(was); }
+  } restore;
   for (int run = 0; run < 6; ++run) {
     const bool stream = run >= 3;
     ThreadPool* pool = std::array<ThreadPool*, 3>{&two, &none, nullptr}[run % 3];
@@ -50,7 +54,6 @@ TEST(SplitCopyTest, LandsTheBytesAndTheDigestOfOneThreadsCopy) {
       EXPECT_EQ(get.Digest(), Digest(earlier, src)) << n << (stream ? " streamed" : "");
     }
   }
-  copy_internal::stream_large_shared.store(calibrated);
 }
 
 // A batch's transfers already run on the pool's workers when each splits its copy on the same
