@@ -27,28 +27,41 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#endif
-#if defined(__SSE2__)
 #include <xmmintrin.h>  // _mm_sfence
 #endif
 
 namespace granary {
 
+#if defined(__SSE2__)
+namespace copy_internal {
+// Copies whole 64-byte blocks of [0, n) from i on with 16-byte vectors, streamed (the
+// destination from i 16-byte aligned) or not; returns where the blocks end.
+template <bool kStream>
+inline size_t CopyBlocks(char* d, const char* s, size_t i, size_t n) {
+  for (; i + 64 <= n; i += 64) {
+    __m128i v[4];
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16 * k));
+    }
+    for (int k = 0; k < 4; ++k) {
+      auto* to = reinterpret_cast<__m128i*>(d + i + 16 * k);
+      if constexpr (kStream) {
+        _mm_stream_si128(to, v[k]);
+      } else {
+        _mm_storeu_si128(to, v[k]);
+      }
+    }
+  }
+  return i;
+}
+}  // namespace copy_internal
+#endif
+
 inline void CopyBytesVector(void* dst, const void* src, size_t n) {
 #if defined(__SSE2__)
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
+  const size_t i = copy_internal::CopyBlocks<false>(d, s, 0, n);
   if (i < n) std::memcpy(d + i, s + i, n - i);
 #else
   std::memcpy(dst, src, n);
@@ -65,17 +78,7 @@ inline void StreamBytes(void* dst, const void* src, size_t n) {
   // Streaming stores need 16-byte aligned destinations: the unaligned head is copied plainly.
   const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
   std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
+  const size_t i = copy_internal::CopyBlocks<true>(d, s, head, n);
   if (i < n) std::memcpy(d + i, s + i, n - i);
   _mm_sfence();
 #else

@@ -380,75 +380,6 @@ void DataServer::ExpireDeadlines() {
   }
 }
 
-// Seq_cst on both sides, Dekker's way: this stores the slot then loads the token, SetMount
-// stores the token then loads the slots, so at least one of them sees the other's store: either
-// SetMount waits for this slot, or this thread sees the token has changed and backs off.
-bool DataServer::EnterMount(FenceSlot& slot, uint64_t token) {
-  if (token == 0) return false;  // "no mount": never accepted
-  slot.token.store(token, std::memory_order_seq_cst);
-  if (token_.load(std::memory_order_seq_cst) == token) return true;
-  LeaveMount(slot);
-  return false;
-}
-
-// CAP_READ / CAP_WRITE: the capability must pass the current mount's key, be unexpired by this
-// host's wall clock, carry the opcode's access and cover the range. On OK the request becomes
-// that mount's READ or WRITE (its token filled in), so the fence guards it from here on as any.
-ErrorCode DataServer::AdmitCapability(DataConn& c, FenceSlot& slot) {
-  const transfer::Capability& cap = c.capability;
-  RequestHeader& h = c.request;
-  const security::CapabilityGrant grant{cap.grant_offset, cap.grant_length, cap.expiry_unix_ms,
-                                        static_cast<security::CapabilityAccess>(cap.access)};
-  const uint64_t token = token_.load(std::memory_order_seq_cst);
-  if (!EnterMount(slot, token)) return ErrorCode::SEGMENT_NOT_FOUND;
-  // Inside the fence: SetMount cannot change the key until this thread leaves it.
-  const bool genuine = signer_ != nullptr && signer_->Verify(grant, cap.mac);
-  LeaveMount(slot);
-  if (!genuine || cap.reserved != 0) return ErrorCode::SEGMENT_NOT_FOUND;
-  // Deadlines are the master's wall clock, checked against this host's.
-  if (WallClock::Instance()->NowMs() > cap.expiry_unix_ms) return ErrorCode::SEGMENT_NOT_FOUND;
-  const bool write = h.opcode == Opcode::kCapWrite;
-  const auto needed = write ? security::CapabilityAccess::kWrite : security::CapabilityAccess::kRead;
-  if (grant.access != needed || !security::CapabilityCovers(grant, h.offset, h.length)) {
-    return ErrorCode::PERMISSION_DENIED;
-  }
-  h.opcode = write ? Opcode::kWrite : Opcode::kRead;
-  h.segment_token = token;
-  return ErrorCode::OK;
-}
-
-Status DataServer::SetMount(uint8_t* base, uint64_t token, std::string_view capability_key) {
-  if (base == nullptr && size_ > 0) {
-    return Status(ErrorCode::INVALID_PARAMS, "data server given a null segment");
-  }
-  std::lock_guard lock(mount_mu_);
-  token_.store(0, std::memory_order_seq_cst);  // from now on every EnterMount fails
-  // Each slot seen empty once is enough: a thread that enters it later sees token 0 and backs
-  // off. A slot is held only across one non-blocking system call, so this takes microseconds.
-  const int64_t deadline = MonotonicNs() + int64_t{kFenceWaitMs} * 1'000'000;
-  const size_t slots = std::max<size_t>(options_.io_threads, 1);
-  for (size_t i = 0; i < slots; ++i) {
-    for (int spins = 0; fence_slots_[i].token.load(std::memory_order_seq_cst) != 0; ++spins) {
-      if (MonotonicNs() >= deadline) {
-        return Status(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
-                      "data server: an I/O thread stayed inside the previous mount's memory for " +
-                          std::to_string(kFenceWaitMs) + " ms; every request is refused for now");
-      }
-      if (spins < 1000) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
-  }
-  base_.store(base, std::memory_order_release);
-  signer_ = capability_key.empty()
-                ? nullptr
-                : std::make_unique<security::CapabilitySigner>(capability_key);
-  token_.store(token, std::memory_order_seq_cst);
-  return Status::Ok();
-}
-
 void DataServer::IoLoop(FenceSlot* slot) {
   epoll_event events[kEventsPerWait];
   while (!io_stopping_.load(std::memory_order_acquire)) {
@@ -800,56 +731,6 @@ DataServer::Next DataServer::StartRequest(DataConn& c, FenceSlot& slot) {
   Respond(c, ErrorCode::OK, base + h.offset, h.length);
   c.sending_segment = true;
   return Next::kRead;
-}
-
-// A DISK_* or STAGE_RELEASE body is in: answer STAGE_RELEASE here, hand disk work to a disk
-// thread (it blocks on the disk; this thread must not).
-DataServer::Next DataServer::FinishBody(DataConn& c) {
-  if (c.request.opcode == Opcode::kStageRelease) {
-    ServeStageRelease(c);
-    FreeBody(c);
-    return Next::kRead;
-  }
-  c.phase = Phase::kDisk;
-  // Queued, it keeps the request's deadline: past it, the timer or the disk thread that takes
-  // it answers RPC_TIMEOUT and closes (ExpireQueuedDisk), so a long queue holds nothing longer.
-  c.deadline_ns.store(c.request_start_ns + BudgetNs(0), std::memory_order_relaxed);
-  ConnPtr self = Find(c.id);
-  std::lock_guard lock(disk_mu_);
-  disk_queue_.push_back(std::move(self));
-  disk_cv_.notify_one();
-  return Next::kHandedOff;
-}
-
-void DataServer::DiskLoop() {
-  while (true) {
-    ConnPtr conn;
-    {
-      std::unique_lock lock(disk_mu_);
-      disk_cv_.wait(lock, [&] { return disk_stopping_ || !disk_queue_.empty(); });
-      if (disk_stopping_) return;  // Stop() closes whatever is still queued
-      conn = std::move(disk_queue_.front());
-      disk_queue_.pop_front();
-    }
-    if (conn == nullptr) continue;
-    std::lock_guard lock(conn->mu);
-    if (conn->closed) continue;
-    if (MonotonicNs() >= conn->deadline_ns.load(std::memory_order_relaxed)) {
-      ExpireQueuedDisk(*conn);  // waited past its deadline before the timer saw it
-      continue;
-    }
-    const bool ok = conn->request.opcode == Opcode::kDiskRead ? ServeDiskRead(*conn)
-                                                              : ServeDiskStage(*conn);
-    if (!ok) {
-      Close(*conn);
-      continue;
-    }
-    ObserveAnswered(*conn);
-    conn->phase = Phase::kHeader;
-    FreeBody(*conn);
-    conn->last_progress_ns = MonotonicNs();
-    Rearm(*conn, Next::kRead);
-  }
 }
 
 void DataServer::Stop() {

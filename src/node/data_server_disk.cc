@@ -17,8 +17,10 @@
 
 namespace granary::node {
 
+using transfer::Opcode;
 using transfer::RequestHeader;
 using transfer::ResponseHeader;
+using Phase = DataConn::Phase;
 
 bool DataServer::SendUntil(DataConn& c, iovec* iov, int iovcnt, int64_t deadline) {
   while (iovcnt > 0) {
@@ -232,6 +234,56 @@ void DataServer::ServeStageInfo(DataConn& c) {
   std::memcpy(c.out.data(), &info, sizeof(info));
   std::memcpy(c.out.data() + sizeof(info), staging->name().data(), info.name_len);
   Respond(c, ErrorCode::OK, c.out.data(), c.out.size());
+}
+
+// A DISK_* or STAGE_RELEASE body is in: answer STAGE_RELEASE here, hand disk work to a disk
+// thread (it blocks on the disk; this thread must not).
+DataServer::Next DataServer::FinishBody(DataConn& c) {
+  if (c.request.opcode == Opcode::kStageRelease) {
+    ServeStageRelease(c);
+    FreeBody(c);
+    return Next::kRead;
+  }
+  c.phase = Phase::kDisk;
+  // Queued, it keeps the request's deadline: past it, the timer or the disk thread that takes
+  // it answers RPC_TIMEOUT and closes (ExpireQueuedDisk), so a long queue holds nothing longer.
+  c.deadline_ns.store(c.request_start_ns + BudgetNs(0), std::memory_order_relaxed);
+  ConnPtr self = Find(c.id);
+  std::lock_guard lock(disk_mu_);
+  disk_queue_.push_back(std::move(self));
+  disk_cv_.notify_one();
+  return Next::kHandedOff;
+}
+
+void DataServer::DiskLoop() {
+  while (true) {
+    ConnPtr conn;
+    {
+      std::unique_lock lock(disk_mu_);
+      disk_cv_.wait(lock, [&] { return disk_stopping_ || !disk_queue_.empty(); });
+      if (disk_stopping_) return;  // Stop() closes whatever is still queued
+      conn = std::move(disk_queue_.front());
+      disk_queue_.pop_front();
+    }
+    if (conn == nullptr) continue;
+    std::lock_guard lock(conn->mu);
+    if (conn->closed) continue;
+    if (MonotonicNs() >= conn->deadline_ns.load(std::memory_order_relaxed)) {
+      ExpireQueuedDisk(*conn);  // waited past its deadline before the timer saw it
+      continue;
+    }
+    const bool ok = conn->request.opcode == Opcode::kDiskRead ? ServeDiskRead(*conn)
+                                                              : ServeDiskStage(*conn);
+    if (!ok) {
+      Close(*conn);
+      continue;
+    }
+    ObserveAnswered(*conn);
+    conn->phase = Phase::kHeader;
+    FreeBody(*conn);
+    conn->last_progress_ns = MonotonicNs();
+    Rearm(*conn, Next::kRead);
+  }
 }
 
 }  // namespace granary::node
