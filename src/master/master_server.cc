@@ -336,6 +336,10 @@ void MasterServer::RegisterMetrics() {
   auto single = [](double v) { return std::vector<std::pair<Labels, double>>{{{}, v}}; };
   MasterState* s = state_.get();
   MasterService* service = service_.get();
+  // One unlabelled value read from the state by one of its getters.
+  auto of_state = [s, single](auto getter) {
+    return [s, single, getter] { return single(static_cast<double>((s->*getter)())); };
+  };
   metrics_.AddGaugeCallback(
       "granary_master_rereplication_backlog_objects",
       "objects short of their memory replica count, as of the last re-replication scan",
@@ -349,24 +353,23 @@ void MasterServer::RegisterMetrics() {
       });
   metrics_.AddCounterCallback("granary_master_apply_turns_total",
                               "turns of the apply lock taken by Apply callers (ApplyCombiner)",
-                              [s, single] { return single(static_cast<double>(s->apply_turns())); });
+                              of_state(&MasterState::apply_turns));
   metrics_.AddCounterCallback(
       "granary_master_applies_combined_total",
       "operations applied on another caller's turn: under contention, most of them",
-      [s, single] { return single(static_cast<double>(s->applies_combined())); });
+      of_state(&MasterState::applies_combined));
   metrics_.AddCounterCallback(
       "granary_master_applies_grouped_total",
       "put starts applied in a group of a turn (--apply-groups), one by one after a check "
       "included",
-      [s, single] { return single(static_cast<double>(s->applies_grouped())); });
+      of_state(&MasterState::applies_grouped));
   metrics_.AddCounterCallback(
       "granary_master_apply_parts_helped_total",
       "parts of a group's shard work that ran on a waiting caller's thread",
-      [s, single] { return single(static_cast<double>(s->apply_parts_helped())); });
+      of_state(&MasterState::apply_parts_helped));
   metrics_.AddGaugeCallback("granary_master_replica_copies_in_flight",
-                            "re-replication copies nodes are making now", [s, single] {
-                              return single(static_cast<double>(s->copies_in_flight()));
-                            });
+                            "re-replication copies nodes are making now",
+                            of_state(&MasterState::copies_in_flight));
   metrics_.AddGaugeCallback("granary_master_draining_segments", "segments being drained",
                             [s, single] {
                               double n = 0;
@@ -377,30 +380,30 @@ void MasterServer::RegisterMetrics() {
                             });
   metrics_.AddCounterCallback(
       "granary_master_rereplicated_objects_total", "copies attached as new memory replicas",
-      [s, single] { return single(static_cast<double>(s->copies_attached())); });
+      of_state(&MasterState::copies_attached));
   metrics_.AddCounterCallback(
       "granary_master_rereplicated_bytes_total", "bytes of copies attached as new memory replicas",
-      [s, single] { return single(static_cast<double>(s->copied_bytes())); });
+      of_state(&MasterState::copied_bytes));
   metrics_.AddGaugeCallback("granary_master_objects", "complete objects",
-                            [s, single] { return single(static_cast<double>(s->object_count())); });
+                            of_state(&MasterState::object_count));
   metrics_.AddGaugeCallback("granary_master_pending_puts", "puts between start and end",
-                            [s, single] { return single(static_cast<double>(s->pending_count())); });
+                            of_state(&MasterState::pending_count));
   metrics_.AddGaugeCallback("granary_master_reservations", "extents reserved for puts",
-                            [s, single] { return single(static_cast<double>(s->reservation_count())); });
+                            of_state(&MasterState::reservation_count));
   metrics_.AddGaugeCallback("granary_master_reserved_bytes", "bytes reserved for puts",
-                            [s, single] { return single(static_cast<double>(s->reserved_bytes())); });
+                            of_state(&MasterState::reserved_bytes));
   metrics_.AddGaugeCallback("granary_master_clients", "live clients and nodes",
-                            [s, single] { return single(static_cast<double>(s->client_count())); });
+                            of_state(&MasterState::client_count));
   metrics_.AddGaugeCallback(
       "granary_master_deferred_frees", "extents waiting for read locks or zombie writers to end",
-      [s, single] { return single(static_cast<double>(s->deferred_free_count())); });
+      of_state(&MasterState::deferred_free_count));
   metrics_.AddGaugeCallback(
       "granary_master_disk_garbage", "disk copies the master let go that their nodes must delete",
-      [s, single] { return single(static_cast<double>(s->disk_garbage_count())); });
+      of_state(&MasterState::disk_garbage_count));
   metrics_.AddGaugeCallback(
       "granary_master_disk_garbage_dropped",
       "disk garbage forgotten at the bound (those copies keep their disk space until evicted)",
-      [s, single] { return single(static_cast<double>(s->disk_garbage_dropped())); });
+      of_state(&MasterState::disk_garbage_dropped));
   metrics_.AddGaugeCallback("granary_master_capacity_bytes", "bytes of all mounted segments", [s, single] {
     return single(static_cast<double>(s->segments().total_capacity()));
   });
