@@ -175,6 +175,15 @@ uint16_t ClosedPort() {
   return ntohs(addr.sin_port);
 }
 
+// Ranges past 64 KiB cut into 64 KiB requests over up to `lanes` connections.
+TcpTransport::Options Striped64KiB(size_t lanes) {
+  TcpTransport::Options options;
+  options.stripe_threshold = 64 * kKiB;
+  options.stripe_chunk = 64 * kKiB;
+  options.connections_per_endpoint = lanes;
+  return options;
+}
+
 class TcpTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -233,10 +242,7 @@ TEST_F(TcpTransportTest, RoundTripsOfAllSizes) {
 }
 
 TEST_F(TcpTransportTest, StripedWithUnevenLastChunk) {
-  TcpTransport::Options options;
-  options.stripe_threshold = 64 * kKiB;
-  options.stripe_chunk = 64 * kKiB;
-  options.connections_per_endpoint = 3;
+  const TcpTransport::Options options = Striped64KiB(3);
   TcpTransport t(options);
   RoundTrip(t, 7, kMiB + 123, 42);  // 17 chunks, the last one short, over 3 lanes
   RoundTrip(t, kSegSize - 100 * kKiB, 100 * kKiB, 43);  // 2 chunks, ends at the segment's end
@@ -383,10 +389,7 @@ TEST_F(TcpTransportTest, PooledConnectionsSurviveANodeRestart) {
 // unprobed: a STAGE_INFO's retry (as a DISK_READ's) probes them all rather than taking the next
 // dead one, and reaches the restarted node.
 TEST_F(TcpTransportTest, ARetryAfterANodeRestartProbesEveryPooledConnection) {
-  TcpTransport::Options options;
-  options.stripe_threshold = 64 * kKiB;
-  options.stripe_chunk = 64 * kKiB;
-  options.connections_per_endpoint = 4;
+  const TcpTransport::Options options = Striped64KiB(4);
   TcpTransport t(options);
   std::vector<std::byte> buf(512 * kKiB);
   ASSERT_TRUE(t.Read(Range(0, buf.size()), buf).ok());
@@ -643,10 +646,7 @@ TEST_F(TcpTransportTest, StripedReadWithOneStalledChunkTimesOut) {
 // The striped read's lanes land every chunk where it belongs: byte i of the range is the low
 // byte of its offset, with an uneven last chunk, and the in-order hash matches.
 TEST_F(TcpTransportTest, StripedReadPlacesEveryChunkAndHashesInOrder) {
-  TcpTransport::Options options;
-  options.stripe_threshold = 64 * kKiB;
-  options.stripe_chunk = 64 * kKiB;
-  options.connections_per_endpoint = 4;
+  const TcpTransport::Options options = Striped64KiB(4);
   auto t = std::make_unique<TcpTransport>(options);
   StripeFakeNode node(UINT64_MAX, /*hang_up=*/true);
   const uint64_t offset = 1000;
