@@ -37,20 +37,26 @@ namespace copy_internal {
 // Copies whole 64-byte blocks of [0, n) from i on with 16-byte vectors, streamed (the
 // destination from i 16-byte aligned) or not; returns where the blocks end.
 template <bool kStream>
+inline void Store16(char* to, __m128i v) {
+  if constexpr (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to), v);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(to), v);
+  }
+}
+// Written out (four loads, then four stores): a loop over an array of four here compiled to a
+// loop that copied 4 MiB at 27-29 GB/s against 30-34 (granary-bench limits, 2-core box).
+template <bool kStream>
 inline size_t CopyBlocks(char* d, const char* s, size_t i, size_t n) {
   for (; i + 64 <= n; i += 64) {
-    __m128i v[4];
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16 * k));
-    }
-    for (int k = 0; k < 4; ++k) {
-      auto* to = reinterpret_cast<__m128i*>(d + i + 16 * k);
-      if constexpr (kStream) {
-        _mm_stream_si128(to, v[k]);
-      } else {
-        _mm_storeu_si128(to, v[k]);
-      }
-    }
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    Store16<kStream>(d + i, a);
+    Store16<kStream>(d + i + 16, b);
+    Store16<kStream>(d + i + 32, c);
+    Store16<kStream>(d + i + 48, e);
   }
   return i;
 }
