@@ -83,6 +83,11 @@ struct ClientOptions {
   // pages of a segment its node did not prefault.
   bool warm_shared_memory = true;
   bool use_fast_path = true;       // false: every master call over gRPC, never the fast port
+  // How long a call waits awake (polling its socket) for an answer from the master's fast port
+  // or a node's TCP port before it sleeps on it, in microseconds: where idle cores halt, a
+  // sleeping thread's wake-up is a large part of a same-host round trip. Bounded per wait; at
+  // most half the process's cores spin at once. 0: never spin. -1: $GRANARY_SPIN_WAIT_US, else 50.
+  int spin_wait_us = -1;
   // Gets ask the master for a cache lease of this long on each key; until it ends (less a
   // margin) a repeat get of the key reads the replicas it was named without asking the master
   // (docs/control-path.md). Another client's put or remove of the key returns only once the

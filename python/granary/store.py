@@ -81,7 +81,9 @@ class Store:
     one) make every master call TLS ("": $GRANARY_TLS_CA, $GRANARY_TLS_CERT, $GRANARY_TLS_KEY;
     none: plain TCP). `location_cache_ms`: a repeat get of a key reads it again without asking
     the master while the cache lease its last get took lasts (at most this long; 0: every get
-    asks; docs/control-path.md). Use it as a context manager.
+    asks; docs/control-path.md). `spin_wait_us`: how long a call waits awake for an answer from
+    the master's fast port or a node's TCP port before it sleeps (-1: $GRANARY_SPIN_WAIT_US, else
+    50; 0: never; docs/store.md). Use it as a context manager.
     """
 
     def __init__(self, master="127.0.0.1:50051", *, segment_size=0, segment_name="",
@@ -89,7 +91,7 @@ class Store:
                  io_timeout_ms=30_000, connections_per_node=4, io_threads=4, disk_dir="",
                  disk_size=0, disk_backend="", disk_eviction="", disk_io="",
                  offload_interval_ms=0, cluster_id="", auth_token_file="", tls_ca_file="",
-                 tls_cert_file="", tls_key_file="", location_cache_ms=2_000):
+                 tls_cert_file="", tls_key_file="", location_cache_ms=2_000, spin_wait_us=-1):
         self._client = _granary.Client(
             master, segment_size=_size(segment_size), segment_name=segment_name, data_host=host,
             data_port=port, rpc_timeout_ms=rpc_timeout_ms, io_timeout_ms=io_timeout_ms,
@@ -99,7 +101,7 @@ class Store:
             offload_interval_ms=offload_interval_ms, cluster_id=cluster_id,
             auth_token_file=str(auth_token_file), tls_ca_file=str(tls_ca_file),
             tls_cert_file=str(tls_cert_file), tls_key_file=str(tls_key_file),
-            location_cache_ms=location_cache_ms)
+            location_cache_ms=location_cache_ms, spin_wait_us=spin_wait_us)
         self._default = _granary.ReplicateConfig()
 
     # ---- lifecycle ----

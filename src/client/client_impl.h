@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <deque>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "client/segment_directory.h"
 #include "common/checksum.h"
 #include "common/host.h"
+#include "common/spin_wait.h"
 #include "common/thread_pool.h"
 #include "granary/proto/master.grpc.pb.h"
 #include "node/storage_node.h"
@@ -63,7 +65,8 @@ class ClientImpl final : public Client {
         master_(std::move(locator)),
         link_(master_, options.rpc_timeout_ms,
               options.use_fast_path ? client::MasterLink::Path::kAuto
-                                    : client::MasterLink::Path::kGrpc),
+                                    : client::MasterLink::Path::kGrpc,
+              SpinWaitUs(options)),
         directory_(master_.get(), HostId(), options.rpc_timeout_ms),
         tcp_(TcpOptions(options)),
         pool_(options.io_threads),
@@ -463,7 +466,20 @@ class ClientImpl final : public Client {
     t.connections_per_endpoint = o.connections_per_node;
     t.stripe_threshold = o.stripe_threshold;
     t.io_timeout_ms = o.io_timeout_ms;
+    t.spin_wait_us = SpinWaitUs(o);
     return t;
+  }
+  // ClientOptions::spin_wait_us resolved: the option, else $GRANARY_SPIN_WAIT_US, else the
+  // default. Values past a second are cut to one (a spin is meant to be short).
+  static uint32_t SpinWaitUs(const ClientOptions& o) {
+    long long us = o.spin_wait_us;
+    if (us < 0) {
+      const char* env = std::getenv("GRANARY_SPIN_WAIT_US");
+      char* end = nullptr;
+      us = env != nullptr && *env != '\0' ? std::strtoll(env, &end, 10) : -1;
+      if (us < 0 || (end != nullptr && *end != '\0')) us = net::kDefaultSpinWaitUs;
+    }
+    return static_cast<uint32_t>(std::min<long long>(us, 1'000'000));
   }
   static Status Mismatch(const char* what) {
     return Status(ErrorCode::INVALID_PARAMS, std::string("keys and ") + what + " differ in count");

@@ -49,9 +49,11 @@ class FastChannel {
   // tls: each connection is TLS from this client context (null: plain TCP).
   // local_socket: the master's ListSegmentsResponse.fast_local_socket (empty: none); never
   // used with tls.
+  // spin_wait_us: a call waits this long awake for its reply before it sleeps on the socket
+  // (common/spin_wait.h: bounded, and only as many waiters spin as the process's quota).
   FastChannel(std::string host, uint16_t port, int timeout_ms, std::string secret = "",
               std::shared_ptr<const security::TlsContext> tls = nullptr,
-              std::string local_socket = "");
+              std::string local_socket = "", uint32_t spin_wait_us = 0);
   ~FastChannel();
   FastChannel(const FastChannel&) = delete;
   FastChannel& operator=(const FastChannel&) = delete;
@@ -70,6 +72,7 @@ class FastChannel {
   Stage Attempt(net::ByteStream& conn, const std::string& frame, uint32_t request_id,
                 uint8_t method, google::protobuf::Message* response, SteadyTime deadline,
                 Status* status);
+  uint32_t SpinBudget(SteadyTime deadline) const;  // spin_wait_us_, within the call's deadline
   std::unique_ptr<net::ByteStream> TakeIdle();  // a pooled connection still open, or null
   void GiveBack(std::unique_ptr<net::ByteStream> conn);
   Result<std::unique_ptr<net::ByteStream>> Connect(SteadyTime deadline);
@@ -80,6 +83,7 @@ class FastChannel {
   const std::string secret_;
   const std::shared_ptr<const security::TlsContext> tls_;
   const std::string local_socket_;
+  const uint32_t spin_wait_us_;
   std::atomic<bool> local_failed_{false};
   std::mutex mu_;
   std::vector<std::unique_ptr<net::ByteStream>> idle_;

@@ -26,8 +26,10 @@ std::string PlainHost(const std::string& address) {
 }
 }  // namespace
 
-MasterLink::MasterLink(std::shared_ptr<MasterLocator> locator, int rpc_timeout_ms, Path path)
-    : locator_(std::move(locator)), timeout_ms_(rpc_timeout_ms), path_(path) {}
+MasterLink::MasterLink(std::shared_ptr<MasterLocator> locator, int rpc_timeout_ms, Path path,
+                       uint32_t spin_wait_us)
+    : locator_(std::move(locator)), timeout_ms_(rpc_timeout_ms), path_(path),
+      spin_wait_us_(spin_wait_us) {}
 
 std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
   const std::string host = PlainHost(target.address);
@@ -43,7 +45,7 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
       if (!channel_) {
         channel_ = std::make_shared<FastChannel>(host, target.fast_port, timeout_ms_,
                                                  locator_->secret(), locator_->tls(),
-                                                 target.fast_local);
+                                                 target.fast_local, spin_wait_us_);
       }
       return channel_;
     }
@@ -64,7 +66,7 @@ std::shared_ptr<FastChannel> MasterLink::Channel(const Target& target) {
   if (answered && resp.fast_port()) {
     found = std::make_shared<FastChannel>(host, static_cast<uint16_t>(resp.fast_port()),
                                           timeout_ms_, locator_->secret(), locator_->tls(),
-                                          resp.fast_local_socket());
+                                          resp.fast_local_socket(), spin_wait_us_);
   }
   std::lock_guard lock(mu_);
   looking_up_ = false;

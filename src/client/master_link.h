@@ -35,7 +35,10 @@ class MasterLink {
  public:
   enum class Path { kAuto, kGrpc, kFast };  // kFast: fail rather than use gRPC (benchmarks)
 
-  MasterLink(std::shared_ptr<MasterLocator> locator, int rpc_timeout_ms, Path path = Path::kAuto);
+  // spin_wait_us: how long a fast-port call waits awake for its reply before sleeping
+  // (common/spin_wait.h; 0: it sleeps at once).
+  MasterLink(std::shared_ptr<MasterLocator> locator, int rpc_timeout_ms, Path path = Path::kAuto,
+             uint32_t spin_wait_us = 0);
 
   Status Ping(const proto::PingRequest& req, proto::PingResponse* resp);
   Status PutStart(const proto::BatchPutStartRequest& req, proto::BatchPutStartResponse* resp);
@@ -75,6 +78,7 @@ class MasterLink {
   std::shared_ptr<MasterLocator> locator_;
   int timeout_ms_;
   Path path_;
+  uint32_t spin_wait_us_;
   std::mutex mu_;  // guards the fields below; never held across a call to the master
   std::condition_variable looked_up_;  // a lookup ended (Path::kFast callers wait for it)
   std::shared_ptr<FastChannel> channel_;

@@ -593,9 +593,11 @@ void RegisterClient(py::module_& m) {
                        bool warm_shared_memory, uint64_t reserve_bytes,
                        const std::string& cluster_id, const std::string& auth_token_file,
                        const std::string& tls_ca_file, const std::string& tls_cert_file,
-                       const std::string& tls_key_file, int64_t location_cache_ms) {
+                       const std::string& tls_key_file, int64_t location_cache_ms,
+                       int spin_wait_us) {
              ClientOptions o;
              o.location_cache_ms = location_cache_ms;
+             o.spin_wait_us = spin_wait_us;
              o.master_address = master;
              o.cluster_id = cluster_id;
              o.auth_token_file = auth_token_file;
@@ -643,7 +645,10 @@ void RegisterClient(py::module_& m) {
            py::arg("tls_ca_file") = "", py::arg("tls_cert_file") = "",
            py::arg("tls_key_file") = "",
            // Repeat gets read without the master for this long (ClientOptions; 0: never).
-           py::arg("location_cache_ms") = ClientOptions().location_cache_ms)
+           py::arg("location_cache_ms") = ClientOptions().location_cache_ms,
+           // Waits awake this long for a same-host answer (ClientOptions; -1:
+           // $GRANARY_SPIN_WAIT_US, else 50; 0: never).
+           py::arg("spin_wait_us") = ClientOptions().spin_wait_us)
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("client_id", &PyClient::client_id)

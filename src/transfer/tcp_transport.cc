@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/checksum.h"
+#include "common/spin_wait.h"
 #include "transfer/iovec.h"
 #include "transfer/tcp_transport_internal.h"
 
@@ -221,6 +222,9 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   std::vector<Lane> lanes(static_cast<size_t>(std::min<uint64_t>(max_lanes, chunks)));
   // One lane: its payload calls block (SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms) a piece at a time.
   const bool lone = lanes.size() == 1;
+  // Within the I/O timeout, which the blocking receive after the spin keeps to.
+  const uint32_t spin_budget = static_cast<uint32_t>(std::min<uint64_t>(
+      options_.spin_wait_us, uint64_t{static_cast<uint32_t>(std::max(options_.io_timeout_ms, 1))} * 1000));
   // Payload bytes moved per chunk, and the in-order prefix of the range hashed so far: `sum`
   // hashes each piece right after it moved (still in cache), never a second pass over the range.
   std::vector<uint64_t> moved(sum != nullptr ? chunks : 0, 0);
@@ -383,6 +387,9 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = op == Opcode::kRead && l.len > 0 ? 2 : 1;
+        // Awake first, briefly, for an answer that is not there yet: a same-host node's comes
+        // within the spin, and the blocking receive then finds it without a wake-up.
+        if (lone && l.got == 0) granary::net::SpinUntilReadable(l.conn.fd, spin_budget);
         ssize_t r = recvmsg(l.conn.fd, &msg, lone ? 0 : MSG_DONTWAIT);
         if (r <= 0) {
           if (r < 0 && errno == EINTR) continue;

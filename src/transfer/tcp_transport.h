@@ -65,6 +65,9 @@ struct TcpTransportOptions {
   int io_timeout_ms = 30000;  // no byte moving on any of a request's connections this long: fail
                               // (at least 1 ms: a smaller value counts as 1)
   int pool_idle_ms = 30000;   // close pooled connections idle longer (node's default is 60 s)
+  // A lone request waits this long awake for its answer's first bytes before it sleeps in its
+  // blocking receive (common/spin_wait.h); 0: it sleeps at once.
+  uint32_t spin_wait_us = 0;
 };
 
 struct RemoteRange {

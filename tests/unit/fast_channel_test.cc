@@ -163,6 +163,36 @@ TEST(FastChannelTest, ANeverAnsweredCallEndsAtItsTimeout) {
   EXPECT_LT(took, 300 + 200) << "a call must end within about its timeout";
 }
 
+// A call that waits awake for its reply (spin_wait_us) gets the same replies, and a spin longer
+// than the call's timeout does not stretch the call: the spin ends at the deadline.
+TEST(FastChannelTest, SpinningCallsGetTheirRepliesAndKeepTheirTimeout) {
+  FakeMaster serving([](FakeMaster* m, int fd, int) { ServeAll(m, fd, 42); });
+  FastChannel ch("127.0.0.1", serving.port(), 5000, "", nullptr, "", /*spin_wait_us=*/1000);
+  for (int i = 0; i < 20; ++i) {
+    proto::BatchExistResponse resp;
+    bool sent = false;
+    ASSERT_TRUE(ch.Call(fast::Method::kExist, ExistOf("k" + std::to_string(i)), &resp, true, &sent)
+                    .ok());
+    ASSERT_EQ(resp.results_size(), 1);
+    EXPECT_EQ(resp.results(0), 42);
+  }
+  FakeMaster silent([](FakeMaster* m, int fd, int) {
+    Request req;
+    m->Read(fd, &req);
+    char c;
+    ReadExactly(fd, &c, 1, 10'000);  // holds the connection, never replies
+  });
+  FastChannel slow("127.0.0.1", silent.port(), 300, "", nullptr, "", /*spin_wait_us=*/5'000'000);
+  proto::BatchExistResponse resp;
+  bool sent = false;
+  const auto t0 = steady_clock::now();
+  Status s = slow.Call(fast::Method::kExist, ExistOf("k"), &resp, true, &sent);
+  const int64_t took = MillisSince(t0);
+  EXPECT_EQ(s.code(), ErrorCode::RPC_TIMEOUT) << s.ToString();
+  EXPECT_GE(took, 250);
+  EXPECT_LT(took, 300 + 200) << "the spin must end at the call's deadline";
+}
+
 // Bytes that keep arriving, each just inside a per-receive timeout, must not stretch the call:
 // the deadline is the call's, not each receive's.
 TEST(FastChannelTest, ATrickledReplyCannotStretchTheCall) {

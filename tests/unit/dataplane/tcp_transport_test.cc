@@ -241,6 +241,29 @@ TEST_F(TcpTransportTest, RoundTripsOfAllSizes) {
   EXPECT_TRUE(t.Ping(endpoint_).ok());
 }
 
+// Waiting awake for answers (spin_wait_us) changes when the caller looks, never what it gets:
+// every size round-trips exactly, and a node that never answers still fails at io_timeout_ms
+// (the spin is bounded; the blocking receive's timeout still applies after it).
+TEST_F(TcpTransportTest, SpinningWaitersGetExactBytesAndStillTimeOut) {
+  TcpTransport::Options options;
+  options.spin_wait_us = 1000;
+  TcpTransport t(options);
+  uint64_t seed = 7;
+  for (uint64_t size : {uint64_t{1}, 4 * kKiB, 64 * kKiB, kMiB, 4 * kMiB, 16 * kMiB}) {
+    RoundTrip(t, 4096, size, seed++);
+  }
+  FakeServer silent([](int) {});
+  options.io_timeout_ms = 300;
+  TcpTransport quiet(options);
+  std::vector<std::byte> buf(4096);
+  const auto start = Clock::now();
+  Status s = quiet.Read(RemoteRange{silent.endpoint(), kToken, 0, buf.size()}, buf);
+  EXPECT_EQ(s.code(), ErrorCode::TRANSFER_FAIL);
+  EXPECT_NE(s.message().find("timed out"), std::string::npos) << s.ToString();
+  EXPECT_GE(SecondsSince(start), 0.25);
+  EXPECT_LT(SecondsSince(start), 2.0);
+}
+
 TEST_F(TcpTransportTest, StripedWithUnevenLastChunk) {
   const TcpTransport::Options options = Striped64KiB(3);
   TcpTransport t(options);
