@@ -86,7 +86,9 @@ struct ClientOptions {
   // How long a call waits awake (polling its socket) for an answer from the master's fast port
   // or a node's TCP port before it sleeps on it, in microseconds: where idle cores halt, a
   // sleeping thread's wake-up is a large part of a same-host round trip. Bounded per wait; at
-  // most half the process's cores spin at once. 0: never spin. -1: $GRANARY_SPIN_WAIT_US, else 50.
+  // most half the process's cores spin at once. 0: never spin. -1: $GRANARY_SPIN_WAIT_US (a whole
+  // number >= 0; anything else counts as unset), else 50. Values past 1 s are cut to 1 s. A node
+  // that never answers is given up on after io_timeout_ms plus the spin.
   int spin_wait_us = -1;
   // Gets ask the master for a cache lease of this long on each key; until it ends (less a
   // margin) a repeat get of the key reads the replicas it was named without asking the master

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <deque>
 #include <chrono>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -469,17 +468,8 @@ class ClientImpl final : public Client {
     t.spin_wait_us = SpinWaitUs(o);
     return t;
   }
-  // ClientOptions::spin_wait_us resolved: the option, else $GRANARY_SPIN_WAIT_US, else the
-  // default. Values past a second are cut to one (a spin is meant to be short).
   static uint32_t SpinWaitUs(const ClientOptions& o) {
-    long long us = o.spin_wait_us;
-    if (us < 0) {
-      const char* env = std::getenv("GRANARY_SPIN_WAIT_US");
-      char* end = nullptr;
-      us = env != nullptr && *env != '\0' ? std::strtoll(env, &end, 10) : -1;
-      if (us < 0 || (end != nullptr && *end != '\0')) us = net::kDefaultSpinWaitUs;
-    }
-    return static_cast<uint32_t>(std::min<long long>(us, 1'000'000));
+    return net::ResolveSpinWaitUs(o.spin_wait_us);
   }
   static Status Mismatch(const char* what) {
     return Status(ErrorCode::INVALID_PARAMS, std::string("keys and ") + what + " differ in count");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -23,7 +24,7 @@ uint32_t ComputeQuota() {
   cpu_set_t set;
   CPU_ZERO(&set);
   int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return static_cast<uint32_t>(std::max(1, cores / 2));
+  return static_cast<uint32_t>(std::max(0, cores / 2));
 }
 
 inline void Relax() {
@@ -40,6 +41,19 @@ uint32_t SpinQuota() {
 }
 
 uint32_t SpinningNow() { return g_spinning.load(std::memory_order_relaxed); }
+
+void ResetSpinSkipForTest() { g_skip.store(0, std::memory_order_relaxed); }
+
+uint32_t ResolveSpinWaitUs(int option_us) {
+  long long us = option_us;
+  if (us < 0) {
+    const char* env = std::getenv("GRANARY_SPIN_WAIT_US");
+    char* end = nullptr;
+    us = env != nullptr && *env != '\0' ? std::strtoll(env, &end, 10) : -1;
+    if (us < 0 || end == nullptr || *end != '\0') us = kDefaultSpinWaitUs;
+  }
+  return static_cast<uint32_t>(std::min<long long>(us, kMaxSpinWaitUs));
+}
 
 bool SpinUntilReadable(int fd, uint32_t budget_us) {
   if (budget_us == 0) return false;

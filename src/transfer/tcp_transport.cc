@@ -222,7 +222,7 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   std::vector<Lane> lanes(static_cast<size_t>(std::min<uint64_t>(max_lanes, chunks)));
   // One lane: its payload calls block (SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms) a piece at a time.
   const bool lone = lanes.size() == 1;
-  // Within the I/O timeout, which the blocking receive after the spin keeps to.
+  // At most the I/O timeout (the blocking receive after a spin that ran out waits its own).
   const uint32_t spin_budget = static_cast<uint32_t>(std::min<uint64_t>(
       options_.spin_wait_us, uint64_t{static_cast<uint32_t>(std::max(options_.io_timeout_ms, 1))} * 1000));
   // Payload bytes moved per chunk, and the in-order prefix of the range hashed so far: `sum`

@@ -66,7 +66,8 @@ struct TcpTransportOptions {
                               // (at least 1 ms: a smaller value counts as 1)
   int pool_idle_ms = 30000;   // close pooled connections idle longer (node's default is 60 s)
   // A lone request waits this long awake for its answer's first bytes before it sleeps in its
-  // blocking receive (common/spin_wait.h); 0: it sleeps at once.
+  // blocking receive (common/spin_wait.h); 0: it sleeps at once. At most io_timeout_ms, which
+  // the receive after a spin that ran out waits in full: a silent node fails after up to twice it.
   uint32_t spin_wait_us = 0;
 };
 

@@ -3,6 +3,7 @@
 // to break one promise of client/fast_channel.h: a call ends within about timeout_ms, is never
 // sent twice unless idempotent, and never reads another call's reply.
 #include "client/fast_channel.h"
+#include "common/spin_wait.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -185,12 +186,24 @@ TEST(FastChannelTest, SpinningCallsGetTheirRepliesAndKeepTheirTimeout) {
   FastChannel slow("127.0.0.1", silent.port(), 300, "", nullptr, "", /*spin_wait_us=*/5'000'000);
   proto::BatchExistResponse resp;
   bool sent = false;
+  net::ResetSpinSkipForTest();  // a slow reply above (TSan, a loaded box) may have set one
+  std::atomic<bool> done{false};
+  std::atomic<bool> seen_spinning{false};
+  std::thread watcher([&] {  // the call does spin (where this process may spin at all)
+    for (int i = 0; i < 2000 && !done.load(); ++i) {
+      if (net::SpinningNow() > 0) seen_spinning = true;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
   const auto t0 = steady_clock::now();
   Status s = slow.Call(fast::Method::kExist, ExistOf("k"), &resp, true, &sent);
   const int64_t took = MillisSince(t0);
+  done = true;
+  watcher.join();
   EXPECT_EQ(s.code(), ErrorCode::RPC_TIMEOUT) << s.ToString();
   EXPECT_GE(took, 250);
   EXPECT_LT(took, 300 + 200) << "the spin must end at the call's deadline";
+  if (net::SpinQuota() > 0) EXPECT_TRUE(seen_spinning.load());
 }
 
 // Bytes that keep arriving, each just inside a per-receive timeout, must not stretch the call:
