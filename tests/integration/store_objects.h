@@ -57,7 +57,7 @@ inline std::vector<Obj> MakeObjects(const std::string& prefix, const std::vector
   return out;
 }
 
-ByteSpan Span(const Bytes& b) { return ByteSpan(b.data(), b.size()); }
+inline ByteSpan Span(const Bytes& b) { return ByteSpan(b.data(), b.size()); }
 
 // Counts and reports (the first few) objects whose bytes differ from what was stored.
 class ByteChecker {
