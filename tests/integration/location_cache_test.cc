@@ -198,9 +198,11 @@ TEST_P(LocationCacheTest, ANodeStoppedGracefullyIsNotReadFromTheCacheAfterItsUnm
 // removed: so writes to the new master wait out --cache-lease from its start (--restart-settle).
 class MasterRestartCacheTest : public StoreTest {
  protected:
-  static constexpr int64_t kLeaseMs = 6'000;
+  // Long enough that the reader's lease outlives the restart and remount even under
+  // ThreadSanitizer (a 6 s lease ran out there once before the write: the run tested nothing).
+  static constexpr int64_t kLeaseMs = 10'000;
   ::testing::AssertionResult StartStore() {
-    return cluster_.Start(2, 64 * MiB, {{"--cache-lease", "6s"}, {"--restart-settle", "true"}});
+    return cluster_.Start(2, 64 * MiB, {{"--cache-lease", "10s"}, {"--restart-settle", "true"}});
   }
   // The reader caches the key's copy on node 0, node 0 pauses with its old mount, the master
   // restarts empty and node 1 mounts again; the reader's get is still served from its cache.
