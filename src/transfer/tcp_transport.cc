@@ -46,14 +46,17 @@ struct TcpTransport::Lane {
 };
 
 namespace {
-// A zero SO_RCVTIMEO would wait forever: the I/O timeout is at least a millisecond.
-TcpTransport::Options AtLeastOneMs(TcpTransport::Options options) {
+// A zero SO_RCVTIMEO would wait forever: the I/O timeout is at least a millisecond. A spin is at
+// most the I/O timeout (the blocking receive after a spin that ran out waits its own).
+TcpTransport::Options Normalised(TcpTransport::Options options) {
   options.io_timeout_ms = std::max(options.io_timeout_ms, 1);
+  options.spin_wait_us = static_cast<uint32_t>(
+      std::min<uint64_t>(options.spin_wait_us, uint64_t(options.io_timeout_ms) * 1000));
   return options;
 }
 }  // namespace
 
-TcpTransport::TcpTransport(Options options) : options_(AtLeastOneMs(std::move(options))) {}
+TcpTransport::TcpTransport(Options options) : options_(Normalised(std::move(options))) {}
 
 TcpTransport::~TcpTransport() {
   std::lock_guard lock(mu_);
@@ -222,9 +225,6 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
   std::vector<Lane> lanes(static_cast<size_t>(std::min<uint64_t>(max_lanes, chunks)));
   // One lane: its payload calls block (SO_RCVTIMEO/SO_SNDTIMEO = io_timeout_ms) a piece at a time.
   const bool lone = lanes.size() == 1;
-  // At most the I/O timeout (the blocking receive after a spin that ran out waits its own).
-  const uint32_t spin_budget = static_cast<uint32_t>(std::min<uint64_t>(
-      options_.spin_wait_us, uint64_t{static_cast<uint32_t>(std::max(options_.io_timeout_ms, 1))} * 1000));
   // Payload bytes moved per chunk, and the in-order prefix of the range hashed so far: `sum`
   // hashes each piece right after it moved (still in cache), never a second pass over the range.
   std::vector<uint64_t> moved(sum != nullptr ? chunks : 0, 0);
@@ -389,7 +389,7 @@ Status TcpTransport::Run(Endpoint& ep, Opcode op, uint64_t token, uint64_t offse
         msg.msg_iovlen = op == Opcode::kRead && l.len > 0 ? 2 : 1;
         // Awake first, briefly, for an answer that is not there yet: a same-host node's comes
         // within the spin, and the blocking receive then finds it without a wake-up.
-        if (lone && l.got == 0) granary::net::SpinUntilReadable(l.conn.fd, spin_budget);
+        if (lone && l.got == 0) granary::net::SpinUntilReadable(l.conn.fd, options_.spin_wait_us);
         ssize_t r = recvmsg(l.conn.fd, &msg, lone ? 0 : MSG_DONTWAIT);
         if (r <= 0) {
           if (r < 0 && errno == EINTR) continue;
