@@ -30,6 +30,8 @@ inline int64_t MonotonicNs() {
 }
 
 inline constexpr int64_t kNoDeadline = std::numeric_limits<int64_t>::max();
+// The epoll key of the server's stop event: connection ids start at 1.
+inline constexpr uint64_t kStopEventKey = 0;
 
 struct DataConn {
   enum class Phase : uint8_t {
