@@ -1,7 +1,7 @@
 // Tests of data-plane capabilities (security/capability.h, transfer/protocol.h CAP_READ and
 // CAP_WRITE): the signing itself, the node's DataServer checking them through real sockets
 // (hostile ones spoken by hand), and TcpTransport carrying them. The segment sits between guard
-// bytes that are checked after every test: a refused capability never moves a byte.
+// bytes (guarded_segment.h) checked after every test: a refused capability never moves a byte.
 #include "security/capability.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "guarded_segment.h"
 #include "node/data_server.h"
 #include "raw_conn.h"
 #include "transfer/protocol.h"
@@ -30,9 +31,7 @@ using transfer::Opcode;
 using transfer::RequestHeader;
 
 constexpr uint64_t kSegSize = 1 << 20;
-constexpr uint64_t kGuard = 4096;
 constexpr uint64_t kToken = 0x0badc0ffee0ddf00ULL | 1;
-constexpr uint8_t kGuardByte = 0xA5;
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -143,8 +142,6 @@ TEST(CapabilitySignatureTest, CoversOnlyRangesInsideTheGrantWithoutOverflow) {
 class CapabilityServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    memory_.assign(kGuard + kSegSize + kGuard, kGuardByte);
-    for (uint64_t i = 0; i < kSegSize; ++i) seg()[i] = static_cast<uint8_t>(i * 11 + 5);
     key_ = security::NewCapabilityKey();
     DataServer::Options options;
     options.idle_timeout_ms = 3000;
@@ -154,12 +151,9 @@ class CapabilityServerTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_) server_->Stop();
-    for (uint64_t i = 0; i < kGuard; ++i) {
-      ASSERT_EQ(memory_[i], kGuardByte) << "guard before the segment hit at " << i;
-      ASSERT_EQ(memory_[kGuard + kSegSize + i], kGuardByte) << "guard after the segment hit";
-    }
+    segment_.ExpectGuardsIntact();
   }
-  uint8_t* seg() { return memory_.data() + kGuard; }
+  uint8_t* seg() { return segment_.data(); }
 
   CapabilityGrant Grant(uint64_t offset, uint64_t length, CapabilityAccess access,
                         int64_t ttl_ms = 60'000) {
@@ -184,7 +178,7 @@ class CapabilityServerTest : public ::testing::Test {
     return rh->status;
   }
 
-  std::vector<uint8_t> memory_;
+  testing::GuardedSegment segment_{kSegSize, 11, 5};
   std::string key_;
   std::unique_ptr<DataServer> server_;
 };

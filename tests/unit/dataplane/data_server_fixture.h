@@ -1,6 +1,6 @@
 // The fixture of node::DataServer's tests (data_server_test.cc, data_server_fence_test.cc): a
-// server over a segment between guard bytes, checked after every test, and helpers that speak
-// the wire format by hand.
+// server over a segment between guard bytes (guarded_segment.h), checked after every test, and
+// helpers that speak the wire format by hand.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "guarded_segment.h"
 #include "node/data_server.h"
 #include "raw_conn.h"
 #include "transfer/protocol.h"
@@ -29,9 +30,7 @@ using transfer::RequestHeader;
 using transfer::ResponseHeader;
 
 constexpr uint64_t kSegSize = 1 << 20;
-constexpr uint64_t kGuard = 4096;
 constexpr uint64_t kToken = 0x1234567890abcdefULL;
-constexpr uint8_t kGuardByte = 0xA5;
 
 using Clock = std::chrono::steady_clock;
 
@@ -52,19 +51,11 @@ inline RequestHeader Header(Opcode op, uint64_t offset, uint64_t length, uint64_
 
 class DataServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    memory_.assign(kGuard + kSegSize + kGuard, kGuardByte);
-    for (uint64_t i = 0; i < kSegSize; ++i) seg()[i] = static_cast<uint8_t>(i * 7 + 3);
-  }
   void TearDown() override {
     if (server_) server_->Stop();
-    // The canary: no test, however hostile, may make the server write outside its segment.
-    for (uint64_t i = 0; i < kGuard; ++i) {
-      ASSERT_EQ(memory_[i], kGuardByte) << "guard before the segment hit at " << i;
-      ASSERT_EQ(memory_[kGuard + kSegSize + i], kGuardByte) << "guard after the segment hit";
-    }
+    segment_.ExpectGuardsIntact();
   }
-  uint8_t* seg() { return memory_.data() + kGuard; }
+  uint8_t* seg() { return segment_.data(); }
 
   DataServer& StartServer(int idle_timeout_ms = 2000, size_t max_connections = 64) {
     DataServer::Options options;
@@ -146,7 +137,7 @@ class DataServerTest : public ::testing::Test {
     ExpectReadWorks(other, 0, 128);
   }
 
-  std::vector<uint8_t> memory_;
+  testing::GuardedSegment segment_{kSegSize, 7, 3};
   std::vector<uint8_t> second_mount_;  // a remount's memory, for the fence tests
   std::unique_ptr<DataServer> server_;
 };
