@@ -73,6 +73,7 @@ def limits_block(s):
         ("tcp_1_streams", "loopback TCP, 1 stream"),
         ("tcp_2_streams", "loopback TCP, 2 streams"),
         ("tcp_4_streams", "loopback TCP, 4 streams"),
+        ("tcp_answer_4MiB", "loopback TCP, one 4 MiB answer to a 64-byte request (p50)"),
         ("disk_write_odirect", "disk write, O_DIRECT, 1 MiB blocks"),
         ("disk_read_odirect", "disk read, O_DIRECT, 1 MiB blocks"),
     ]

@@ -1,5 +1,6 @@
-// granary-bench limits, the two limits a same-host client meets before any Granary code runs:
-// the loopback TCP round trip of a small message (the floor of every control call), and the cost
+// granary-bench limits, the limits a same-host client meets before any Granary code runs: the
+// loopback TCP round trip of a small message (the floor of every control call), the time of one
+// large answer to a small request (the floor of a get of one object over TCP), and the cost
 // of a process's first access to pages of shared memory another mapping already wrote (what a
 // client pays the first time it writes into a node's segment).
 #include <arpa/inet.h>
@@ -40,9 +41,9 @@ bool SendAll(int fd, const char* p, size_t n) {
   return true;
 }
 
-bool RecvAll(int fd, char* p, size_t n) {
+bool RecvAll(int fd, char* p, size_t n, int flags = 0) {
   while (n > 0) {
-    ssize_t r = recv(fd, p, n, 0);
+    ssize_t r = recv(fd, p, n, flags);
     if (r <= 0) return false;
     p += r;
     n -= static_cast<size_t>(r);
@@ -68,27 +69,36 @@ int ListenLoopback(int backlog, sockaddr_in* addr) {
 }
 
 namespace {
-// Ping-pong of message_bytes between `client` and an echo thread on `server`, for `seconds`.
-RoundTrip PingPong(int client, int server, size_t message_bytes, double seconds) {
+// `client` sends request_bytes, a thread on `server` answers with answer_bytes once the whole
+// request is in, for `seconds`; each sample is one request to the answer's last byte. The client
+// receives its answer with plain recv()s (wait_all false) or one recv(MSG_WAITALL) of the rest.
+RoundTrip RequestAnswer(int client, int server, size_t request_bytes, size_t answer_bytes,
+                        double seconds, bool wait_all = false) {
   RoundTrip out;
-  std::thread echo([server, message_bytes] {
-    std::vector<char> buf(message_bytes);
-    while (RecvAll(server, buf.data(), buf.size()) && SendAll(server, buf.data(), buf.size())) {
+  std::thread answerer([server, request_bytes, answer_bytes] {
+    std::vector<char> request(request_bytes);
+    std::vector<char> answer(answer_bytes, 'a');
+    while (RecvAll(server, request.data(), request.size()) &&
+           SendAll(server, answer.data(), answer.size())) {
     }
     close(server);
   });
-  std::vector<char> buf(message_bytes, 'r');
+  std::vector<char> request(request_bytes, 'r');
+  std::vector<char> answer(answer_bytes, 'b');  // written once: no first-touch faults timed
   std::vector<double> us;
   constexpr size_t kMaxSamples = 2'000'000;  // bounds the loop whatever the machine's speed
   const auto start = Clock::now();
   while (SecondsSince(start) < seconds && us.size() < kMaxSamples) {
     const auto t = Clock::now();
-    if (!SendAll(client, buf.data(), buf.size()) || !RecvAll(client, buf.data(), buf.size())) break;
+    if (!SendAll(client, request.data(), request.size()) ||
+        !RecvAll(client, answer.data(), answer.size(), wait_all ? MSG_WAITALL : 0)) {
+      break;
+    }
     us.push_back(SecondsSince(t) * 1e6);
   }
   shutdown(client, SHUT_RDWR);
   close(client);
-  echo.join();
+  answerer.join();
   if (us.empty()) return out;
   std::sort(us.begin(), us.end());
   out.p50_us = us[us.size() / 2];
@@ -96,30 +106,49 @@ RoundTrip PingPong(int client, int server, size_t message_bytes, double seconds)
   out.samples = us.size();
   return out;
 }
+
+// A connected pair over 127.0.0.1, TCP_NODELAY on both ends; false if the machine refuses.
+bool LoopbackPair(int* client, int* server) {
+  sockaddr_in addr{};
+  int listener = ListenLoopback(1, &addr);
+  if (listener < 0) return false;
+  *client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(*client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(*client);
+    close(listener);
+    return false;
+  }
+  *server = accept(listener, nullptr, nullptr);
+  close(listener);
+  const int one = 1;
+  setsockopt(*client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(*server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return true;
+}
 }  // namespace
 
 RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds) {
-  sockaddr_in addr{};
-  int listener = ListenLoopback(1, &addr);
-  if (listener < 0) return {};
-  int client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(client);
-    close(listener);
-    return {};
+  int client, server;
+  if (!LoopbackPair(&client, &server)) return {};
+  return RequestAnswer(client, server, message_bytes, message_bytes, seconds);
+}
+
+RoundTrip LoopbackAnswer(size_t answer_bytes, double seconds) {
+  RoundTrip best;
+  for (bool wait_all : {false, true}) {
+    int client, server;
+    if (!LoopbackPair(&client, &server)) return {};
+    const double half = seconds / 2;
+    RoundTrip r = RequestAnswer(client, server, 64, answer_bytes, half, wait_all);
+    if (r.samples > 0 && (best.samples == 0 || r.p50_us < best.p50_us)) best = r;
   }
-  int server = accept(listener, nullptr, nullptr);
-  close(listener);
-  const int one = 1;
-  setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return PingPong(client, server, message_bytes, seconds);
+  return best;
 }
 
 RoundTrip UnixRoundTrip(size_t message_bytes, double seconds) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return {};
-  return PingPong(pair[0], pair[1], message_bytes, seconds);
+  return RequestAnswer(pair[0], pair[1], message_bytes, message_bytes, seconds);
 }
 
 FirstAccess FirstAccessLimits(uint64_t bytes) {

@@ -268,6 +268,13 @@ int RunLimits(const LimitsOptions& o) {
               rtt.p50_us, rtt.p99_us);
   json["tcp_rtt_64B_p50_us"] = rtt.p50_us;
   json["tcp_rtt_64B_p99_us"] = rtt.p99_us;
+  const RoundTrip answer = LoopbackAnswer(4 << 20, o.seconds);
+  const double answer_gbps = answer.p50_us > 0 ? (4 << 20) / answer.p50_us / 1e3 : -1;
+  std::printf("%-36s %10.2f  (%.0f us p50, %.0f us p99)\n", "loopback TCP, 4 MiB answer",
+              answer_gbps, answer.p50_us, answer.p99_us);
+  json["tcp_answer_4MiB"] = answer_gbps;
+  json["tcp_answer_4MiB_p50_us"] = answer.p50_us;
+  json["tcp_answer_4MiB_p99_us"] = answer.p99_us;
   const RoundTrip unix_rtt = UnixRoundTrip(64, o.seconds);
   std::printf("%-36s %10.1f us p50, %.1f us p99\n", "unix socket round trip, 64 bytes",
               unix_rtt.p50_us, unix_rtt.p99_us);
