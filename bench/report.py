@@ -93,6 +93,10 @@ def limits_block(s):
     if "tcp_rtt_64B_p50_us" in s:
         rows.append(("loopback TCP round trip, 64 bytes",
                      f"p50 {s['tcp_rtt_64B_p50_us']:.1f} µs, p99 {s['tcp_rtt_64B_p99_us']:.1f} µs"))
+    if "tcp_answer_4MiB_p50_us" in s:
+        rows.append(("loopback TCP, one 4 MiB answer, time per call",
+                     f"p50 {s['tcp_answer_4MiB_p50_us']:.0f} µs, "
+                     f"p99 {s['tcp_answer_4MiB_p99_us']:.0f} µs"))
     return table(["limit", "GB/s"], rows)
 
 

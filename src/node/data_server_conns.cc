@@ -1,5 +1,6 @@
-// node::DataServer's connections (data_server.h): listening, accepting, the deadlines the acceptor
-// enforces, closing, and stopping. The requests themselves are driven in data_server.cc.
+// node::DataServer's connections (data_server.h): listening, accepting, finding a connection by
+// its key, the deadlines the acceptor enforces (and their budget), closing, stopping, and the
+// server's stats. The requests themselves are driven in data_server.cc.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>

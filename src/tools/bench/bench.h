@@ -84,10 +84,11 @@ struct RoundTrip {
   uint64_t samples = 0;
 };
 RoundTrip LoopbackRoundTrip(size_t message_bytes, double seconds);
-// A 64-byte request answered with `answer_bytes` over one loopback TCP connection, timed from the
+// A 64-byte request answered with `answer_bytes` over a loopback TCP connection, timed from the
 // request to the answer's last byte into a buffer already written once: what one object per call
 // can take at best, where a stream (LoopbackTcpGBps) has no request and no wait between objects.
-// The better p50 of two readers (plain recv()s; recv(MSG_WAITALL)), `seconds` in all.
+// The better p50 of two readers (plain recv()s; recv(MSG_WAITALL)), each on its own connection,
+// `seconds` in all.
 RoundTrip LoopbackAnswer(size_t answer_bytes, double seconds);
 // The same over a unix stream socket pair: the master's local socket's limit (fast port).
 RoundTrip UnixRoundTrip(size_t message_bytes, double seconds);

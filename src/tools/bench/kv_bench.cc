@@ -9,6 +9,8 @@
 // to Redis and memcached measured in the same run. granary-shm waits for its clients' background
 // warm-up of the segment mappings before its cases (and reports it); granary-shm-cold turns the
 // warm-up off, so its puts pay every first touch (its limit: `limits`' "shm first write").
+// Where 4 MiB gets ran, a closing block sets each TCP target's get against one 4 MiB answer over
+// loopback (`limits`' tcp_answer_4MiB): one object per call at best, which a stream overstates.
 #include <algorithm>
 #include <atomic>
 #include <chrono>

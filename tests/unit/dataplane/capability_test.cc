@@ -151,7 +151,7 @@ class CapabilityServerTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_) server_->Stop();
-    segment_.ExpectGuardsIntact();
+    segment_.AssertGuardsIntact();
   }
   uint8_t* seg() { return segment_.data(); }
 

@@ -53,7 +53,7 @@ class DataServerTest : public ::testing::Test {
  protected:
   void TearDown() override {
     if (server_) server_->Stop();
-    segment_.ExpectGuardsIntact();
+    segment_.AssertGuardsIntact();
   }
   uint8_t* seg() { return segment_.data(); }
 

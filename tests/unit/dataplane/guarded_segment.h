@@ -23,7 +23,7 @@ class GuardedSegment {
   uint8_t* data() { return memory_.data() + kGuard; }
 
   // The canary, checked in TearDown: a fatal failure names the first byte hit.
-  void ExpectGuardsIntact() const {
+  void AssertGuardsIntact() const {
     for (uint64_t i = 0; i < kGuard; ++i) {
       ASSERT_EQ(memory_[i], kGuardByte) << "guard before the segment hit at " << i;
       ASSERT_EQ(memory_[kGuard + size_ + i], kGuardByte) << "guard after the segment hit at " << i;
