@@ -113,15 +113,12 @@ bool LoopbackPair(int* client, int* server) {
   int listener = ListenLoopback(1, &addr);
   if (listener < 0) return false;
   *client = socket(AF_INET, SOCK_STREAM, 0);
-  if (*client < 0 || connect(*client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (*client >= 0) close(*client);
-    close(listener);
-    return false;
-  }
-  *server = accept(listener, nullptr, nullptr);
+  const bool connected =
+      *client >= 0 && connect(*client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  *server = connected ? accept(listener, nullptr, nullptr) : -1;
   close(listener);
-  if (*server < 0) {
-    close(*client);
+  if (*server < 0) {  // one way out for every failure: close what was opened
+    if (*client >= 0) close(*client);
     return false;
   }
   const int one = 1;
